@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 HELP_DIR = Path(__file__).resolve().parent / "sglang_help"
@@ -106,7 +106,7 @@ def help_path(version: str) -> Path:
     return HELP_DIR / f"launch_server-help-{version}.txt"
 
 
-@lru_cache(maxsize=None)
+@cache
 def flag_table(version: str) -> FlagTable:
     """The options of SGLang `version`, from its shipped help file."""
     path = help_path(version)

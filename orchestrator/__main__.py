@@ -1,0 +1,169 @@
+"""The command line: the one place that prints and picks exit codes (0 ok, 1 a host failed, 2 bad input)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator import plan as plan_mod
+from orchestrator import profile as profile_mod
+from orchestrator.errors import OrchestratorError, ProfileError
+from orchestrator.paths import state_dir
+
+# Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Expected errors become a message and their exit code; anything else a saved traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ProfileError as exc:
+            for problem in exc.problems:
+                err.print(str(problem), markup=False)
+            sys.exit(exc.exit_code)
+        except OrchestratorError as exc:
+            err.print(f"error: {exc}", markup=False)
+            sys.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception:
+            path = state_dir() / "crash" / f"{time.strftime('%Y%m%d-%H%M%S')}.log"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(traceback.format_exc())
+            err.print(f"internal error: {sys.exc_info()[1]!r}; traceback saved to {path}", markup=False)
+            sys.exit(1)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="orchestrator")
+def cli() -> None:
+    """Deploy and restart SGLang servers (EAGLE-3 speculative decoding) on GPU hosts.
+
+    Profiles live in profiles/*.yml; `profiles` lists them, `render` shows the exact
+    systemd unit a host would get.
+    """
+
+
+profile_option = click.option(
+    "--profile", "-p", "profile_ref", metavar="NAME|PATH", help="Profile name from profiles/, or a YAML file."
+)
+
+
+@cli.command()
+@profile_option
+@handle_errors
+def validate(profile_ref: str | None) -> None:
+    """Validate one profile, or every shipped profile when none is given."""
+    refs = [profile_ref] if profile_ref else list(profile_mod.available())
+    problems = []
+    for ref in refs:
+        try:
+            prof = profile_mod.load(ref)
+        except ProfileError as exc:
+            problems += exc.problems
+            continue
+        plan = plan_mod.build(prof)
+        out.print(f"ok: {prof.name} ({_spec_summary(prof)}, digest {plan.digest})", markup=False)
+    if problems:
+        raise ProfileError(problems)
+
+
+@cli.command()
+@click.option(
+    "--profile", "-p", "profile_ref", metavar="NAME|PATH", required=True, help="Profile name or file."
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help='Print {"argv": [...], "environment": {...}, "unit": "..."}.'
+)
+@handle_errors
+def render(profile_ref: str, as_json: bool) -> None:
+    """Print the systemd unit the profile renders to, byte for byte what a host gets."""
+    plan = plan_mod.build(profile_mod.load(profile_ref))
+    if as_json:
+        click.echo(plan_mod.dumps(plan))
+    else:
+        click.echo(plan.unit, nl=False)
+
+
+def _spec_summary(prof: profile_mod.Profile) -> str:
+    spec = prof.speculative
+    if spec.algorithm is None:
+        return "no speculation"
+    if spec.num_steps is None:
+        return f"{spec.algorithm}, SGLang's defaults"
+    tree = f"{spec.num_steps} steps x top-k {spec.eagle_topk}"
+    return f"{spec.algorithm} {tree}, {spec.num_draft_tokens} draft tokens"
+
+
+@cli.command()
+@handle_errors
+def profiles() -> None:
+    """List the shipped profiles."""
+    table = Table(title="profiles/")
+    for col in ("name", "extends", "algorithm", "steps/top-k/draft", "CUDA graphs"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("description", overflow="fold")
+    problems = []
+    for name in profile_mod.available():
+        try:
+            prof = profile_mod.load(name)
+        except ProfileError as exc:
+            problems += exc.problems
+            table.add_row(name, "", "", "", "", "[red]invalid: run `validate`[/red]")
+            continue
+        spec = prof.speculative
+        trio = "/".join(str(v) for v in (spec.num_steps, spec.eagle_topk, spec.num_draft_tokens))
+        table.add_row(
+            name,
+            prof.extends or "",
+            spec.algorithm or "-",
+            trio if spec.num_steps is not None else "-",
+            "on" if prof.server.cuda_graph else "off",
+            prof.description,
+        )
+    out.print(table)
+    if problems:
+        raise ProfileError(problems)
+
+
+@cli.command()
+def schema() -> None:
+    """Print the JSON Schema of a profile file, for editors to complete and check."""
+    click.echo(json.dumps(profile_mod.Profile.model_json_schema(), indent=2))
+
+
+def _register_optional() -> None:
+    """Command groups built in their own modules."""
+    import importlib.util
+
+    if importlib.util.find_spec("orchestrator.lab.cli"):  # TODO: drop the guard once lab/cli.py lands
+        from orchestrator.lab.cli import lab
+
+        cli.add_command(lab)
+
+
+_register_optional()
+
+
+def main() -> None:
+    cli(prog_name="orchestrator")
+
+
+if __name__ == "__main__":
+    main()

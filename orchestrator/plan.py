@@ -1,0 +1,235 @@
+"""Profile -> Plan: the exact argv, environment and unit text a host receives.
+
+Python decides everything here (flag spellings for the SGLang version, quoting, the
+digest); the Jinja template only lays the values out. `render` and `deploy` use the
+same Plan, so what a user sees on a laptop is byte for byte what the host gets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+import jinja2
+
+from orchestrator import sglang_flags
+from orchestrator.paths import TEMPLATES_DIR
+from orchestrator.profile import Profile
+
+UNIT_TEMPLATE = "sglang.service.j2"
+MANAGED = "Managed by orchestrator: local edits are overwritten by the next deploy."
+#: Root-only directory on hosts for secrets and deploy state.
+HOST_STATE_DIR = "/etc/orchestrator"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything one host gets for one profile."""
+
+    profile: str
+    sglang_version: str
+    unit_name: str
+    argv: list[str]
+    environment: dict[str, str]
+    unit: str
+    port: int
+    health_path: str = "/health"
+    #: Host path of the `--config` YAML holding the API key, when the profile has one.
+    secret_path: str | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        """Identifies the unit text: equal digests mean nothing to change on the host."""
+        return hashlib.sha256(self.unit.encode()).hexdigest()[:16]
+
+    def to_json(self) -> dict[str, object]:
+        return {"argv": self.argv, "environment": self.environment, "unit": self.unit}
+
+
+# --- argv ---------------------------------------------------------------------------
+
+
+def build_argv(profile: Profile) -> list[str]:
+    """SGLang's command line for the profile, spelled for its SGLang version."""
+    s = profile.server
+    version = s.sglang_version
+
+    def opt(setting: str, value: object = None) -> list[str]:
+        name = sglang_flags.flag(setting, version)
+        assert name is not None, f"{setting} has no flag in SGLang {version} (validation missed it)"
+        return [name] if value is None else [name, _scalar(value)]
+
+    argv = [s.python, "-m", "sglang.launch_server", *opt("model_path", s.model_path)]
+    if s.served_model_name:
+        argv += opt("served_model_name", s.served_model_name)
+    argv += opt("tp_size", s.tp_size)
+    if s.dp_size > 1:
+        argv += opt("dp_size", s.dp_size)
+    argv += [*opt("host", s.host), *opt("port", s.port)]
+    if s.mem_fraction_static is not None:
+        argv += opt("mem_fraction_static", s.mem_fraction_static)
+    if s.context_length is not None:
+        argv += opt("context_length", s.context_length)
+    if s.trust_remote_code:
+        argv += opt("trust_remote_code")
+    if not s.cuda_graph:
+        argv += opt("disable_cuda_graph")
+    if s.cuda_graph_max_bs is not None:
+        argv += opt("cuda_graph_max_bs", s.cuda_graph_max_bs)
+    if s.log_level:
+        argv += opt("log_level", s.log_level)
+    if s.enable_metrics:
+        argv += opt("enable_metrics")
+    argv += _speculative_argv(profile, opt)
+    if profile.api_key is not None:
+        argv += opt("config", secret_path(profile))
+    return argv + list(s.extra_args)
+
+
+def _speculative_argv(profile: Profile, opt) -> list[str]:
+    spec = profile.speculative
+    if spec.algorithm is None:
+        return []
+    argv = opt("speculative_algorithm", spec.algorithm)
+    if spec.draft_model_path:
+        argv += opt("speculative_draft_model_path", spec.draft_model_path)
+    if spec.num_steps is not None:
+        argv += opt("speculative_num_steps", spec.num_steps)
+        argv += opt("speculative_eagle_topk", spec.eagle_topk)
+        argv += opt("speculative_num_draft_tokens", spec.num_draft_tokens)
+    return argv
+
+
+def _scalar(value: object) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def secret_path(profile: Profile) -> str:
+    stem = PurePosixPath(profile.service.unit_name).stem
+    return f"{HOST_STATE_DIR}/{stem}.config.yaml"
+
+
+def build_environment(profile: Profile) -> dict[str, str]:
+    """NCCL variables first, then the rest; unbuffered Python so crash logs reach the journal."""
+    env = dict(profile.nccl)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(profile.env)
+    return env
+
+
+# --- systemd quoting -----------------------------------------------------------------
+
+_SAFE = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:,+-=@")
+
+
+def _escape(text: str) -> str:
+    """Escape for a double-quoted systemd word: C escapes, `%%` against specifiers, `$$` against expansion."""
+    out = []
+    for ch in text:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == '"':
+            out.append('\\"')
+        elif ch == "%":
+            out.append("%%")
+        elif ch == "$":
+            out.append("$$")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def quote_exec_arg(arg: str) -> str:
+    """One ExecStart word that systemd hands to the process unchanged, byte for byte.
+
+    Word 0 is an absolute path (validated), so ExecStart's `-@:+!` prefixes never apply.
+    """
+    if arg and set(arg) <= _SAFE:
+        return arg
+    return f'"{_escape(arg)}"'
+
+
+def exec_start(argv: list[str]) -> str:
+    """ExecStart's value, one flag and its values per line (systemd joins `\\`-ended lines)."""
+    lines: list[list[str]] = [[]]
+    for i, arg in enumerate(argv):
+        if arg.startswith("--") and i > 2:
+            lines.append([])
+        lines[-1].append(quote_exec_arg(arg))
+    return " \\\n    ".join(" ".join(words) for words in lines)
+
+
+def environment_line(name: str, value: str) -> str:
+    """The value of one `Environment=` assignment, quoted for systemd."""
+    return f'"{_escape(f"{name}={value}")}"'
+
+
+# --- the unit ------------------------------------------------------------------------
+
+
+def _comment(text: str) -> str:
+    return "\n".join(f"# {line}" if line else "#" for line in text.splitlines())
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["comment"] = _comment
+    return env
+
+
+def render_unit(profile: Profile, argv: list[str], environment: dict[str, str]) -> str:
+    svc = profile.service
+    return (
+        _env()
+        .get_template(UNIT_TEMPLATE)
+        .render(
+            ansible_managed=MANAGED,
+            profile=profile.name,
+            sglang_version=profile.server.sglang_version,
+            description=f"SGLang {profile.server.sglang_version} server, profile {profile.name}",
+            user=svc.user,
+            working_directory=svc.working_directory.replace("%", "%%"),  # specifiers only: not a quoted word
+            environment_lines=[environment_line(k, v) for k, v in environment.items()],
+            exec_start=exec_start(argv),
+            start_timeout_s=svc.start_timeout_s,
+            stop_timeout_s=svc.stop_timeout_s,
+        )
+    )
+
+
+def build(profile: Profile) -> Plan:
+    """The plan of a validated profile."""
+    argv = build_argv(profile)
+    environment = build_environment(profile)
+    return Plan(
+        profile=profile.name,
+        sglang_version=profile.server.sglang_version,
+        unit_name=profile.service.unit_name,
+        argv=argv,
+        environment=environment,
+        unit=render_unit(profile, argv, environment),
+        port=profile.server.port,
+        secret_path=secret_path(profile) if profile.api_key else None,
+    )
+
+
+def dumps(plan: Plan) -> str:
+    return json.dumps(plan.to_json(), indent=2)

@@ -1,0 +1,319 @@
+"""The Profile model: one named SGLang deployment, validated before anything touches a host.
+
+Profiles are YAML files, one per name, in `profiles/`. A variant says `extends: base`
+and states only what differs; mappings merge key by key, anything else replaces.
+
+Validation collects every problem at once (a profile with five mistakes reports five
+lines), each as `file: field.path: message` with the fix in the message: a mistake
+must cost a second on the control machine, not a five-minute model load.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from orchestrator import sglang_flags
+from orchestrator.errors import InputError, Problem, ProfileError
+from orchestrator.paths import PROFILES_DIR
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _env_scalar(value: Any) -> Any:
+    """YAML reads 16777216 as an int; environment values are strings, booleans are ambiguous."""
+    if isinstance(value, bool):
+        raise ValueError("use a quoted string such as '1' or '0', not a YAML boolean")
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value
+
+
+EnvValue = Annotated[str, BeforeValidator(_env_scalar)]
+AbsPath = Annotated[str, Field(pattern=r"^/[^\x00-\x1f]*$", description="An absolute path on the host.")]
+
+
+class Server(_Model):
+    """How SGLang itself is started."""
+
+    sglang_version: Literal["0.5.9", "0.5.23"] = Field(
+        "0.5.9", description="SGLang version installed on the hosts; flags are rendered for it."
+    )
+    python: AbsPath = Field("/usr/bin/python3", description="Python executable that has SGLang installed.")
+    model_path: AbsPath = Field(description="Target model directory on the host.")
+    served_model_name: str | None = Field(None, description="Name the OpenAI API reports for the model.")
+    tp_size: int = Field(1, ge=1, le=64, description="Tensor parallel size (GPUs per replica).")
+    dp_size: int = Field(1, ge=1, le=64, description="Data parallel size (replicas inside one server).")
+    host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
+    port: int = Field(30000, ge=1, le=65535, description="HTTP port of the server.")
+    mem_fraction_static: float | None = Field(
+        None, gt=0, lt=1, description="Fraction of GPU memory for weights and KV cache, in (0, 1)."
+    )
+    context_length: int | None = Field(
+        None, ge=1, description="Maximum context length; model default if unset."
+    )
+    trust_remote_code: bool = Field(False, description="Allow the model's own modelling code.")
+    cuda_graph: bool = Field(True, description="Capture CUDA graphs (off renders --disable-cuda-graph).")
+    cuda_graph_max_bs: int | None = Field(
+        None, ge=1, description="Largest batch size captured in CUDA graphs."
+    )
+    log_level: Literal["debug", "info", "warning", "error", "critical"] | None = Field(
+        None, description="SGLang's log level."
+    )
+    enable_metrics: bool = Field(False, description="Serve Prometheus metrics on /metrics.")
+    extra_args: list[str] = Field(
+        default_factory=list, description="Further SGLang flags, verbatim; must not repeat a modelled one."
+    )
+
+
+class Speculative(_Model):
+    """Speculative decoding: all of steps/topk/draft_tokens, or none to let SGLang choose."""
+
+    algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"] | None = Field(
+        None, description="Speculative algorithm; EAGLE3 for EAGLE-3 drafters."
+    )
+    draft_model_path: AbsPath | None = Field(None, description="Draft model directory on the host.")
+    num_steps: int | None = Field(None, ge=1, le=32, description="Draft steps per verify.")
+    eagle_topk: int | None = Field(None, ge=1, le=64, description="Branching factor of the draft tree.")
+    num_draft_tokens: int | None = Field(None, ge=1, le=256, description="Tokens verified per step.")
+
+
+class Service(_Model):
+    """The systemd unit and how long each phase may take."""
+
+    unit_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9:_.@-]+\.service$")] = Field(
+        "sglang.service", description="Name of the systemd unit, ending in .service."
+    )
+    user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$")] = Field(
+        "root", description="User the server runs as."
+    )
+    working_directory: AbsPath = Field("/", description="Working directory of the server.")
+    start_timeout_s: int = Field(900, ge=1, description="systemd TimeoutStartSec.")
+    stop_timeout_s: int = Field(60, ge=1, description="systemd TimeoutStopSec: SIGTERM, then SIGKILL.")
+    health_timeout_s: int = Field(
+        1800, ge=1, description="How long a deploy waits for /health to answer 200."
+    )
+    health_poll_interval_s: float = Field(
+        1.0, gt=0, le=1.0, description="Seconds between health polls (at most 1)."
+    )
+
+
+class ApiKey(_Model):
+    """A secret given by reference on the control machine, never inline."""
+
+    file: str | None = Field(None, description="File on the control machine holding the key.")
+    env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = Field(
+        None, description="Environment variable on the control machine holding the key."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ApiKey:
+        if (self.file is None) == (self.env is None):
+            raise ValueError("give exactly one of `file` or `env`")
+        return self
+
+
+class Profile(_Model):
+    """One named SGLang deployment."""
+
+    name: str = Field(description="Profile name (the file's stem).")
+    description: str = Field("", description="What this profile is for; record measured speeds here.")
+    extends: str | None = Field(None, description="Profile this one is based on.")
+    server: Server
+    speculative: Speculative = Field(default_factory=Speculative)
+    nccl: dict[str, EnvValue] = Field(default_factory=dict, description="NCCL_* environment variables.")
+    env: dict[str, EnvValue] = Field(
+        default_factory=dict, description="Other environment variables of the server."
+    )
+    service: Service = Field(default_factory=Service)
+    api_key: ApiKey | None = Field(None, description="API key by reference: {file: PATH} or {env: NAME}.")
+
+
+# --- Loading ------------------------------------------------------------------------
+
+
+def available() -> dict[str, Path]:
+    """Profile names shipped in `profiles/`, mapped to their files."""
+    return {p.stem: p for p in sorted(PROFILES_DIR.glob("*.yml"))}
+
+
+def resolve_path(ref: str) -> Path:
+    """A profile name (from `profiles/`) or a path to a YAML file."""
+    if ref.endswith((".yml", ".yaml")) or "/" in ref:
+        path = Path(ref)
+        if not path.is_file():
+            raise InputError(f"{ref}: no such profile file")
+        return path
+    profiles = available()
+    if ref not in profiles:
+        close = difflib.get_close_matches(ref, profiles, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise InputError(f"unknown profile '{ref}'{hint}; profiles: {', '.join(profiles) or 'none'}")
+    return profiles[ref]
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: a profile must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge mappings; a list or scalar in `override` replaces; `null` resets to the default."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        elif value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def load_raw(ref: str, _seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], Path]:
+    """The merged mapping of a profile and its `extends` chain, and the file it came from."""
+    path = resolve_path(ref)
+    data = _read_yaml(path)
+    key = str(path.resolve())
+    if key in _seen:
+        raise InputError(f"{path}: extends: cycle through {path.stem}")
+    parent = data.get("extends")
+    if parent is not None:
+        if not isinstance(parent, str):
+            raise InputError(f"{path}: extends: must be a profile name")
+        ref_parent = (
+            parent
+            if "/" not in parent and not parent.endswith((".yml", ".yaml"))
+            else str((path.parent / parent).resolve())
+        )
+        parent_data, _ = load_raw(ref_parent, (*_seen, key))
+        parent_data.pop("name", None)
+        parent_data.pop("description", None)
+        data = merge(parent_data, {k: v for k, v in data.items() if k != "extends"}) | {"extends": parent}
+    data.setdefault("name", path.stem)
+    return data, path
+
+
+def load(ref: str) -> Profile:
+    """Load, merge and validate a profile by name or path; raises ProfileError with every problem."""
+    data, path = load_raw(ref)
+    return validate(data, source=_display(path))
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+# --- Validation ---------------------------------------------------------------------
+
+_SECTIONS: dict[str, type[BaseModel]] = {"server": Server, "speculative": Speculative, "service": Service}
+
+
+def validate(data: dict[str, Any], source: str = "<profile>") -> Profile:
+    """Validate a merged profile mapping; report every problem, not just the first."""
+    problems = _schema_problems(data, source)
+    if not problems:
+        profile = Profile.model_validate(data)
+        problems = [Problem(source, loc, msg) for loc, msg in rules.check(profile)]
+        if not problems:
+            return profile
+    else:
+        # Section models that validated on their own still get their cross-field rules,
+        # so a typo in `server` does not hide a broken draft tree in `speculative`.
+        problems += [Problem(source, loc, msg) for loc, msg in rules.check_partial(data)]
+    raise ProfileError(_dedupe(problems))
+
+
+def _dedupe(problems: list[Problem]) -> list[Problem]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for p in problems:
+        if (p.loc, p.message) not in seen:
+            seen.add((p.loc, p.message))
+            out.append(p)
+    return out
+
+
+def _schema_problems(data: dict[str, Any], source: str) -> list[Problem]:
+    try:
+        Profile.model_validate(data)
+    except ValidationError as exc:
+        return [_problem_from_pydantic(err, source) for err in exc.errors()]
+    return []
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class that owns the field at `loc` (for did-you-mean on unknown keys)."""
+    model: type[BaseModel] | None = Profile
+    for part in loc[:-1]:
+        if model is None:
+            return None
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        ann = field.annotation
+        candidates = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type)]
+        model = next((a for a in candidates if issubclass(a, BaseModel)), None)
+    return model
+
+
+def _problem_from_pydantic(err: dict[str, Any], source: str) -> Problem:
+    loc = tuple(err["loc"])
+    # Pydantic names the union branch (`ApiKey`, `literal[...]`) in locations; users never wrote it.
+    loc = tuple(p for p in loc if not (isinstance(p, str) and (p[:1].isupper() or "[" in p)))
+    dotted = ".".join(str(p) for p in loc)
+    if err["type"] == "extra_forbidden":
+        owner = _model_at(loc)
+        known = list(owner.model_fields) if owner else []
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(known)}"
+        return Problem(source, dotted, f"unknown key{hint}")
+    if err["type"] == "missing":
+        return Problem(source, dotted, "required; add it (or inherit it with `extends: base`)")
+    msg = err["msg"]
+    if err["type"] == "string_pattern_mismatch" and "^/" in msg:
+        msg = f"must be an absolute path, got {err['input']!r}"
+    elif err["type"].startswith("value_error"):
+        msg = msg.removeprefix("Value error, ")
+    else:
+        msg = f"{msg}, got {err.get('input')!r}"
+    return Problem(source, dotted, msg)
+
+
+def check_name(name: str) -> None:
+    if not NAME_RE.match(name):
+        raise InputError(f"invalid profile name {name!r}: use letters, digits, '_', '-', '.'")
+
+
+from orchestrator import rules  # noqa: E402  (rules needs the models above)
+
+__all__ = [
+    "ApiKey",
+    "Profile",
+    "Server",
+    "Service",
+    "Speculative",
+    "available",
+    "load",
+    "sglang_flags",
+    "validate",
+]

@@ -1,0 +1,195 @@
+"""Rendering: flags exist in each version's real --help, argv parses, ExecStart quoting round-trips."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator import plan, profile, sglang_flags
+from orchestrator.__main__ import cli
+
+HELP = Path(__file__).parent.parent / "data" / "sglang"
+
+
+def _help_parser(version: str):
+    """SGLang's parser rebuilt from the test's own copy of the real --help text."""
+    text = (HELP / f"launch_server-help-{version}.txt").read_text()
+    return sglang_flags.build_parser(sglang_flags.FlagTable(version, sglang_flags.parse_help(text)))
+
+
+def _help_flags(version: str) -> set[str]:
+    text = (HELP / f"launch_server-help-{version}.txt").read_text()
+    return set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", text))
+
+
+@pytest.mark.parametrize("version", sglang_flags.SUPPORTED_VERSIONS)
+def test_every_emittable_flag_is_in_that_versions_help(version: str) -> None:
+    emitted = {spelled[version] for spelled in sglang_flags.MODELLED.values() if spelled.get(version)}
+    missing = emitted - _help_flags(version)
+    assert not missing, f"renderer emits flags SGLang {version} lacks: {missing}"
+
+
+def test_cuda_graph_max_bs_spelling_differs_between_versions() -> None:
+    assert "--cuda-graph-max-bs" in _help_flags("0.5.9")
+    assert "--cuda-graph-max-bs" not in _help_flags("0.5.23")
+    assert sglang_flags.flag("cuda_graph_max_bs", "0.5.23") == "--cuda-graph-max-bs-decode"
+
+
+@pytest.mark.parametrize("version", sglang_flags.SUPPORTED_VERSIONS)
+@pytest.mark.parametrize("name", ["cg_5tok", "baseline", "eagle3_16tok_nocg", "cg_16tok", "cg_2step"])
+def test_rendered_argv_is_accepted_by_that_versions_parser(name: str, version: str, tmp_path: Path) -> None:
+    path = tmp_path / "p.yml"
+    path.write_text(f"extends: {name}\nserver: {{sglang_version: '{version}', cuda_graph_max_bs: 16}}\n")
+    if name == "eagle3_16tok_nocg":  # CUDA graphs off: no batch size to capture
+        path.write_text(f"extends: {name}\nserver: {{sglang_version: '{version}'}}\n")
+    argv = plan.build(profile.load(str(path))).argv
+    assert argv[:3] == ["/usr/bin/python3", "-m", "sglang.launch_server"]
+    args = _help_parser(version).parse_args(argv[3:])
+    assert args.model_path == "/data/models/Kimi-K2.5"
+
+
+def test_0523_parser_rejects_the_0_5_9_spelling(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        _help_parser("0.5.23").parse_args(["--model-path", "/m", "--cuda-graph-max-bs", "8"])
+    assert info.value.code == 2
+    assert "ambiguous option: --cuda-graph-max-bs" in capsys.readouterr().err
+
+
+# --- systemd quoting -----------------------------------------------------------------
+
+
+def systemd_exec_argv(exec_start: str) -> list[str]:
+    """A model of how systemd turns an ExecStart= value into argv (continuations, %%, quoting, C escapes, $$).
+
+    The deploy's lab test proves the same on real systemd; this keeps the rules next to the code.
+    """
+    text = exec_start.replace("\\\n", " ")
+    assert re.search(r"%[^%]", text.replace("%%", "")) is None, "unescaped specifier"
+    text = text.replace("%%", "\0PCT\0")
+    words, word, i, quote, have = [], [], 0, None, False
+    escapes = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", " ": " "}
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            nxt = text[i + 1]
+            if nxt == "x":
+                word.append(chr(int(text[i + 2 : i + 4], 16)))
+                i += 4
+            else:
+                word.append(escapes[nxt])
+                i += 2
+            have = True
+            continue
+        if quote:
+            if ch == quote:
+                quote = None
+            else:
+                word.append(ch)
+        elif ch in "\"'":
+            quote, have = ch, True
+        elif ch in " \t":
+            if have:
+                words.append("".join(word))
+            word, have = [], False
+        else:
+            word.append(ch)
+            have = True
+        i += 1
+    if have:
+        words.append("".join(word))
+    out = []
+    for w in words:
+        assert re.search(r"\$(?!\$)", w.replace("$$", "")) is None, f"unescaped $ in {w!r}"
+        out.append(w.replace("$$", "$").replace("\0PCT\0", "%"))
+    return out
+
+
+NASTY = [
+    "/data/models/with space",
+    'quote"inside',
+    "single'quote",
+    "back\\slash",
+    "50%",
+    "%n%i",
+    "$HOME",
+    "${USER}",
+    "$$",
+    "tab\there",
+    "new\nline",
+    ";",
+    "",
+    "ünïcödé",
+    "--flag=a b",
+]
+
+
+@pytest.mark.parametrize("arg", NASTY)
+def test_exec_start_round_trips(arg: str) -> None:
+    argv = ["/usr/bin/python3", "-m", "sglang.launch_server", "--served-model-name", arg, "--port", "1"]
+    assert systemd_exec_argv(plan.exec_start(argv)) == argv
+
+
+def test_plan_argv_round_trips_through_the_unit(tmp_path: Path) -> None:
+    path = tmp_path / "p.yml"
+    nasty = "{model_path: '/data/my models/K2 $HOME 100%', served_model_name: 'a\"b\\\\c'}"
+    path.write_text(f"extends: cg_5tok\nserver: {nasty}\n")
+    p = plan.build(profile.load(str(path)))
+    value = re.search(r"^ExecStart=(.*?)(?=\n\S)", p.unit, re.S | re.M).group(1)
+    assert systemd_exec_argv(value) == p.argv
+
+
+def test_environment_values_are_escaped() -> None:
+    assert plan.environment_line("A", 'x "y" $Z 5%') == '"A=x \\"y\\" $$Z 5%%"'
+
+
+# --- CLI -----------------------------------------------------------------------------
+
+
+def test_render_json_shape() -> None:
+    result = CliRunner().invoke(cli, ["render", "--profile", "cg_5tok", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert set(data) == {"argv", "environment", "unit"}
+    assert data["environment"]["NCCL_PROTO"] == "LL"
+    assert "--speculative-algorithm" in data["argv"]
+
+
+def test_render_prints_the_unit() -> None:
+    result = CliRunner().invoke(cli, ["render", "--profile", "cg_5tok"])
+    assert result.exit_code == 0
+    assert result.output == plan.build(profile.load("cg_5tok")).unit
+    assert result.output.startswith("# Managed by orchestrator")
+
+
+def test_invalid_profile_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:
+    case = Path(__file__).parent.parent / "data" / "profile_cases" / "five_mistakes.yml"
+    import yaml
+
+    path = tmp_path / "bad.yml"
+    path.write_text(yaml.safe_dump(yaml.safe_load(case.read_text())["profile"]))
+    result = CliRunner().invoke(cli, ["validate", "--profile", str(path)])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 5, lines
+    assert all(line.startswith(f"{path}: ") for line in lines)
+    assert "Traceback" not in result.output
+
+
+def test_unknown_profile_exits_2() -> None:
+    result = CliRunner().invoke(cli, ["render", "--profile", "nope"])
+    assert result.exit_code == 2
+    assert "unknown profile 'nope'" in result.output and "cg_5tok" in result.output
+
+
+def test_profiles_table_and_schema() -> None:
+    result = CliRunner().invoke(cli, ["profiles"])
+    assert result.exit_code == 0
+    for name in ("baseline", "cg_5tok", "cg_2step", "eagle3_16tok_nocg", "cg_16tok"):
+        assert name in result.output
+    schema = json.loads(CliRunner().invoke(cli, ["schema"]).output)
+    assert schema["additionalProperties"] is False
+    assert "speculative" in schema["properties"]
