@@ -87,6 +87,12 @@ def check_partial(data: dict[str, Any]) -> list[Finding]:
     server = _section(Server, data.get("server"))
     if server is not None:
         findings += check_server(server)
+    elif isinstance(data.get("server"), dict):
+        # A typo elsewhere in `server` must not hide a bad extra arg.
+        raw = data["server"]
+        version, extra = raw.get("sglang_version", "0.5.9"), raw.get("extra_args", [])
+        if version in sglang_flags.SUPPORTED_VERSIONS and isinstance(extra, list):
+            findings += check_extra_args(version, [str(a) for a in extra])
     if isinstance(data.get("nccl"), dict):
         findings += check_nccl({str(k): str(v) for k, v in data["nccl"].items()})
     if isinstance(data.get("env"), dict):
@@ -162,7 +168,7 @@ def check_server(server: Server) -> Iterator[Finding]:
             "has no effect with cuda_graph: false; remove it or enable cuda_graph",
         )
     yield from _check_version_support(server)
-    yield from _check_extra_args(server)
+    yield from check_extra_args(server.sglang_version, server.extra_args)
 
 
 def _check_version_support(server: Server) -> Iterator[Finding]:
@@ -176,11 +182,11 @@ def _check_version_support(server: Server) -> Iterator[Finding]:
             )
 
 
-def _check_extra_args(server: Server) -> Iterator[Finding]:
-    version = server.sglang_version
+def check_extra_args(version: str, extra_args: list[str]) -> Iterator[Finding]:
+    """Extra args must be flags of that version, unambiguous, and not a modelled setting."""
     table = sglang_flags.flag_table(version)
     modelled = sglang_flags.modelled_flag_names(version)
-    for i, arg in enumerate(server.extra_args):
+    for i, arg in enumerate(extra_args):
         if not arg.startswith("-"):
             continue
         name = arg.split("=", 1)[0]
