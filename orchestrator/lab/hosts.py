@@ -1,0 +1,852 @@
+"""Lab hosts: Debian containers with real systemd and sshd, on a private bridge, for real deploys.
+
+Each host `labK` is a `systemd-nspawn -b` container in its own network namespace `orchlabK`, joined by
+a veth pair to the bridge `orchlab0` (10.213.0.1/24; hosts at .11, .12, ...). The hosts have no default
+route, so the lab never talks to anything but itself and the control machine.
+
+The control machine has no systemd as PID 1 and no D-Bus, so there is no machined: nspawn runs with
+`--register=no --keep-unit`, detached, and the lab keeps its own record (`lab.json`) of every process,
+mount, namespace and link it makes, written as soon as each exists, so `down` (or the next `up` after a
+crash) removes exactly those and nothing else.
+
+Layout under `state_dir()`:
+
+    lab/lab.json            the record (see `_Record`)
+    lab/id_ed25519[.pub]    the lab's SSH key pair (kept across `down`)
+    lab/known_hosts         host keys of the current hosts
+    lab/inventory.yml       Ansible inventory, group `lab`
+    lab/hosts/labK/         root (overlay mount point), upper, work, console.log
+    lab-cache/<key>/        the debootstrapped base root, the overlay's lower dir (kept across `down`)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from orchestrator.errors import InputError, OrchestratorError
+from orchestrator.paths import state_dir
+
+Progress = Callable[[str], None] | None
+
+SUITE = "bookworm"
+#: What the deploy needs on a host, and no more: systemd to run units, sshd and python3 for Ansible,
+#: sudo/curl/ping for the roles' probes and for debugging by hand.
+PACKAGES = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "openssh-server",
+    "python3",
+    "iproute2",
+    "procps",
+    "sudo",
+    "curl",
+    "iputils-ping",
+)
+MIRROR = os.environ.get("ORCHESTRATOR_LAB_MIRROR", "http://deb.debian.org/debian")
+BRIDGE = "orchlab0"
+SUBNET = "10.213.0"
+BRIDGE_ADDRESS = f"{SUBNET}.1"
+MAX_HOSTS = 50
+BOOT_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 20.0
+#: A clean PATH for commands run in a host; the control machine's PATH (pyenv shims...) means nothing there.
+HOST_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+REQUIRED_TOOLS = {
+    "systemd-nspawn": "systemd-container",
+    "debootstrap": "debootstrap",
+    "ip": "iproute2",
+    "nsenter": "util-linux",
+    "ssh": "openssh-client",
+    "ssh-keygen": "openssh-client",
+}
+SSHD_CONF = """\
+# Written by the orchestrator lab: root logs in with the lab key only.
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+HostKey /etc/ssh/ssh_host_ed25519_key
+UseDNS no
+"""
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class LabHost:
+    """One running host, as `up` left it."""
+
+    name: str
+    address: str
+    pid: int
+    """The systemd-nspawn process."""
+    rootfs: Path
+    console_log: Path
+    systemd_state: str
+    """`running`, or `degraded` with `failed_units` naming why."""
+    failed_units: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LabState:
+    """A lab that is up: where its inventory and key are, and its hosts."""
+
+    inventory: Path
+    private_key: Path
+    known_hosts: Path
+    hosts: tuple[LabHost, ...]
+    gpus: int
+    sglang_version: str
+    reused: bool
+    """True when `up` found this lab already running and changed nothing."""
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    """What `status` saw of one recorded host."""
+
+    name: str
+    address: str
+    pid: int | None
+    alive: bool
+    systemd_state: str
+    """`systemctl is-system-running`, or `-` when the container is not running."""
+    ssh: bool
+
+
+@dataclass(frozen=True)
+class LabStatus:
+    """The recorded lab, host by host; `hosts` is empty when there is no lab."""
+
+    exists: bool
+    complete: bool
+    """False while `up` is under way, or when it crashed half-way."""
+    inventory: Path | None
+    hosts: tuple[HostStatus, ...]
+
+    @property
+    def healthy(self) -> bool:
+        """Every host alive, booted and answering SSH."""
+        return (
+            self.complete
+            and bool(self.hosts)
+            and all(h.alive and h.ssh and h.systemd_state in ("running", "degraded") for h in self.hosts)
+        )
+
+
+# ---------------------------------------------------------------- paths and the record
+
+
+def lab_dir() -> Path:
+    """Everything one lab owns lives here; the base root cache sits beside it so `down` keeps it."""
+    return state_dir() / "lab"
+
+
+def cache_dir() -> Path:
+    return state_dir() / "lab-cache"
+
+
+def _host_dir(name: str) -> Path:
+    return lab_dir() / "hosts" / name
+
+
+class _Record:
+    """`lab.json`: every thing `up` made, saved the moment it exists so a crash can be cleaned up.
+
+    Shape: {"hosts_wanted", "gpus", "sglang_version", "complete", "bridge", "run_netns_mount",
+    "hosts": {name: {"address", "dir", "netns", "veth", "mount", "copied", "pid", "pid_start",
+    "leader", "leader_start", "console"}}}; each host key appears only once that thing exists.
+    """
+
+    def __init__(self, data: dict):
+        self.data = data
+        self.data.setdefault("hosts", {})
+
+    @staticmethod
+    def path() -> Path:
+        return lab_dir() / "lab.json"
+
+    @classmethod
+    def load(cls) -> _Record | None:
+        try:
+            return cls(json.loads(cls.path().read_text()))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:
+            raise OrchestratorError(f"cannot read the lab record {cls.path()}: {err}") from err
+
+    def save(self) -> None:
+        """Write atomically, so a crash never leaves a half-written record behind."""
+        tmp = self.path().with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=2) + "\n")
+        os.replace(tmp, self.path())
+
+    def host(self, name: str) -> dict:
+        return self.data["hosts"].setdefault(name, {})
+
+    def note(self, name: str, **things: object) -> None:
+        self.host(name).update(things)
+        self.save()
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """One `up`/`down` at a time: two would race over the same bridge and namespaces."""
+    lab_dir().mkdir(parents=True, exist_ok=True)
+    with open(lab_dir() / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as err:
+            raise OrchestratorError(f"another lab up/down is running (lock {lock.name})") from err
+        yield
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def _say(progress: Progress, line: str) -> None:
+    if progress is not None:
+        progress(line)
+
+
+def _run(argv: list[str], *, timeout: float = 120, env: dict[str, str] | None = None) -> str:
+    """Run a control-machine command; a failure becomes an error that shows what it said."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as err:
+        raise OrchestratorError(f"`{' '.join(argv)}` did not finish within {timeout:.0f} s") from err
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip()
+        raise OrchestratorError(f"`{' '.join(argv)}` failed ({done.returncode}): {said}")
+    return done.stdout
+
+
+def _tail(path: Path | str | None, lines: int = 15) -> str:
+    try:
+        text = Path(path).read_text(errors="replace") if path else ""
+    except OSError:
+        return "(no console log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _proc_start(pid: int) -> int | None:
+    """The process's start time in ticks: with the pid it names one process, even after pid reuse."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # our own child (tests run up and down in one process)
+        return None
+    return int(fields[19])
+
+
+def _alive(pid: int | None, start: int | None) -> bool:
+    return pid is not None and start is not None and _proc_start(pid) == start
+
+
+def _mounts() -> set[str]:
+    """Mount points now, with /proc/mounts' octal escapes (spaces...) decoded."""
+    points = set()
+    for line in Path("/proc/mounts").read_text().splitlines():
+        point = line.split()[1]
+        points.add(point.encode().decode("unicode_escape"))
+    return points
+
+
+def _links() -> set[str]:
+    return set(os.listdir("/sys/class/net"))
+
+
+def _netns_exists(name: str) -> bool:
+    return Path("/run/netns", name).exists()
+
+
+def _check_tools() -> None:
+    if os.geteuid() != 0:
+        raise OrchestratorError("the lab needs root (network namespaces, mounts, systemd-nspawn)")
+    missing = {pkg for tool, pkg in REQUIRED_TOOLS.items() if shutil.which(tool) is None}
+    if missing:
+        raise OrchestratorError(
+            f"the lab needs these Debian packages: apt-get install {' '.join(sorted(missing))}"
+        )
+
+
+# ---------------------------------------------------------------- base root and key
+
+
+def _base_key() -> str:
+    digest = hashlib.sha256(" ".join((SUITE, MIRROR, *PACKAGES, SSHD_CONF)).encode()).hexdigest()
+    return f"{SUITE}-{digest[:10]}"
+
+
+def ensure_base(progress: Progress = None) -> Path:
+    """The debootstrapped base root, built once (about a minute) and then shared by every host.
+
+    Built under a temporary name and renamed when done, so a half-built root is never used.
+    """
+    base = cache_dir() / _base_key()
+    if base.is_dir():
+        return base
+    tmp = base.with_name(base.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    _say(progress, f"building the {SUITE} base root with debootstrap (about a minute, once)")
+    log = cache_dir() / "debootstrap.log"
+    argv = ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp), MIRROR]
+    with open(log, "w") as out:
+        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=1800)
+    if done.returncode != 0:
+        raise OrchestratorError(f"debootstrap failed ({done.returncode}); end of {log}:\n{_tail(log)}")
+    _generalise_base(tmp)
+    tmp.rename(base)
+    return base
+
+
+def _generalise_base(root: Path) -> None:
+    """Drop what must differ per host (host keys, machine id) and add what all hosts share."""
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    (root / "etc/machine-id").write_text("")
+    (root / "etc/ssh/sshd_config.d/orchestrator-lab.conf").write_text(SSHD_CONF)
+    for deb in (root / "var/cache/apt/archives").glob("*.deb"):
+        deb.unlink()
+
+
+def private_key() -> Path:
+    """The lab's SSH key, made once and kept across `down` so ssh configs that name it stay valid."""
+    key = lab_dir() / "id_ed25519"
+    if not key.exists():
+        lab_dir().mkdir(parents=True, exist_ok=True)
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "orchestrator-lab", "-f", str(key)])
+    return key
+
+
+# ---------------------------------------------------------------- one host's root
+
+
+def _address(index: int) -> str:
+    return f"{SUBNET}.{10 + index}"
+
+
+def _make_root(record: _Record, name: str, base: Path) -> Path:
+    """An overlay over the cached base (instant, tiny); a full copy where overlayfs is refused."""
+    hdir = _host_dir(name)
+    root, upper, work = hdir / "root", hdir / "upper", hdir / "work"
+    for part in (root, upper, work):
+        part.mkdir(parents=True)
+    options = f"lowerdir={base},upperdir={upper},workdir={work}"
+    mounted = subprocess.run(
+        ["mount", "-t", "overlay", "overlay", "-o", options, str(root)], capture_output=True, text=True
+    )
+    if mounted.returncode == 0:
+        record.note(name, mount=str(root))
+    else:
+        # cp -a keeps owners, modes, device nodes and hard links; reflink makes it cheap where supported.
+        _run(["cp", "-a", "--reflink=auto", f"{base}/.", str(root)], timeout=600)
+        record.note(name, copied=True)
+    return root
+
+
+def _personalise(root: Path, name: str, peers: dict[str, str], key: Path) -> None:
+    """What makes a copy of the base one host: its name, machine id, host key, and the lab key."""
+    (root / "etc/hostname").write_text(name + "\n")
+    (root / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")
+    hosts = [
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+        f"{BRIDGE_ADDRESS}\tcontrol",
+    ]
+    hosts += [f"{addr}\t{peer}" for peer, addr in peers.items()]
+    (root / "etc/hosts").write_text("\n".join(hosts) + "\n")
+    host_key = root / "etc/ssh/ssh_host_ed25519_key"
+    for old in (root / "etc/ssh").glob("ssh_host_*"):
+        old.unlink()
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{name}", "-f", str(host_key)])
+    ssh_dir = root / "root/.ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    auth = ssh_dir / "authorized_keys"
+    auth.write_text(key.with_suffix(".pub").read_text())
+    auth.chmod(0o600)
+
+
+def _install_standins(root: Path, gpus: int, sglang_version: str) -> bool:
+    """Hand the root to the stand-in installer (SGLang, nvidia-smi, models), if it exists yet."""
+    if importlib.util.find_spec("orchestrator.lab.standins") is None:
+        return False
+    install = getattr(importlib.import_module("orchestrator.lab.standins"), "install", None)
+    if install is None:  # the package is being written; a lab without stand-ins still serves ssh tests
+        return False
+    install(root, gpus=gpus, sglang_version=sglang_version)
+    return True
+
+
+# ---------------------------------------------------------------- network
+
+
+def _ensure_bridge(record: _Record) -> None:
+    """The one bridge all hosts hang off; refuse one we did not make rather than reuse a stranger's."""
+    if record.data.get("bridge"):
+        return
+    if BRIDGE in _links():
+        raise OrchestratorError(
+            f"network link {BRIDGE} exists but this lab ({lab_dir()}) did not make it; "
+            "is a lab from another state directory up? Run `lab down` there, or `ip link del " + BRIDGE + "`"
+        )
+    _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+    record.data["bridge"] = BRIDGE
+    record.save()
+    _run(["ip", "addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", BRIDGE])
+    _run(["ip", "link", "set", BRIDGE, "up"])
+
+
+def _make_network(record: _Record, name: str, address: str) -> str:
+    """A namespace with eth0 at `address`, its other end on the bridge; no default route, on purpose."""
+    netns, veth = f"orch{name}", f"ve-orch{name}"
+    if _netns_exists(netns) or veth in _links():
+        raise OrchestratorError(f"netns {netns} or link {veth} exists but this lab did not make it")
+    if "/run/netns" not in _mounts() and "run_netns_mount" not in record.data:
+        record.data["run_netns_mount"] = True  # `ip netns add` is about to mount /run/netns on itself
+        record.save()
+    _run(["ip", "netns", "add", netns])
+    record.note(name, netns=netns)
+    _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns])
+    record.note(name, veth=veth)
+    _run(["ip", "link", "set", veth, "master", BRIDGE, "up"])
+    inside = ["ip", "netns", "exec", netns, "ip"]
+    _run([*inside, "addr", "add", f"{address}/24", "dev", "eth0"])
+    _run([*inside, "link", "set", "eth0", "up"])
+    _run([*inside, "link", "set", "lo", "up"])
+    return netns
+
+
+# ---------------------------------------------------------------- boot and wait
+
+
+def _boot(record: _Record, name: str, root: Path, netns: str) -> None:
+    """Start nspawn detached, its console going to a log: the log is what errors show when boot fails."""
+    console = _host_dir(name) / "console.log"
+    argv = ["systemd-nspawn", "--register=no", "--keep-unit", "--console=read-only", "--quiet"]
+    argv += ["-D", str(root), "-b", "-M", name, f"--network-namespace-path=/run/netns/{netns}"]
+    with open(console, "ab") as log:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    record.note(name, pid=proc.pid, pid_start=_proc_start(proc.pid), console=str(console))
+
+
+def _leader(pid: int) -> int | None:
+    """The container's PID 1: nspawn's only child once the container runs."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+def _leader_of(name: str) -> int:
+    record = _Record.load()
+    entry = record.data["hosts"].get(name) if record else None
+    if not entry or not _alive(entry.get("pid"), entry.get("pid_start")):
+        raise InputError(f"no running lab host named {name!r}")
+    leader = _leader(entry["pid"])
+    if leader is None:
+        raise OrchestratorError(f"{name}: systemd-nspawn runs but its container has not started")
+    return leader
+
+
+def host_exec(
+    name: str, argv: list[str], *, timeout: float = 60, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run `argv` inside lab host `name` without SSH (nsenter), for the lab's own setup and probes.
+
+    Deploys must go through SSH like on real hosts; this is for what comes before SSH works.
+    """
+    return _exec_in(_leader_of(name), argv, timeout=timeout, check=check)
+
+
+def _exec_in(
+    leader: int, argv: list[str], *, timeout: float = 60, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    cmd = ["nsenter", "-t", str(leader), "-a", "-r", "-w", "--", *argv]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=HOST_ENV)
+    if check and done.returncode != 0:
+        raise OrchestratorError(f"`{' '.join(argv)}` failed in the container: {done.stderr.strip()}")
+    return done
+
+
+def _system_state(leader: int) -> str:
+    try:
+        done = _exec_in(leader, ["systemctl", "is-system-running"], timeout=10)
+    except subprocess.TimeoutExpired:
+        return "unknown"
+    return done.stdout.strip() or "offline"
+
+
+def _systemd(leader: int) -> tuple[str, tuple[str, ...]]:
+    """The container's system state, and the failed units that make it `degraded`."""
+    state = _system_state(leader)
+    if state != "degraded":
+        return state, ()
+    failed = _exec_in(leader, ["systemctl", "--failed", "--plain", "--no-legend"]).stdout
+    return state, tuple(line.split()[0] for line in failed.splitlines() if line.strip())
+
+
+def _boot_failure(name: str, entry: dict, why: str) -> OrchestratorError:
+    console = entry.get("console")
+    return OrchestratorError(
+        f"{name}: {why}; the next `lab up` cleans up first, or run `lab down`.\n"
+        f"end of {console}:\n{_tail(console)}"
+    )
+
+
+def _wait_booted(record: _Record, name: str, deadline: float) -> tuple[str, tuple[str, ...]]:
+    """Wait for systemd in the container to finish booting; `degraded` is accepted with its failed units."""
+    entry = record.host(name)
+    state = "offline"
+    while time.monotonic() < deadline:
+        if not _alive(entry["pid"], entry["pid_start"]):
+            raise _boot_failure(name, entry, "systemd-nspawn exited during boot")
+        leader = _leader(entry["pid"])
+        if leader is not None:
+            if "leader" not in entry:
+                record.note(name, leader=leader, leader_start=_proc_start(leader))
+            state, failed = _systemd(leader)
+            if state in ("running", "degraded"):
+                return state, failed
+            if state in ("maintenance", "stopping"):
+                raise _boot_failure(name, entry, f"systemd is {state}")
+        time.sleep(0.3)
+    raise _boot_failure(name, entry, f"not booted after {BOOT_TIMEOUT_S:.0f} s (systemd: {state})")
+
+
+def ssh_argv(address: str, *command: str, connect_timeout: int = 3) -> list[str]:
+    """`ssh` to a lab host as root with the lab key, checking its host key against the lab's file."""
+    options = [
+        "-i", str(private_key()), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+        "-o", f"UserKnownHostsFile={lab_dir() / 'known_hosts'}", "-o", "StrictHostKeyChecking=yes",
+        "-o", f"ConnectTimeout={connect_timeout}",
+    ]  # fmt: skip
+    return ["ssh", *options, f"root@{address}", *command]
+
+
+def _ssh_ok(address: str, timeout: float = 10) -> bool:
+    try:
+        done = subprocess.run(ssh_argv(address, "true"), capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0
+
+
+def _wait_ssh(record: _Record, name: str, deadline: float) -> None:
+    entry = record.host(name)
+    while time.monotonic() < deadline:
+        if _ssh_ok(entry["address"]):
+            return
+        time.sleep(0.3)
+    raise _boot_failure(name, entry, f"booted, but ssh root@{entry['address']} does not answer")
+
+
+# ---------------------------------------------------------------- inventory
+
+
+def _write_known_hosts(record: _Record) -> Path:
+    lines = []
+    for name, entry in record.data["hosts"].items():
+        pub = (Path(entry["dir"]) / "root/etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
+        lines.append(f"{name},{entry['address']} {pub[0]} {pub[1]}")
+    path = lab_dir() / "known_hosts"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _write_inventory(record: _Record) -> Path:
+    """A plain Ansible YAML inventory, group `lab`.
+
+    Every connection variable is set per host rather than on the group, so a reader that loads the
+    YAML without Ansible's variable merging still finds all of a host's settings in one place.
+    """
+    common_args = f"-o UserKnownHostsFile={lab_dir() / 'known_hosts'} -o StrictHostKeyChecking=yes"
+    hosts = {
+        name: {
+            "ansible_host": entry["address"],
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(private_key()),
+            "ansible_ssh_common_args": common_args + " -o IdentitiesOnly=yes",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "lab_gpus": record.data["gpus"],
+            "lab_sglang_version": record.data["sglang_version"],
+        }
+        for name, entry in record.data["hosts"].items()
+    }
+    path = lab_dir() / "inventory.yml"
+    header = "# Written by `orchestrator lab up`; rewritten on every up, removed by `lab down`.\n"
+    path.write_text(
+        header + yaml.safe_dump({"all": {"children": {"lab": {"hosts": hosts}}}}, sort_keys=False, width=1000)
+    )
+    return path
+
+
+def _state(record: _Record, booted: dict[str, tuple[str, tuple[str, ...]]], reused: bool) -> LabState:
+    hosts = tuple(
+        LabHost(
+            name=name,
+            address=entry["address"],
+            pid=entry["pid"],
+            rootfs=Path(entry["dir"]) / "root",
+            console_log=Path(entry["console"]),
+            systemd_state=booted.get(name, ("running", ()))[0],
+            failed_units=booted.get(name, ("running", ()))[1],
+        )
+        for name, entry in record.data["hosts"].items()
+    )
+    return LabState(
+        inventory=lab_dir() / "inventory.yml",
+        private_key=private_key(),
+        known_hosts=lab_dir() / "known_hosts",
+        hosts=hosts,
+        gpus=record.data["gpus"],
+        sglang_version=record.data["sglang_version"],
+        reused=reused,
+    )
+
+
+# ---------------------------------------------------------------- public: up, status, down
+
+
+def up(hosts: int = 3, gpus: int = 8, sglang_version: str = "0.5.9", progress: Progress = None) -> LabState:
+    """Bring up `hosts` lab hosts, or return the running lab unchanged if it already matches.
+
+    A record left by a crash (dead processes, half-made hosts) is cleaned up first, then the lab is
+    built afresh: state that survived a crash is not trusted.
+    """
+    if not 1 <= hosts <= MAX_HOSTS:
+        raise InputError(f"--hosts must be between 1 and {MAX_HOSTS}, not {hosts}")
+    if not 1 <= gpus <= 64:
+        raise InputError(f"--gpus must be between 1 and 64, not {gpus}")
+    if not sglang_version.strip():
+        raise InputError("--sglang-version must not be empty")
+    _check_tools()
+    with _locked():
+        record = _Record.load()
+        if record is not None:
+            live = _reuse(record, hosts, gpus, sglang_version)
+            if live is not None:
+                _say(progress, f"lab already up with {hosts} hosts; nothing to do")
+                return live
+            _say(progress, "cleaning up what the last, unfinished lab left behind")
+            _teardown(record, progress)
+        return _build(hosts, gpus, sglang_version, progress)
+
+
+def _reuse(record: _Record, hosts: int, gpus: int, sglang_version: str) -> LabState | None:
+    """The running lab if it is whole; an InputError if it is whole but not what was asked for."""
+    entries = record.data["hosts"]
+    whole = record.data.get("complete") and all(
+        _alive(e.get("pid"), e.get("pid_start")) and _leader(e["pid"]) for e in entries.values()
+    )
+    if not whole:
+        return None
+    asked = (hosts, gpus, sglang_version)
+    has = (len(entries), record.data["gpus"], record.data["sglang_version"])
+    if asked != has:
+        raise InputError(
+            f"a lab is up with hosts={has[0]} gpus={has[1]} sglang-version={has[2]}; "
+            f"run `lab down` first to get hosts={hosts} gpus={gpus} sglang-version={sglang_version}"
+        )
+    booted = {name: _systemd(_leader(e["pid"]) or 0) for name, e in entries.items()}
+    return _state(record, booted, reused=True)
+
+
+def _build(hosts: int, gpus: int, sglang_version: str, progress: Progress) -> LabState:
+    started = time.monotonic()
+    base = ensure_base(progress)
+    key = private_key()
+    record = _Record(
+        {"hosts_wanted": hosts, "gpus": gpus, "sglang_version": sglang_version, "complete": False}
+    )
+    record.save()
+    names = [f"lab{i}" for i in range(1, hosts + 1)]
+    peers = {name: _address(i) for i, name in enumerate(names, start=1)}
+    _ensure_bridge(record)
+    standins = False
+    for name in names:
+        record.note(name, address=peers[name], dir=str(_host_dir(name)))
+        root = _make_root(record, name, base)
+        _personalise(root, name, peers, key)
+        standins = _install_standins(root, gpus, sglang_version)
+        netns = _make_network(record, name, peers[name])
+        _boot(record, name, root, netns)
+        _say(progress, f"{name}: booting at {peers[name]}")
+    if not standins:
+        _say(
+            progress, "orchestrator.lab.standins is not there yet: hosts have no SGLang/nvidia-smi stand-ins"
+        )
+    _write_known_hosts(record)
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    booted = {}
+    for name in names:
+        booted[name] = _wait_booted(record, name, deadline)
+        _wait_ssh(record, name, deadline)
+        failed = f" (failed units: {', '.join(booted[name][1])})" if booted[name][1] else ""
+        _say(progress, f"{name}: {booted[name][0]}{failed}, ssh answers")
+    _write_inventory(record)
+    record.data["complete"] = True
+    record.save()
+    _say(progress, f"lab up: {hosts} hosts in {time.monotonic() - started:.1f} s")
+    return _state(record, booted, reused=False)
+
+
+def status() -> LabStatus:
+    """What is running of the recorded lab; probes each host (systemd state, an SSH login)."""
+    record = _Record.load()
+    if record is None:
+        return LabStatus(exists=False, complete=False, inventory=None, hosts=())
+    seen = []
+    for name, entry in record.data["hosts"].items():
+        pid = entry.get("pid")
+        alive = _alive(pid, entry.get("pid_start"))
+        leader = _leader(pid) if alive and pid else None
+        state = _system_state(leader) if leader else "-"
+        ssh = alive and _ssh_ok(entry["address"], timeout=5)
+        seen.append(HostStatus(name, entry["address"], pid, alive, state, ssh))
+    inventory = lab_dir() / "inventory.yml"
+    return LabStatus(
+        exists=True,
+        complete=bool(record.data.get("complete")),
+        inventory=inventory if inventory.exists() else None,
+        hosts=tuple(seen),
+    )
+
+
+def down(progress: Progress = None) -> bool:
+    """Remove exactly what `up` recorded; True if there was a lab to remove.
+
+    The base root cache and the lab key stay, so the next `up` is quick and old ssh configs still work.
+    """
+    _check_tools()
+    with _locked():
+        record = _Record.load()
+        if record is None:
+            _say(progress, "no lab recorded; nothing to do")
+            return False
+        _teardown(record, progress)
+        return True
+
+
+def _teardown(record: _Record, progress: Progress) -> None:
+    """Undo the record host by host, newest first, saving after each so an interrupted `down` resumes."""
+    problems: list[str] = []
+    for name in reversed(list(record.data["hosts"])):
+        host_problems = _remove_host(name, record.host(name))
+        if host_problems:
+            problems += host_problems
+            continue
+        del record.data["hosts"][name]
+        record.save()
+        _say(progress, f"{name}: removed")
+    if not problems:
+        problems += _remove_shared(record)
+    if problems:
+        record.save()
+        raise OrchestratorError("lab down left things behind:\n" + "\n".join(problems))
+    for path in (lab_dir() / "inventory.yml", lab_dir() / "known_hosts", _Record.path()):
+        path.unlink(missing_ok=True)
+    _say(progress, "lab down: nothing left running")
+
+
+def _remove_host(name: str, entry: dict) -> list[str]:
+    _stop(name, entry)
+    problems = []
+    if _alive(entry.get("pid"), entry.get("pid_start")) or _alive(
+        entry.get("leader"), entry.get("leader_start")
+    ):
+        problems.append(f"{name}: container processes survive SIGKILL (pid {entry.get('pid')})")
+        return problems
+    mount = entry.get("mount")
+    if mount and mount in _mounts() and subprocess.run(["umount", mount], capture_output=True).returncode:
+        subprocess.run(["umount", "--lazy", mount], capture_output=True)
+    if entry.get("veth") in _links():
+        subprocess.run(["ip", "link", "del", entry["veth"]], capture_output=True)
+    if entry.get("netns") and _netns_exists(entry["netns"]):
+        subprocess.run(["ip", "netns", "del", entry["netns"]], capture_output=True)
+    problems += _remove_dir(name, entry.get("dir"))
+    if entry.get("veth") in _links() or (entry.get("netns") and _netns_exists(entry["netns"])):
+        problems.append(f"{name}: could not delete {entry.get('veth')} / netns {entry.get('netns')}")
+    return problems
+
+
+def _remove_dir(name: str, path: str | None) -> list[str]:
+    """Delete the host's own directory: only the one this lab names, and never across a mount."""
+    if not path or not Path(path).exists():
+        return []
+    if Path(path) != _host_dir(name):
+        return [f"{name}: recorded dir {path} is not {_host_dir(name)}; left alone"]
+    busy = [point for point in _mounts() if point == path or point.startswith(path + "/")]
+    if busy:
+        return [f"{name}: still mounted under {path}: {', '.join(sorted(busy))}"]
+    shutil.rmtree(path)
+    return []
+
+
+def _stop(name: str, entry: dict) -> None:
+    """SIGTERM makes nspawn power the container off cleanly; SIGKILL if that takes too long.
+
+    Killing nspawn alone would orphan the container, so its PID 1 is killed too when it outlives nspawn.
+    """
+    pid, start = entry.get("pid"), entry.get("pid_start")
+    if _alive(pid, start) and "leader" not in entry and (leader := _leader(pid)):
+        entry["leader"], entry["leader_start"] = leader, _proc_start(leader)
+    for target, target_start in ((pid, start), (entry.get("leader"), entry.get("leader_start"))):
+        if not _alive(target, target_start):
+            continue
+        if target == pid:
+            os.kill(target, signal.SIGTERM)
+            if _wait_gone(target, target_start, STOP_TIMEOUT_S):
+                continue
+        os.kill(target, signal.SIGKILL)
+        _wait_gone(target, target_start, 5)
+
+
+def _wait_gone(pid: int, start: int | None, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid, start):
+            return True
+        time.sleep(0.1)
+    return not _alive(pid, start)
+
+
+def _remove_shared(record: _Record) -> list[str]:
+    """The bridge, and /run/netns's self-mount if our first `ip netns add` made it and it is now empty."""
+    bridge = record.data.get("bridge")
+    if bridge and bridge in _links():
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+        if bridge in _links():
+            return [f"could not delete bridge {bridge}"]
+    record.data["bridge"] = None
+    if record.data.get("run_netns_mount") and "/run/netns" in _mounts() and not os.listdir("/run/netns"):
+        subprocess.run(["umount", "/run/netns"], capture_output=True)
+    with contextlib.suppress(OSError):
+        (lab_dir() / "hosts").rmdir()
+    return []
