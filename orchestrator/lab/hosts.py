@@ -140,6 +140,8 @@ class LabStatus:
     """False while `up` is under way, or when it crashed half-way."""
     inventory: Path | None
     hosts: tuple[HostStatus, ...]
+    gpus: int | None = None
+    sglang_version: str | None = None
 
     @property
     def healthy(self) -> bool:
@@ -736,6 +738,8 @@ def status() -> LabStatus:
         complete=bool(record.data.get("complete")),
         inventory=inventory if inventory.exists() else None,
         hosts=tuple(seen),
+        gpus=record.data.get("gpus"),
+        sglang_version=record.data.get("sglang_version"),
     )
 
 

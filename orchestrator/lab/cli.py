@@ -1,0 +1,89 @@
+"""`orchestrator lab ...`: the thin CLI over `orchestrator.lab.hosts`; the only lab code that prints."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.lab import hosts as lab_hosts
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _errors_to_exit(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Expected failures become `error: ...` on stderr and the error's exit code, not a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except OrchestratorError as error:
+            err.print(Text(f"error: {error}", style="red"))
+            raise SystemExit(error.exit_code) from None
+
+    return wrapper
+
+
+def _progress(line: str) -> None:
+    err.print(Text(line, style="dim"))
+
+
+@click.group()
+def lab() -> None:
+    """Local lab: Debian hosts in systemd-nspawn containers, reached by SSH like real GPU hosts."""
+
+
+@lab.command()
+@click.option("--hosts", default=3, show_default=True, type=click.IntRange(1, lab_hosts.MAX_HOSTS))
+@click.option(
+    "--gpus", default=8, show_default=True, type=click.IntRange(1, 64), help="Stand-in GPUs per host."
+)
+@click.option("--sglang-version", default="0.5.9", show_default=True, help="SGLang stand-in version.")
+@_errors_to_exit
+def up(hosts: int, gpus: int, sglang_version: str) -> None:
+    """Start the lab hosts (a no-op when the same lab is already up)."""
+    state = lab_hosts.up(hosts=hosts, gpus=gpus, sglang_version=sglang_version, progress=_progress)
+    for host in state.hosts:
+        failed = f"  failed units: {', '.join(host.failed_units)}" if host.failed_units else ""
+        out.print(f"{host.name}  {host.address}  {host.systemd_state}{failed}")
+    out.print(f"\ninventory: {state.inventory}")
+    out.print(f"try:       ansible all -i {state.inventory} -m ping")
+    key, known, first = state.private_key, state.known_hosts, state.hosts[0]
+    out.print(f"           ssh -i {key} -o UserKnownHostsFile={known} root@{first.address}")
+
+
+@lab.command()
+@_errors_to_exit
+def status() -> None:
+    """Show each lab host: process, systemd state, SSH. Exit 1 unless all are healthy."""
+    seen = lab_hosts.status()
+    if not seen.exists:
+        out.print("no lab; start one with `lab up`")
+        raise SystemExit(1)
+    table = Table("host", "address", "nspawn pid", "systemd", "ssh")
+    for host in seen.hosts:
+        alive = f"{host.pid} up" if host.alive else f"{host.pid} [red]dead[/]"
+        ssh = "[green]ok[/]" if host.ssh else "[red]no[/]"
+        table.add_row(host.name, host.address, alive, host.systemd_state, ssh)
+    out.print(table)
+    if not seen.complete:
+        out.print("[yellow]lab up did not finish; run `lab up` again or `lab down`[/]")
+    if seen.inventory:
+        out.print(f"inventory: {seen.inventory}")
+    if not seen.healthy:
+        raise SystemExit(1)
+
+
+@lab.command()
+@_errors_to_exit
+def down() -> None:
+    """Stop the lab hosts and remove everything `lab up` made (the base root cache stays)."""
+    lab_hosts.down(progress=_progress)

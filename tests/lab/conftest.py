@@ -1,0 +1,52 @@
+"""The session's lab: brought up once (or reused when one is up), taken down only if we started it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from orchestrator.lab import hosts as lab_hosts
+
+#: Tests that take the lab down; they restore it, and run after every other test all the same.
+DESTRUCTIVE = "lab_destructive"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{DESTRUCTIVE}: takes the session lab down and up again; runs last")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the destructive lab tests last, so no other test sees a lab rebuilt under its feet."""
+    items.sort(key=lambda item: item.get_closest_marker(DESTRUCTIVE) is not None)
+
+
+def _why_no_lab() -> str | None:
+    if os.geteuid() != 0:
+        return "the lab needs root"
+    missing = [tool for tool in lab_hosts.REQUIRED_TOOLS if shutil.which(tool) is None]
+    return f"the lab needs {', '.join(missing)}" if missing else None
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[lab_hosts.LabState]:
+    """The running lab: `ORCH_LAB_HOSTS` hosts (default 3); a healthy lab of that size is reused as is."""
+    reason = _why_no_lab()
+    if reason:
+        pytest.skip(reason)
+    wanted = int(os.environ.get("ORCH_LAB_HOSTS", "3"))
+    seen = lab_hosts.status()
+    if seen.healthy and len(seen.hosts) != wanted:
+        pytest.fail(
+            f"a lab of {len(seen.hosts)} hosts is up: `lab down` it, or set ORCH_LAB_HOSTS={len(seen.hosts)}"
+        )
+    reuse = seen.healthy and len(seen.hosts) == wanted
+    if reuse:
+        state = lab_hosts.up(hosts=wanted, gpus=seen.gpus or 8, sglang_version=seen.sglang_version or "0.5.9")
+    else:
+        state = lab_hosts.up(hosts=wanted)
+    yield state
+    if not reuse:
+        lab_hosts.down()

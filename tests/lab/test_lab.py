@@ -1,0 +1,144 @@
+"""The lab behaves like a set of real hosts: SSH, systemd, a network between them, Ansible."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import ansible_runner
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from orchestrator.errors import InputError
+from orchestrator.lab import hosts as lab_hosts
+from orchestrator.lab.cli import lab as lab_cli
+
+pytestmark = pytest.mark.lab
+
+
+def ssh(address: str, *command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(lab_hosts.ssh_argv(address, *command), capture_output=True, text=True, timeout=30)
+
+
+def test_ssh_reaches_each_host_by_name(lab):
+    for host in lab.hosts:
+        done = ssh(host.address, "hostname")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == host.name
+
+
+def test_systemd_is_running_on_each_host(lab):
+    for host in lab.hosts:
+        assert ssh(host.address, "systemctl", "is-system-running").stdout.strip() == "running", host.name
+
+
+def test_hosts_reach_each_other_and_nothing_else(lab):
+    if len(lab.hosts) < 2:
+        pytest.skip("needs two hosts")
+    first, second = lab.hosts[0], lab.hosts[1]
+    connect = f"import socket; socket.create_connection(('{second.name}', 22), timeout=3).close()"
+    done = ssh(first.address, "python3", "-c", f'"{connect}"')
+    assert done.returncode == 0, done.stderr
+    assert ssh(first.address, "ping", "-c1", "-W2", second.address).returncode == 0
+    # No default route: a lab host can only talk to the lab and the control machine.
+    assert "default" not in ssh(first.address, "ip", "route").stdout
+
+
+def test_ansible_ping_succeeds_on_every_host(lab, tmp_path):
+    """Real Ansible over real SSH, through ansible-runner as the deploy itself runs it."""
+    result = ansible_runner.run(
+        private_data_dir=str(tmp_path),
+        inventory=str(lab.inventory),
+        host_pattern="all",
+        module="ansible.builtin.ping",
+        quiet=True,
+        timeout=120,
+    )
+    assert result.rc == 0, result.stdout.read()
+    assert sorted(result.stats["ok"]) == sorted(h.name for h in lab.hosts)
+    assert not result.stats["failures"] and not result.stats["dark"]
+
+
+def test_inventory_names_every_host_with_its_connection(lab):
+    inventory = yaml.safe_load(lab.inventory.read_text())
+    hosts = inventory["all"]["children"]["lab"]["hosts"]
+    assert list(hosts) == [h.name for h in lab.hosts]
+    for host in lab.hosts:
+        entry = hosts[host.name]
+        assert entry["ansible_host"] == host.address
+        assert entry["ansible_user"] == "root"
+        assert entry["ansible_python_interpreter"] == "/usr/bin/python3"
+        assert entry["lab_gpus"] == lab.gpus and entry["lab_sglang_version"] == lab.sglang_version
+
+
+def test_up_on_a_running_lab_changes_nothing(lab):
+    again = lab_hosts.up(hosts=len(lab.hosts), gpus=lab.gpus, sglang_version=lab.sglang_version)
+    assert again.reused
+    assert [h.pid for h in again.hosts] == [h.pid for h in lab.hosts]
+
+
+def test_up_with_another_host_count_asks_for_down_first(lab):
+    with pytest.raises(InputError, match="lab down"):
+        lab_hosts.up(hosts=len(lab.hosts) + 1, gpus=lab.gpus, sglang_version=lab.sglang_version)
+
+
+def test_status_command_shows_every_host_healthy(lab):
+    result = CliRunner().invoke(lab_cli, ["status"])
+    assert result.exit_code == 0, result.output
+    for host in lab.hosts:
+        assert host.name in result.output and host.address in result.output
+
+
+def _leftovers(record: dict) -> list[str]:
+    """Everything a recorded lab made that still exists: processes, namespaces, links, mounts, dirs."""
+    mounts = Path("/proc/mounts").read_text()
+    links = os.listdir("/sys/class/net")
+    found = []
+    if record.get("bridge") in links:
+        found.append(record["bridge"])
+    for name, entry in record["hosts"].items():
+        for key in ("pid", "leader"):
+            if lab_hosts._alive(entry.get(key), entry.get(key + "_start")):
+                found.append(f"{name} {key} {entry[key]}")
+        if entry["veth"] in links:
+            found.append(entry["veth"])
+        if os.path.exists(f"/run/netns/{entry['netns']}"):
+            found.append(f"netns {entry['netns']}")
+        if entry["dir"] in mounts:
+            found.append(f"mount under {entry['dir']}")
+        if os.path.exists(entry["dir"]):
+            found.append(entry["dir"])
+    return found
+
+
+def _record() -> dict:
+    return json.loads(lab_hosts._Record.path().read_text())
+
+
+@pytest.mark.lab_destructive
+def test_up_after_a_crash_cleans_up_and_rebuilds(lab):
+    before = _record()
+    victim = before["hosts"][lab.hosts[-1].name]
+    os.kill(victim["pid"], signal.SIGKILL)  # nspawn dies; its container would be orphaned
+    assert not lab_hosts.status().healthy
+    rebuilt = lab_hosts.up(hosts=len(lab.hosts), gpus=lab.gpus, sglang_version=lab.sglang_version)
+    assert not rebuilt.reused
+    for key in ("pid", "leader"):  # the orphaned container went with the old nspawn
+        assert not lab_hosts._alive(victim[key], victim[key + "_start"])
+    assert lab_hosts.status().healthy
+
+
+@pytest.mark.lab_destructive
+def test_down_leaves_nothing_behind_and_up_restores(lab):
+    before = _record()
+    assert lab_hosts.down() is True
+    assert _leftovers(before) == []
+    assert not lab_hosts._Record.path().exists()
+    assert not lab.inventory.exists()
+    assert lab_hosts.down() is False  # nothing recorded, nothing to do
+    restored = lab_hosts.up(hosts=len(lab.hosts), gpus=lab.gpus, sglang_version=lab.sglang_version)
+    assert lab_hosts.status().healthy and restored.inventory == lab.inventory
