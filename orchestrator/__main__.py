@@ -8,6 +8,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -146,6 +147,69 @@ def profiles() -> None:
 def schema() -> None:
     """Print the JSON Schema of a profile file, for editors to complete and check."""
     click.echo(json.dumps(profile_mod.Profile.model_json_schema(), indent=2))
+
+
+def _inventory(path: Path | None) -> Path:
+    """The given inventory, or the lab's (brought up when needed): the README's main command."""
+    if path is not None:
+        return path
+    from orchestrator.lab import hosts as lab_hosts
+
+    state = lab_hosts.up(progress=lambda line: err.print(line, style="dim", markup=False))
+    return state.inventory
+
+
+inventory_option = click.option(
+    "-i",
+    "--inventory",
+    type=click.Path(exists=True, dir_okay=True, path_type=Path),
+    help="Ansible inventory (YAML or INI). Default: the local lab, brought up if needed.",
+)
+limit_option = click.option(
+    "--limit", "-l", metavar="PATTERN", help="Only hosts matching this Ansible pattern."
+)
+
+
+@cli.command()
+@click.option(
+    "--profile", "-p", "profile_ref", metavar="NAME|PATH", required=True, help="Profile name or file."
+)
+@inventory_option
+@limit_option
+@click.option(
+    "--check", is_flag=True, help="Dry run: Ansible check mode with diff; changes nothing on any host."
+)
+@click.option("--force-restart", is_flag=True, help="Restart even when the unit is unchanged and healthy.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@handle_errors
+def deploy(
+    profile_ref: str,
+    inventory: Path | None,
+    limit: str | None,
+    check: bool,
+    force_restart: bool,
+    as_json: bool,
+) -> None:
+    """Stop, check GPUs idle, write the unit, start, wait for health: only where something changed."""
+    from orchestrator import deploy as deploy_mod
+    from orchestrator import view
+
+    prof = profile_mod.load(profile_ref)  # fail on a bad profile before touching the lab
+    inv = _inventory(inventory)
+    if as_json:
+        report = deploy_mod.deploy(profile_ref, inv, limit=limit, check=check, force_restart=force_restart)
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        title = f"{'check' if check else 'deploy'} {prof.name} -> {inv}"
+        with view.LiveHosts(err, title) as live:
+            report = deploy_mod.deploy(
+                profile_ref, inv, limit=limit, check=check, force_restart=force_restart, on_event=live.event
+            )
+        if check:
+            out.print(view.check_details(report, plan_mod.build(prof).unit))
+        out.print(view.deploy_table(report))
+        out.print(view.failures(report))
+    sys.exit(0 if report.ok else 1)
 
 
 def _register_optional() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -170,6 +171,50 @@ def exec_start(argv: list[str]) -> str:
     return " \\\n    ".join(" ".join(words) for words in lines)
 
 
+def unquote_exec(exec_start: str) -> list[str]:
+    """How systemd turns an ExecStart= value into argv: continuations, %%, quotes, C escapes, $$.
+
+    The inverse of `exec_start` for what it emits; the lab tests prove both on real systemd.
+    """
+    text = exec_start.replace("\\\n", " ")
+    text = text.replace("%%", "\0PCT\0")
+    words, word, i, quote, have = [], [], 0, None, False
+    escapes = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", " ": " "}
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            nxt = text[i + 1]
+            if nxt == "x":
+                word.append(chr(int(text[i + 2 : i + 4], 16)))
+                i += 4
+            else:
+                word.append(escapes[nxt])
+                i += 2
+            have = True
+            continue
+        if quote:
+            if ch == quote:
+                quote = None
+            else:
+                word.append(ch)
+        elif ch in "\"'":
+            quote, have = ch, True
+        elif ch in " \t":
+            if have:
+                words.append("".join(word))
+            word, have = [], False
+        else:
+            word.append(ch)
+            have = True
+        i += 1
+    if have:
+        words.append("".join(word))
+    out = []
+    for w in words:
+        out.append(w.replace("$$", "$").replace("\0PCT\0", "%"))
+    return out
+
+
 def environment_line(name: str, value: str) -> str:
     """The value of one `Environment=` assignment, quoted for systemd."""
     return f'"{_escape(f"{name}={value}")}"'
@@ -233,3 +278,46 @@ def build(profile: Profile) -> Plan:
 
 def dumps(plan: Plan) -> str:
     return json.dumps(plan.to_json(), indent=2)
+
+
+def parse_unit(unit: str) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment a unit text gives its process (for comparing deployed units)."""
+    match = re.search(r"^ExecStart=(.*?)(?=\n[^ \n]|\Z)", unit, re.S | re.M)
+    argv = unquote_exec(match.group(1)) if match else []
+    env = {}
+    for value in re.findall(r"^Environment=(.*)$", unit, re.M):
+        for assignment in unquote_exec(value):
+            name, _, val = assignment.partition("=")
+            env[name] = val
+    return argv, env
+
+
+def _flags(argv: list[str]) -> dict[str, str]:
+    """`--flag value...` groups of an SGLang argv (after `-m sglang.launch_server`)."""
+    flags: dict[str, list[str]] = {}
+    current = None
+    for arg in argv[3:]:
+        if arg.startswith("--"):
+            current = arg.split("=", 1)[0]
+            flags[current] = [arg.split("=", 1)[1]] if "=" in arg else []
+        elif current is not None:
+            flags[current].append(arg)
+    return {k: " ".join(v) if v else "(set)" for k, v in flags.items()}
+
+
+def flag_changes(old_unit: str, new_unit: str) -> list[str]:
+    """Which SGLang flags and environment variables change, from what to what."""
+    old_argv, old_env = parse_unit(old_unit)
+    new_argv, new_env = parse_unit(new_unit)
+    lines = []
+    for label, old, new in (("", _flags(old_argv), _flags(new_argv)), ("env ", old_env, new_env)):
+        for key in [*old, *(k for k in new if k not in old)]:
+            if key not in new:
+                lines.append(f"{label}{key}: {old[key]} -> (removed)")
+            elif key not in old:
+                lines.append(f"{label}{key}: (unset) -> {new[key]}")
+            elif old[key] != new[key]:
+                lines.append(f"{label}{key}: {old[key]} -> {new[key]}")
+    if old_argv[:1] != new_argv[:1]:
+        lines.insert(0, f"python: {' '.join(old_argv[:1]) or '(none)'} -> {' '.join(new_argv[:1])}")
+    return lines

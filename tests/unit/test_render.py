@@ -62,52 +62,6 @@ def test_0523_parser_rejects_the_0_5_9_spelling(capsys: pytest.CaptureFixture[st
 # --- systemd quoting -----------------------------------------------------------------
 
 
-def systemd_exec_argv(exec_start: str) -> list[str]:
-    """A model of how systemd turns an ExecStart= value into argv (continuations, %%, quoting, C escapes, $$).
-
-    The deploy's lab test proves the same on real systemd; this keeps the rules next to the code.
-    """
-    text = exec_start.replace("\\\n", " ")
-    assert re.search(r"%[^%]", text.replace("%%", "")) is None, "unescaped specifier"
-    text = text.replace("%%", "\0PCT\0")
-    words, word, i, quote, have = [], [], 0, None, False
-    escapes = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", " ": " "}
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\":
-            nxt = text[i + 1]
-            if nxt == "x":
-                word.append(chr(int(text[i + 2 : i + 4], 16)))
-                i += 4
-            else:
-                word.append(escapes[nxt])
-                i += 2
-            have = True
-            continue
-        if quote:
-            if ch == quote:
-                quote = None
-            else:
-                word.append(ch)
-        elif ch in "\"'":
-            quote, have = ch, True
-        elif ch in " \t":
-            if have:
-                words.append("".join(word))
-            word, have = [], False
-        else:
-            word.append(ch)
-            have = True
-        i += 1
-    if have:
-        words.append("".join(word))
-    out = []
-    for w in words:
-        assert re.search(r"\$(?!\$)", w.replace("$$", "")) is None, f"unescaped $ in {w!r}"
-        out.append(w.replace("$$", "$").replace("\0PCT\0", "%"))
-    return out
-
-
 NASTY = [
     "/data/models/with space",
     'quote"inside',
@@ -130,7 +84,7 @@ NASTY = [
 @pytest.mark.parametrize("arg", NASTY)
 def test_exec_start_round_trips(arg: str) -> None:
     argv = ["/usr/bin/python3", "-m", "sglang.launch_server", "--served-model-name", arg, "--port", "1"]
-    assert systemd_exec_argv(plan.exec_start(argv)) == argv
+    assert plan.unquote_exec(plan.exec_start(argv)) == argv
 
 
 def test_plan_argv_round_trips_through_the_unit(tmp_path: Path) -> None:
@@ -139,7 +93,7 @@ def test_plan_argv_round_trips_through_the_unit(tmp_path: Path) -> None:
     path.write_text(f"extends: cg_5tok\nserver: {nasty}\n")
     p = plan.build(profile.load(str(path)))
     value = re.search(r"^ExecStart=(.*?)(?=\n\S)", p.unit, re.S | re.M).group(1)
-    assert systemd_exec_argv(value) == p.argv
+    assert plan.unquote_exec(value) == p.argv
 
 
 def test_environment_values_are_escaped() -> None:

@@ -1,0 +1,152 @@
+"""ansible-runner in one place: the playbook call, its settings, and events turned into typed results.
+
+Engine layer: never prints. Callers get `TaskEvent`s while the play runs (for a live
+view) and a `PlayResult` at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+
+from orchestrator.errors import InputError, OrchestratorError
+from orchestrator.paths import PLAYBOOKS_DIR, ROLES_DIR, state_dir
+
+#: Runs kept under the state directory; older artifact folders are removed by ansible-runner.
+KEEP_RUNS = 20
+
+
+@dataclass
+class TaskEvent:
+    """One host starting or finishing one task."""
+
+    host: str
+    kind: str  # start, ok, changed, failed, skipped, unreachable
+    role: str
+    task: str
+    result: dict[str, Any] = field(default_factory=dict)
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class HostRun:
+    """Everything one host did in one play."""
+
+    host: str
+    events: list[TaskEvent] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+
+    @property
+    def failed(self) -> TaskEvent | None:
+        return next((e for e in self.events if e.kind in ("failed", "unreachable")), None)
+
+    @property
+    def changed(self) -> bool:
+        return any(e.kind == "changed" for e in self.events)
+
+    def result_of(self, role: str, task_prefix: str = "") -> dict[str, Any] | None:
+        """The module result of the last finished task of `role` (whose name starts with task_prefix)."""
+        for e in reversed(self.events):
+            if e.kind != "start" and e.role == role and e.task.startswith(task_prefix):
+                return e.result
+        return None
+
+
+@dataclass
+class PlayResult:
+    rc: int
+    status: str
+    hosts: dict[str, HostRun]
+    artifacts: Path
+
+
+def _settings(forks: int) -> dict[str, str]:
+    """Ansible's own means for speed and quiet: pipelining, SSH multiplexing, forks."""
+    return {
+        "ANSIBLE_ROLES_PATH": str(ROLES_DIR),
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=120s",
+        "ANSIBLE_FORKS": str(forks),
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_NOCOWS": "1",
+        "ANSIBLE_DEPRECATION_WARNINGS": "False",
+        "ANSIBLE_LOCALHOST_WARNING": "False",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+    }
+
+
+def _event_kind(event: dict[str, Any]) -> str | None:
+    name = event.get("event", "")
+    data = event.get("event_data", {})
+    if name == "runner_on_start":
+        return "start"
+    if name == "runner_on_ok":
+        return "changed" if data.get("res", {}).get("changed") else "ok"
+    return {
+        "runner_on_failed": "failed",
+        "runner_on_skipped": "skipped",
+        "runner_on_unreachable": "unreachable",
+    }.get(name)
+
+
+def run_playbook(
+    playbook: str,
+    inventory: Path,
+    extravars: dict[str, Any],
+    *,
+    limit: str | None = None,
+    check: bool = False,
+    forks: int = 20,
+    env: dict[str, str] | None = None,
+    on_event: Callable[[TaskEvent], None] | None = None,
+) -> PlayResult:
+    """Run playbooks/<playbook> against `inventory`; `env` reaches Ansible's environment only."""
+    if not inventory.exists():
+        raise InputError(f"inventory {inventory} does not exist")
+    hosts: dict[str, HostRun] = {}
+
+    def handle(event: dict[str, Any]) -> bool:
+        kind = _event_kind(event)
+        data = event.get("event_data", {})
+        host = data.get("host")
+        if kind is None or host is None:
+            return True
+        run = hosts.setdefault(host, HostRun(host))
+        task = TaskEvent(host, kind, data.get("role", ""), data.get("task", ""), data.get("res", {}) or {})
+        run.events.append(task)
+        if kind == "unreachable" or (kind == "failed" and not data.get("ignore_errors")):
+            run.finished = task.at
+        if on_event:
+            on_event(task)
+        return True
+
+    private = state_dir() / "runner"
+    private.mkdir(parents=True, exist_ok=True)
+    cmdline = " ".join(["--check --diff" if check else "", f"--limit {limit}" if limit else ""]).strip()
+    env_for_run = {**os.environ, **_settings(forks), **(env or {})}
+    result = ansible_runner.run(
+        private_data_dir=str(private),
+        playbook=str(PLAYBOOKS_DIR / playbook),
+        inventory=str(inventory.resolve()),
+        extravars=extravars,
+        cmdline=cmdline or None,
+        envvars=env_for_run,
+        quiet=True,
+        event_handler=handle,
+        rotate_artifacts=KEEP_RUNS,
+        suppress_env_files=True,
+    )
+    if result.status not in ("successful", "failed"):
+        tail = (result.stdout.read()[-2000:] if result.stdout else "").strip()
+        raise OrchestratorError(f"ansible-playbook {result.status} (rc {result.rc}): {tail}")
+    now = time.monotonic()
+    for run in hosts.values():
+        run.finished = run.finished or now
+    return PlayResult(result.rc, result.status, hosts, Path(result.config.artifact_dir))

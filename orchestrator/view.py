@@ -1,0 +1,125 @@
+"""Rich output: the live per-host view while a play runs, and the tables after it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.deploy import STEPS, DeployReport
+from orchestrator.plan import flag_changes
+from orchestrator.runner import TaskEvent
+
+
+class LiveHosts:
+    """A table of each host's current step and elapsed time, refreshed while Ansible runs."""
+
+    def __init__(self, console: Console, title: str):
+        self.console = console
+        self.title = title
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+        self.live = Live(console=console, refresh_per_second=4, transient=True, get_renderable=self._render)
+
+    def __enter__(self) -> LiveHosts:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.__exit__(*exc)
+
+    def event(self, ev: TaskEvent) -> None:
+        with self.lock:
+            row = self.rows.setdefault(ev.host, {"start": ev.at, "step": "", "state": "running", "end": None})
+            if ev.kind == "start" and ev.role in STEPS:
+                row["step"] = STEPS[ev.role]
+            elif ev.kind in ("failed", "unreachable"):
+                row["state"], row["end"] = ev.kind, ev.at
+            elif ev.role == "sglang_health" and ev.kind in ("ok", "changed"):
+                row["state"], row["end"] = "healthy", ev.at
+
+    def _render(self) -> Table:
+        table = Table(title=self.title, title_justify="left")
+        for col in ("host", "step", "state", "elapsed"):
+            table.add_column(col)
+        now = time.monotonic()
+        with self.lock:
+            for host, row in sorted(self.rows.items()):
+                elapsed = (row["end"] or now) - row["start"]
+                style = {"failed": "red", "unreachable": "red", "healthy": "green"}.get(row["state"], "")
+                table.add_row(host, row["step"], Text(row["state"], style=style), f"{elapsed:5.1f} s")
+        return table
+
+
+def deploy_table(report: DeployReport) -> Table:
+    title = f"{'check' if report.check else 'deploy'} {report.profile} (digest {report.digest})"
+    table = Table(title=title, title_justify="left")
+    for col in ("host", "result", "changed", "restarted", "healthy after", "unit digest", "step"):
+        table.add_column(col)
+    for h in report.hosts:
+        if report.check:
+            result = Text(
+                "would restart" if h.reasons else "no change", style="yellow" if h.reasons else "green"
+            )
+        else:
+            result = Text("healthy" if h.ok else "FAILED", style="green" if h.ok else "bold red")
+        table.add_row(
+            h.host,
+            result,
+            "yes" if h.changed else "no",
+            "yes" if h.restarted else "no",
+            f"{h.healthy_after_s:.1f} s" if h.healthy_after_s is not None else "-",
+            h.digest or "-",
+            h.step,
+        )
+    return table
+
+
+def failures(report: DeployReport) -> Group:
+    """For each failed host: the step, Ansible's message, and the journal's last lines."""
+    parts: list[Any] = []
+    for h in report.hosts:
+        if h.ok:
+            continue
+        parts.append(Text(f"{h.host}: failed at {h.step}: {h.message}", style="bold red"))
+        for line in h.journal:
+            parts.append(Text(f"  | {line}", style="dim"))
+    return Group(*parts)
+
+
+def check_details(report: DeployReport, planned_unit: str) -> Group:
+    """Per host: would it restart and why, the flag-level summary, the unit diff, the GPU state."""
+    parts: list[Any] = []
+    for h in report.hosts:
+        parts.append(Text(f"── {h.host}", style="bold"))
+        if not h.ok:
+            parts.append(Text(f"  check failed at {h.step}: {h.message}", style="red"))
+            continue
+        restart = f"restart: yes ({'; '.join(h.reasons)})" if h.reasons else "restart: no"
+        parts.append(Text(f"  {restart}"))
+        changes = flag_changes(h.previous_unit, planned_unit) if h.previous_unit != planned_unit else []
+        for line in changes:
+            parts.append(Text(f"  {line}", style="cyan"))
+        if h.diff:
+            for line in h.diff.splitlines():
+                style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
+                parts.append(Text(f"  {line}", style=style))
+        parts.append(Text(f"  GPUs: {_gpu_state(h.gpus)}"))
+    return Group(*parts)
+
+
+def _gpu_state(gpus: dict[str, Any]) -> str:
+    if not gpus:
+        return "not checked (no restart needed)"
+    if gpus.get("idle"):
+        return "idle"
+    busy = []
+    for b in gpus.get("busy", []):
+        who = ", ".join(f"PID {x['pid']} {x['process_name']} {x['used_mib']} MiB" for x in b["holders"])
+        busy.append(f"GPU {b['index']} {b['memory_used_mib']} MiB ({who or 'no process listed'})")
+    return "busy (our server still runs; deploy stops it first): " + "; ".join(busy)

@@ -1,0 +1,113 @@
+#!/usr/bin/python
+"""Ansible module: what is deployed on this host, and whether the plan needs a restart."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_unit_facts
+short_description: Read the installed SGLang unit and its service state; decide on a restart
+description:
+  - Read-only. The digest is the same sha256 prefix the control machine computes over
+    the unit text, so equal digests mean the unit on disk is the planned one.
+options:
+  unit_name: {description: The systemd unit., type: str, required: true}
+  unit_dir: {description: Where the unit file lives., type: str, default: /etc/systemd/system}
+  desired_digest: {description: Digest of the planned unit; empty to only report., type: str, default: ""}
+  secret_path: {description: Host path of the secret --config file, if any., type: str, default: ""}
+  desired_secret_sha1: {description: sha1 of the planned secret file content., type: str, default: ""}
+  force_restart: {description: Restart even when nothing changed., type: bool, default: false}
+"""
+
+RETURN = r"""
+installed: {description: whether the unit file exists, type: bool}
+digest: {description: digest of the installed unit text, type: str}
+profile: {description: profile named in the installed unit's header, type: str}
+unit: {description: the installed unit text (units hold no secrets), type: str}
+state: {description: "systemctl show: LoadState, ActiveState, SubState, MainPID, NRestarts, ...", type: dict}
+uptime_s: {description: seconds since the service became active, or null, type: float}
+restart_needed: {description: whether stop, idle check, write and start must run, type: bool}
+reasons: {description: why a restart is needed, type: list}
+"""
+
+import hashlib
+import os
+import re
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+PROPS = "LoadState,ActiveState,SubState,MainPID,NRestarts,ActiveEnterTimestamp,ExecMainStartTimestamp"
+
+
+def read_unit(path: str) -> tuple[str, str, str]:
+    """(digest, profile, text) of the unit file, or empty strings when absent."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return "", "", ""
+    match = re.search(rb"^# profile: (.+)$", raw, re.M)
+    profile = match.group(1).decode() if match else ""
+    return hashlib.sha256(raw).hexdigest()[:16], profile, raw.decode(errors="replace")
+
+
+def uptime(module: AnsibleModule, unit: str) -> float | None:
+    rc, out, _ = module.run_command(["systemctl", "show", unit, "--property=ActiveEnterTimestampMonotonic"])
+    value = out.strip().partition("=")[2]
+    if rc != 0 or not value.isdigit() or value == "0":
+        return None
+    return round(time.clock_gettime(time.CLOCK_MONOTONIC) - int(value) / 1e6, 1)
+
+
+def secret_sha1(path: str) -> str:
+    if not path or not os.path.exists(path):
+        return ""
+    with open(path, "rb") as fh:
+        return hashlib.sha1(fh.read()).hexdigest() (change detection, not security)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "unit_name": {"type": "str", "required": True},
+            "unit_dir": {"type": "str", "default": "/etc/systemd/system"},
+            "desired_digest": {"type": "str", "default": ""},
+            "secret_path": {"type": "str", "default": ""},
+            "desired_secret_sha1": {"type": "str", "default": "", "no_log": False},
+            "force_restart": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    digest, profile, text = read_unit(os.path.join(p["unit_dir"], p["unit_name"]))
+    rc, out, err = module.run_command(["systemctl", "show", p["unit_name"], f"--property={PROPS}"])
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show {p['unit_name']} failed: {err.strip()}")
+    state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    reasons = []
+    if p["desired_digest"]:
+        if not digest:
+            reasons.append("unit not installed")
+        elif digest != p["desired_digest"]:
+            reasons.append(f"unit differs ({digest} -> {p['desired_digest']})")
+        if secret_sha1(p["secret_path"]) != p["desired_secret_sha1"]:
+            reasons.append("secret config differs")
+        if state.get("ActiveState") != "active":
+            reasons.append(f"service is {state.get('ActiveState')}")
+        if p["force_restart"]:
+            reasons.append("--force-restart")
+    module.exit_json(
+        changed=False,
+        installed=bool(digest),
+        digest=digest,
+        profile=profile,
+        unit=text,
+        state=state,
+        uptime_s=uptime(module, p["unit_name"]) if state.get("ActiveState") == "active" else None,
+        restart_needed=bool(reasons),
+        reasons=reasons,
+    )
+
+
+if __name__ == "__main__":
+    main()
