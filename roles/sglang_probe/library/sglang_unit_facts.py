@@ -63,7 +63,7 @@ def secret_sha1(path: str) -> str:
     if not path or not os.path.exists(path):
         return ""
     with open(path, "rb") as fh:
-        return hashlib.sha1(fh.read()).hexdigest() (change detection, not security)
+        return hashlib.sha1(fh.read()).hexdigest()  # change detection, not security
 
 
 def main() -> None:
