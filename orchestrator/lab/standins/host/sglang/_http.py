@@ -1,0 +1,387 @@
+"""HTTP API of the stand-in: the endpoints a deployment tool and a benchmark touch.
+
+Shapes follow SGLang: /generate streams Server-Sent Events of the cumulative text and ends
+with `data: [DONE]`; /v1/chat/completions is OpenAI-shaped; health and /metrics need no key.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from sglang._args import version_tuple
+from sglang._common import log
+from sglang._engine import Chunk, Engine, count_prompt_tokens, request_id
+from sglang.version import __version__
+
+OPEN_PATHS = ("/health", "/health_generate", "/metrics")
+DEFAULT_MAX_NEW_TOKENS = 128
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], engine: Engine) -> None:
+        super().__init__(address, Handler)
+        self.engine = engine
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+    server: Server
+
+    # --- plumbing -------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        return self.server.engine
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        phrase = self.responses.get(int(code), ("",))[0] if str(code).isdigit() else ""
+        log(
+            f"INFO:     {self.client_address[0]}:{self.client_address[1]} - "
+            f'"{self.requestline}" {code} {phrase}'
+        )
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def send_json(self, code: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_text(self, code: int, text: str, content_type: str = "text/plain; charset=utf-8") -> None:
+        data = text.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def start_events(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def send_event(self, payload: object | str) -> None:
+        text = payload if isinstance(payload, str) else json.dumps(payload)
+        data = f"data: {text}\n\n".encode()
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def end_events(self) -> None:
+        self.send_event("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def read_json(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b"{}"
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            body = None
+        return body if isinstance(body, dict) else {}
+
+    def authorized(self) -> bool:
+        key = self.engine.rt.args.api_key
+        if not key or self.path.split("?")[0].startswith(OPEN_PATHS):
+            return True
+        if self.headers.get("Authorization", "") == f"Bearer {key}":
+            return True
+        self.send_json(401, {"error": "Unauthorized"})
+        return False
+
+    # --- dispatch -------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        self.dispatch(GET_ROUTES)
+
+    def do_POST(self) -> None:
+        self.dispatch(POST_ROUTES)
+
+    def dispatch(self, routes: dict[str, str]) -> None:
+        path = self.path.split("?")[0]
+        if path == "/server_info" and version_tuple() <= (0, 5, 9):
+            path = "/not-in-this-version"
+        name = routes.get(path)
+        if name is None:
+            known = path in GET_ROUTES or path in POST_ROUTES
+            self.send_json(405 if known else 404, {"detail": "Method Not Allowed" if known else "Not Found"})
+            return
+        if not self.authorized():
+            return
+        try:
+            getattr(self, name)()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    # --- endpoints ------------------------------------------------------------------
+
+    def health(self) -> None:
+        if self.engine.ready:
+            self.send_text(200, "")
+        else:
+            self.send_text(503, "")
+
+    def model_info(self) -> None:
+        args = self.engine.rt.args
+        self.send_json(
+            200,
+            {
+                "model_path": args.model_path,
+                "tokenizer_path": args.model_path,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "model_type": self.engine.rt.model.config.get("model_type"),
+                "architectures": self.engine.rt.model.architectures,
+            },
+        )
+
+    def server_info(self) -> None:
+        eng = self.engine
+        state: dict[str, object] = {
+            "last_gen_throughput": eng.last_throughput,
+            "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": 1000000, "graph": 0.8},
+        }
+        if eng.rt.spec is not None:
+            state["avg_spec_accept_length"] = round(eng.model.accept_len, 4)
+        info = eng.rt.args.as_dict()
+        info.update(version=__version__, internal_states=[dict(state) for _ in range(eng.rt.args.dp_size)])
+        self.send_json(200, info)
+
+    def models(self) -> None:
+        args = self.engine.rt.args
+        self.send_json(
+            200,
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": args.served_model_name,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "sglang",
+                        "root": args.model_path,
+                        "max_model_len": args.context_length or 262144,
+                    }
+                ],
+            },
+        )
+
+    def metrics(self) -> None:
+        if not self.engine.rt.args.enable_metrics:
+            self.send_json(404, {"detail": "Not Found"})
+            return
+        self.send_text(200, prometheus_text(self.engine), "text/plain; version=0.0.4; charset=utf-8")
+
+    def generate(self) -> None:
+        body = self.read_json()
+        if not self.engine.ready:
+            self.send_json(503, {"error": {"message": "The server is not ready yet."}})
+            return
+        params = body.get("sampling_params") or {}
+        max_new = int(params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
+        prompt = count_prompt_tokens(body.get("input_ids") or body.get("text"))
+        rid, start, text = request_id(), time.monotonic(), ""
+        stream = bool(body.get("stream"))
+        meta = self.meta_info(rid, prompt, Chunk("", 0, 0, True), start)
+        if stream:
+            self.start_events()
+        for chunk in self.engine.generate(prompt, max_new):
+            text += chunk.text
+            if stream or chunk.done:
+                meta = self.meta_info(rid, prompt, chunk, start)
+                if stream:
+                    self.send_event({"text": text, "meta_info": meta, "index": 0})
+        if stream:
+            self.end_events()
+        else:
+            self.send_json(200, {"text": text, "meta_info": meta})
+
+    def meta_info(self, rid: str, prompt: int, chunk: Any, start: float) -> dict:
+        meta: dict[str, object] = {
+            "id": rid,
+            "finish_reason": {"type": "length", "length": chunk.completion_tokens} if chunk.done else None,
+            "prompt_tokens": prompt,
+            "completion_tokens": chunk.completion_tokens,
+            "cached_tokens": 0,
+            "e2e_latency": round(time.monotonic() - start, 4),
+        }
+        if self.engine.rt.spec is not None:
+            meta["spec_verify_ct"] = chunk.verify_ct
+        return meta
+
+    def chat_completions(self) -> None:
+        self.openai(chat=True)
+
+    def completions(self) -> None:
+        self.openai(chat=False)
+
+    def openai(self, chat: bool) -> None:
+        body = self.read_json()
+        if not self.engine.ready:
+            self.send_json(503, {"error": {"message": "The server is not ready yet."}})
+            return
+        max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_NEW_TOKENS)
+        source = body.get("messages") if chat else body.get("prompt")
+        words = " ".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in source or [])
+        prompt = count_prompt_tokens(words if chat else source)
+        reply = OpenAIReply(self, chat, body, prompt)
+        for chunk in self.engine.generate(prompt, max_new):
+            reply.add(chunk)
+        reply.finish()
+
+
+class OpenAIReply:
+    """One /v1/chat/completions or /v1/completions answer, streamed or whole."""
+
+    def __init__(self, handler: Handler, chat: bool, body: dict, prompt: int) -> None:
+        self.h, self.chat, self.prompt = handler, chat, prompt
+        self.stream = bool(body.get("stream"))
+        self.usage_wanted = bool((body.get("stream_options") or {}).get("include_usage"))
+        self.id, self.created, self.text, self.tokens = request_id(), int(time.time()), "", 0
+        self.model = handler.engine.rt.args.served_model_name
+        if self.stream:
+            handler.start_events()
+            if chat:
+                self.event({"role": "assistant", "content": ""}, None)
+
+    def event(self, content: object, finish: str | None, usage: dict | None = None) -> None:
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        choice: dict[str, object] = {"index": 0, "finish_reason": finish, "logprobs": None}
+        if self.chat:
+            choice["delta"] = content
+        else:
+            choice["text"] = content
+        self.h.send_event(
+            {
+                "id": self.id,
+                "object": kind,
+                "created": self.created,
+                "model": self.model,
+                "choices": [choice] if usage is None else [],
+                "usage": usage,
+            }
+        )
+
+    def usage(self) -> dict:
+        return {
+            "prompt_tokens": self.prompt,
+            "completion_tokens": self.tokens,
+            "total_tokens": self.prompt + self.tokens,
+        }
+
+    def add(self, chunk: Any) -> None:
+        self.text += chunk.text
+        self.tokens = chunk.completion_tokens
+        if self.stream:
+            self.event({"content": chunk.text} if self.chat else chunk.text, None)
+
+    def finish(self) -> None:
+        if self.stream:
+            self.event({} if self.chat else "", "length")
+            if self.usage_wanted:
+                self.event(None, None, self.usage())
+            self.h.end_events()
+            return
+        if self.chat:
+            choice = {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": self.text,
+                    "reasoning_content": None,
+                    "tool_calls": None,
+                },
+                "logprobs": None,
+                "finish_reason": "length",
+                "matched_stop": None,
+            }
+        else:
+            choice = {
+                "index": 0,
+                "text": self.text,
+                "logprobs": None,
+                "finish_reason": "length",
+                "matched_stop": None,
+            }
+        kind = "chat.completion" if self.chat else "text_completion"
+        self.h.send_json(
+            200,
+            {
+                "id": self.id,
+                "object": kind,
+                "created": self.created,
+                "model": self.model,
+                "choices": [choice],
+                "usage": self.usage(),
+            },
+        )
+
+
+def prometheus_text(engine: Engine) -> str:
+    """The gauges and counters a benchmark reads, labelled as SGLang labels them."""
+    labels = (
+        f'{{model_name="{engine.rt.args.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0"}}'
+    )
+    accept = engine.model.accept_len if engine.rt.spec is not None else 0.0
+    series = [
+        ("gauge", "sglang:num_running_reqs", "The number of running requests.", engine.running),
+        ("gauge", "sglang:num_queue_reqs", "The number of requests in the waiting queue.", engine.queued),
+        ("gauge", "sglang:token_usage", "The token usage.", engine.tokens_in_use / 1_000_000),
+        ("gauge", "sglang:gen_throughput", "The generation throughput (token/s).", engine.last_throughput),
+        (
+            "gauge",
+            "sglang:spec_accept_length",
+            "The average acceptance length of speculative decoding.",
+            accept,
+        ),
+        (
+            "counter",
+            "sglang:prompt_tokens_total",
+            "Number of prefill tokens processed.",
+            engine.prompt_tokens_total,
+        ),
+        (
+            "counter",
+            "sglang:generation_tokens_total",
+            "Number of generation tokens processed.",
+            engine.generation_tokens_total,
+        ),
+    ]
+    lines = []
+    for kind, name, help_text, value in series:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{labels} {float(value)}"]
+    return "\n".join(lines) + "\n"
+
+
+GET_ROUTES = {
+    "/health": "health",
+    "/health_generate": "health",
+    "/get_model_info": "model_info",
+    "/get_server_info": "server_info",
+    "/server_info": "server_info",
+    "/v1/models": "models",
+    "/metrics": "metrics",
+}
+POST_ROUTES = {
+    "/health_generate": "health",
+    "/generate": "generate",
+    "/v1/chat/completions": "chat_completions",
+    "/v1/completions": "completions",
+}

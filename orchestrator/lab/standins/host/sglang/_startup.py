@@ -1,0 +1,162 @@
+"""Start-up of the stand-in, in the real server's order: argument checks (seconds), then
+weight load, KV cache and CUDA graph capture (the load delay), each able to fail as SGLang does.
+
+GPU memory "allows" a start when, on every GPU the server uses, mem_fraction_static x total
+fits in what other holders leave free; a fraction above 0.95 always fails (the real server
+needs the rest for the CUDA context, activations and graphs, and dies capturing graphs).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from nvidia_standin import registry
+
+from sglang import _speed
+from sglang._args import DEFAULT_MEM_FRACTION, ServerArgs, version_tuple
+from sglang._common import (
+    LAUNCH_FRAME,
+    MTP_ARCHS,
+    SRT,
+    ModelDir,
+    config_error,
+    die,
+    env_knobs,
+    log,
+    read_model_dir,
+)
+
+MAX_FRACTION = 0.95
+MIN_KV_MIB = 1024  # below this the KV pool has no room: "Not enough memory"
+TORCH_GIB_PER_MIB = 139.81 / 143771  # torch reports 139.81 GiB where nvidia-smi shows 143771 MiB
+KNOWN_ALGORITHMS = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH"}
+ARGS_FRAME = (
+    f"{SRT}/server_args.py",
+    4398,
+    "prepare_server_args",
+    "return ServerArgs.from_cli_args(raw_args)",
+)
+
+
+@dataclass
+class Runtime:
+    """Everything the serving part needs once start-up has passed its checks."""
+
+    args: ServerArgs
+    model: ModelDir
+    drafter: ModelDir | None
+    spec: _speed.SpecSettings | None
+    decode: _speed.DecodeModel
+    gpus: list[int]
+    gpu_cfg: registry.GpuConfig
+    mem_fraction: float
+
+
+def gib(mib: float) -> str:
+    return f"{mib * TORCH_GIB_PER_MIB:.2f}"
+
+
+def check_model(path: str) -> ModelDir:
+    model = read_model_dir(path)
+    if model is None:
+        frame = (
+            f"{SRT}/utils/hf_transformers_utils.py",
+            290,
+            "get_config",
+            "config = AutoConfig.from_pretrained(",
+        )
+        die([LAUNCH_FRAME, ARGS_FRAME, frame], config_error(path))
+    assert model is not None
+    env_knobs(model)
+    return model
+
+
+def _auto_spec_params(model: ModelDir) -> tuple[int, int, int]:
+    """SGLang's auto_choose_speculative_params: (3, 1, 4) for DeepSeek-like targets, else (5, 4, 8)."""
+    archs = set(model.architectures) | set((model.config.get("text_config") or {}).get("architectures") or [])
+    return (3, 1, 4) if archs & {"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"} else (5, 4, 8)
+
+
+def check_speculative(args: ServerArgs, model: ModelDir) -> None:
+    """Resolve algorithm and tree settings, or die where SGLang's server_args dies."""
+    if args.algorithm is None:
+        return
+    if args.algorithm not in KNOWN_ALGORITHMS:
+        die([LAUNCH_FRAME, ARGS_FRAME], f"ValueError: Unknown speculative algorithm name: {args.algorithm}")
+    if args.algorithm == "NEXTN":
+        args.algorithm = "EAGLE"
+    if args.max_running_requests is None:
+        args.max_running_requests = 48
+        log(
+            "Max running requests is reset to 48 for speculative decoding. You can override this by "
+            "explicitly setting --max-running-requests."
+        )
+    if model.architectures[:1] and model.architectures[0] in MTP_ARCHS:
+        args.draft_model_path = args.draft_model_path or args.model_path
+    given = [v is not None for v in (args.steps, args.topk, args.draft_tokens)]
+    if any(given) and not all(given):
+        frame = (f"{SRT}/server_args.py", 1391, "_handle_speculative_decoding", "assert (")
+        die([LAUNCH_FRAME, ARGS_FRAME, frame], "AssertionError")
+    if not any(given):
+        args.steps, args.topk, args.draft_tokens = _auto_spec_params(model)
+    if args.topk == 1 and args.draft_tokens != (args.steps or 0) + 1:
+        log(
+            "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
+            "when speculative_eagle_topk == 1"
+        )
+        args.draft_tokens = (args.steps or 0) + 1
+
+
+def check_gpus(args: ServerArgs, cfg: registry.GpuConfig) -> list[int]:
+    """The GPUs this node's ranks use; too few on the host fails like torch.cuda.set_device."""
+    per_node = max(1, args.tp_size * args.dp_size // args.nnodes)
+    gpus = list(range(args.base_gpu_id, args.base_gpu_id + per_node))
+    bad = [g for g in gpus if g >= cfg.count]
+    if bad:
+        rank = f"TP{bad[0] - args.base_gpu_id}"
+        frame = (
+            f"{SRT}/model_executor/model_runner.py",
+            436,
+            "init_torch_distributed",
+            "torch.get_device_module(self.device).set_device(self.gpu_id)",
+        )
+        before = f"[{time.strftime('%Y-%m-%d %H:%M:%S')} {rank}] Scheduler hit an exception: "
+        error = (
+            "torch.AcceleratorError: CUDA error: invalid device ordinal\n"
+            "CUDA kernel errors might be asynchronously reported at some other API call, "
+            "so the stacktrace below might be incorrect.\n"
+            f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] Received sigquit from a child process. "
+            "It usually means the child failed."
+        )
+        die(
+            [
+                (f"{SRT}/managers/scheduler.py", 2871, "run_scheduler_process", "scheduler = Scheduler("),
+                frame,
+            ],
+            error,
+            before,
+        )
+    return gpus
+
+
+def prepare(args: ServerArgs) -> Runtime:
+    """The fast checks the real server makes before touching a GPU."""
+    model = check_model(args.model_path)
+    check_speculative(args, model)
+    drafter = None
+    if args.algorithm in ("EAGLE", "EAGLE3", "STANDALONE") and args.draft_model_path:
+        drafter = read_model_dir(args.draft_model_path)
+    cfg = registry.load_config()
+    gpus = check_gpus(args, cfg)
+    spec = None
+    if args.algorithm is not None:
+        a = float(drafter.knob("accept_top1")) if drafter else 0.30
+        crippled = args.algorithm == "EAGLE" and drafter is not None and drafter.is_eagle3
+        spec = _speed.SpecSettings(args.steps or 1, args.topk or 1, args.draft_tokens or 2, a, crippled)
+    decode = _speed.decode_model(float(model.knob("base_tok_s")), spec, args.cuda_graph)
+    fraction = args.mem_fraction_static if args.mem_fraction_static is not None else DEFAULT_MEM_FRACTION
+    args.mem_fraction_static = fraction
+    if args.max_running_requests is None:
+        args.max_running_requests = 1024 if version_tuple() < (0, 5, 20) else 2048
+    return Runtime(args, model, drafter, spec, decode, gpus, cfg, fraction)

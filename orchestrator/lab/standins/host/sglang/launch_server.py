@@ -1,0 +1,100 @@
+"""`python3 -m sglang.launch_server`: the lab's SGLang, run unchanged by the real systemd unit.
+
+It accepts exactly the flags of the installed version (from that version's real --help),
+starts like the real server (checks, then a load delay with the port closed, then a short
+warm-up answering 503), serves SGLang's HTTP API at the speed the model in sglang._speed
+gives, holds its GPU memory in the lab's registry, and fails the way SGLang fails.
+Knobs: the model dir's standin.json, or SGLANG_STANDIN_<KEY> environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+from nvidia_standin import registry
+
+from sglang import _args, _load, _startup
+from sglang._common import log
+from sglang._engine import Engine
+from sglang._http import Server
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def bind(rt: _startup.Runtime, engine: Engine) -> Server:
+    """Open the port only now, as the real server does after loading; a taken port is fatal."""
+    try:
+        return Server((rt.args.host, rt.args.port), engine)
+    except OSError as err:
+        log(
+            f"ERROR:    [Errno {err.errno}] error while attempting to bind on address "
+            f"('{rt.args.host}', {rt.args.port}): {err.strerror.lower() if err.strerror else err}"
+        )
+        raise SystemExit(1) from None
+
+
+def warm_up(rt: _startup.Runtime, engine: Engine) -> None:
+    """503 on /health until a first generation went through, then the famous line."""
+    time.sleep(float(rt.model.knob("warmup_s")))
+    error = rt.model.knob("warmup_error")
+    if error:
+        log(f"Initialization failed. warmup error: {error}")
+        registry.unregister()
+        os._exit(1)  # the real server kills its own process tree here
+    log('INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
+    engine.ready = True
+    log("The server is fired up and ready to roll!")
+    crash_after = rt.model.knob("crash_after_s")
+    if crash_after is not None:
+        time.sleep(float(crash_after))
+        log(
+            "Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access was encountered",
+            "TP0",
+        )
+        log("Received sigquit from a child process. It usually means the child failed.")
+        registry.unregister()
+        os._exit(1)
+
+
+def serve(rt: _startup.Runtime) -> None:
+    engine = Engine(rt)
+    if rt.args.node_rank > 0:
+        log(f"Node rank {rt.args.node_rank} holds its GPUs; only node rank 0 serves HTTP.")
+        while True:
+            time.sleep(3600)
+    server = bind(rt, engine)
+    log(f"INFO:     Started server process [{os.getpid()}]")
+    log("INFO:     Waiting for application startup.")
+    log("INFO:     Application startup complete.")
+    log(f"INFO:     Uvicorn running on http://{rt.args.host}:{rt.args.port} (Press CTRL+C to quit)")
+    threading.Thread(target=warm_up, args=(rt, engine), daemon=True).start()
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        log("INFO:     Shutting down")
+        server.server_close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    args = _args.parse(sys.argv[1:] if argv is None else argv)
+    try:
+        rt = _startup.prepare(args)
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.as_dict().items())
+        log(f"server_args=ServerArgs({shown})")
+        _load.load(rt)
+        serve(rt)
+    finally:
+        registry.unregister()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
