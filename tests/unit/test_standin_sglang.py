@@ -1,0 +1,313 @@
+"""The SGLang stand-in behaves like SGLang 0.5.9 / 0.5.23 to a deployment tool.
+
+Each test runs the installed stand-in (install() into a temporary root filesystem) as
+`python3 -m sglang.launch_server` on 127.0.0.1, with short load delays; no lab needed.
+"""
+
+from __future__ import annotations
+
+import http.client
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.lab.standins import (
+    DIST_PACKAGES,
+    eagle1_config,
+    eagle3_config,
+    install,
+    kimi_config,
+    set_sglang_version,
+    write_model_dir,
+)
+
+PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+FAST = {"load_delay_s": 0.2, "warmup_s": 0.4}
+
+
+class Lab:
+    """An installed root filesystem plus model dirs, and helpers to run the server from it."""
+
+    def __init__(self, root: Path, version: str = "0.5.9", gpus: int = 2) -> None:
+        install(root, gpus=gpus, sglang_version=version)
+        self.root = root
+        self.dist = root / DIST_PACKAGES
+        self.env = dict(
+            os.environ,
+            NVIDIA_STANDIN_CONFIG=str(root / "etc/nvidia-standin.json"),
+            NVIDIA_STANDIN_RUN_DIR=str(root / "run/nvidia-standin"),
+            PYTHONPATH=str(self.dist),
+        )
+        self.target = write_model_dir(root / "models/target", kimi_config(), **FAST, base_tok_s=300.0)
+        self.eagle3 = write_model_dir(root / "models/eagle3", eagle3_config(), accept_top1=0.44)
+        self.eagle1 = write_model_dir(root / "models/eagle1", eagle1_config())
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def run(self, *args: str, timeout: float = 15) -> subprocess.CompletedProcess[str]:
+        cmd = [PYTHON, "-m", "sglang.launch_server", *args]
+        return subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def start(self, *args: str) -> Server:
+        port = free_port()
+        cmd = [PYTHON, "-m", "sglang.launch_server", "--model-path", str(self.target), "--port", str(port)]
+        out = subprocess.PIPE
+        proc = subprocess.Popen([*cmd, *args], env=self.env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        self.procs.append(proc)
+        return Server(proc, port)
+
+    def smi_used(self) -> list[int]:
+        smi = [PYTHON, str(self.root / "usr/bin/nvidia-smi")]
+        out = subprocess.run(
+            [*smi, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return [int(v) for v in out.stdout.split()]
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
+        self.proc, self.port = proc, port
+
+    def request(self, method: str, path: str, body: dict | None = None, key: str | None = None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        conn.request(method, path, json.dumps(body) if body is not None else None, headers)
+        return conn.getresponse()
+
+    def status(self, path: str = "/health") -> int | None:
+        try:
+            resp = self.request("GET", path)
+            resp.read()
+            return resp.status
+        except OSError:
+            return None  # port not bound yet
+
+    def wait_ready(self, timeout: float = 10) -> list[int | None]:
+        """Poll /health until 200; returns the statuses seen (None: connection refused)."""
+        seen: list[int | None] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            seen.append(self.status())
+            if seen[-1] == 200:
+                return seen
+            assert self.proc.poll() is None, self.proc.stdout.read() if self.proc.stdout else ""
+            time.sleep(0.05)
+        raise AssertionError(f"not ready: {seen[-5:]}")
+
+    def json(self, method: str, path: str, body: dict | None = None, key: str | None = None) -> dict:
+        resp = self.request(method, path, body, key)
+        assert resp.status == 200, resp.read()
+        return json.loads(resp.read())
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=10)
+        return out
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def speed_module(lab: Lab):
+    spec = importlib.util.spec_from_file_location("standin_speed", lab.dist / "sglang/_speed.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def lab(tmp_path: Path):
+    lab = Lab(tmp_path)
+    yield lab
+    lab.close()
+
+
+EAGLE3_345 = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"]
+EAGLE3_345 += ["--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "5"]
+
+
+# --- failures before serving -----------------------------------------------------------
+
+
+def test_unknown_flag_is_an_argparse_error(lab: Lab) -> None:
+    result = lab.run("--model-path", str(lab.target), "--no-such-flag")
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: python -m sglang.launch_server")
+    assert "error: unrecognized arguments: --no-such-flag" in result.stderr
+
+
+def test_0_5_23_rejects_the_old_cuda_graph_flag_as_ambiguous(tmp_path: Path) -> None:
+    lab = Lab(tmp_path, version="0.5.23")
+    result = lab.run("--model-path", str(lab.target), "--cuda-graph-max-bs", "8")
+    assert result.returncode == 2
+    assert "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode" in result.stderr
+
+
+def test_missing_model_path(lab: Lab) -> None:
+    result = lab.run("--model-path", "/data/models/nope")
+    assert result.returncode == 1
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("OSError: Can't load the configuration of '/data/models/nope'")
+
+
+def test_eagle3_without_a_drafter(lab: Lab) -> None:
+    result = lab.run("--model-path", str(lab.target), *EAGLE3_345)
+    assert result.returncode == 1
+    assert "model_path=server_args.speculative_draft_model_path" in result.stderr
+    assert "OSError: None is not a local folder" in result.stderr
+
+
+def test_some_but_not_all_tree_settings_is_a_bare_assertion(lab: Lab) -> None:
+    args = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(lab.eagle3)]
+    result = lab.run("--model-path", str(lab.target), *args, "--speculative-num-steps", "3")
+    assert (result.returncode, result.stderr.splitlines()[-1]) == (1, "AssertionError")
+
+
+def test_mem_fraction_above_0_95_runs_out_of_memory(lab: Lab) -> None:
+    result = lab.run("--model-path", str(lab.target), "--mem-fraction-static", "0.97")
+    assert result.returncode == 1
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in result.stderr
+    assert "GPU 0 has a total capacity of 139.81 GiB" in result.stderr
+    assert "Capture cuda graph failed" in result.stderr
+
+
+def test_a_foreign_holder_leaves_too_little_memory(lab: Lab) -> None:
+    hold = [PYTHON, "-m", "nvidia_standin.hold", "--gpu", "1", "--mib", "40000"]
+    holder = subprocess.Popen(hold, env=lab.env, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None
+        holder.stdout.readline()
+        result = lab.run("--model-path", str(lab.target), "--tp-size", "2", "--mem-fraction-static", "0.8")
+        assert result.returncode == 1
+        assert "CUDA out of memory" in result.stderr and f"Process {holder.pid} has" in result.stderr
+        assert "Not enough memory. Please try to increase --mem-fraction-static" in result.stderr
+        lab.start("--base-gpu-id", "0", "--mem-fraction-static", "0.8").wait_ready()  # GPU 0 is free
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_too_few_gpus(lab: Lab) -> None:
+    result = lab.run("--model-path", str(lab.target), "--tp-size", "2", "--base-gpu-id", "1")
+    assert result.returncode == 1
+    assert "CUDA error: invalid device ordinal" in result.stderr
+
+
+# --- serving -----------------------------------------------------------------------------
+
+
+def test_start_health_memory_and_stop(lab: Lab) -> None:
+    server = lab.start("--tp-size", "2", "--mem-fraction-static", "0.5")
+    seen = server.wait_ready()
+    assert seen[0] is None and 503 in seen  # port closed while loading, then warm-up
+    assert lab.smi_used() == [71900, 71900]  # 0.5 x 143771 + the driver's 15 MiB
+    out = server.stop()
+    assert server.proc.returncode == 0
+    assert "The server is fired up and ready to roll!" in out
+    assert lab.smi_used() == [0, 0]
+
+
+def test_stream_ends_with_done_and_meta_info(lab: Lab) -> None:
+    server = lab.start("--speculative-draft-model-path", str(lab.eagle3), *EAGLE3_345)
+    server.wait_ready()
+    body = {"text": "hello there", "sampling_params": {"max_new_tokens": 20}, "stream": True}
+    events = server.request("POST", "/generate", body).read().decode().split("\n\n")
+    assert events[-2:] == ["data: [DONE]", ""]
+    last = json.loads(events[-3].removeprefix("data: "))
+    assert last["meta_info"]["completion_tokens"] == 20 and last["meta_info"]["spec_verify_ct"] == 10
+    whole = server.json("POST", "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 5}})
+    assert whole["meta_info"]["completion_tokens"] == 5 and len(whole["text"].split()) == 5
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}
+    lines = server.request("POST", "/v1/chat/completions", chat).read().decode().split("\n\n")
+    assert lines[-2] == "data: [DONE]" and '"finish_reason": "length"' in lines[-3]
+
+
+@pytest.mark.parametrize("profile", [[], EAGLE3_345], ids=["no-spec", "eagle3-3-4-5"])
+def test_streamed_tokens_per_second_match_the_model(lab: Lab, profile: list[str]) -> None:
+    extra = ["--speculative-draft-model-path", str(lab.eagle3)] if profile else []
+    server = lab.start(*profile, *extra)
+    server.wait_ready()
+    speed = speed_module(lab)
+    spec = speed.SpecSettings(3, 4, 5) if profile else None
+    predicted = speed.decode_model(300.0, spec, True).tok_s
+    body = {"text": "x", "sampling_params": {"max_new_tokens": 240}, "stream": True}
+    resp = server.request("POST", "/generate", body)
+    start = time.monotonic()
+    resp.read()
+    measured = 240 / (time.monotonic() - start)
+    assert measured == pytest.approx(predicted, rel=0.03)
+
+
+def test_eagle3_drafter_under_eagle_accepts_nothing(lab: Lab) -> None:
+    args = ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", str(lab.eagle3)]
+    server = lab.start(
+        *args,
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "4",
+        "--speculative-num-draft-tokens",
+        "5",
+        "--decode-log-interval",
+        "5",
+    )
+    server.wait_ready()
+    info = server.json("GET", "/get_server_info")
+    assert info["internal_states"][0]["avg_spec_accept_length"] == 1.0
+    server.json("POST", "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 10}})
+    assert "accept len: 1.00, accept rate: 0.00, cuda graph: True" in server.stop()
+
+
+def test_eagle3_algorithm_with_an_eagle1_drafter_dies_in_graph_capture(lab: Lab) -> None:
+    args = ["--speculative-draft-model-path", str(lab.eagle1), *EAGLE3_345]
+    result = lab.run("--model-path", str(lab.target), *args)
+    assert result.returncode == 1
+    failure = "Capture cuda graph failed: mat1 and mat2 shapes cannot be multiplied (4x21504 and 14336x7168)"
+    assert failure in result.stderr
+
+
+def test_api_key_from_config_file_and_open_health(lab: Lab, tmp_path: Path) -> None:
+    config = tmp_path / "sglang.yaml"
+    config.write_text("# secrets live here\napi-key: secret\nenable-metrics: true\n")
+    server = lab.start("--config", str(config))
+    server.wait_ready()
+    body = {"text": "x", "sampling_params": {"max_new_tokens": 1}}
+    assert server.request("POST", "/generate", body).status == 401
+    assert server.json("POST", "/generate", body, key="secret")["meta_info"]["completion_tokens"] == 1
+    assert server.status("/health_generate") == 200
+    metrics = server.request("GET", "/metrics").read().decode()
+    assert "sglang:gen_throughput{" in metrics and "sglang:spec_accept_length{" in metrics
+    assert server.status("/server_info") == 404  # 0.5.9 has only /get_server_info
+
+
+def test_version_switch_over_ssh_style_command(lab: Lab) -> None:
+    switch = [PYTHON, "-m", "sglang._set_version", "0.5.23"]
+    subprocess.run(switch, env=lab.env, check=True)
+    code = "import importlib.metadata as m, sglang; print(sglang.__version__, m.version('sglang'))"
+    probe = [PYTHON, "-c", code]
+    assert subprocess.run(probe, env=lab.env, capture_output=True, text=True).stdout == "0.5.23 0.5.23\n"
+    assert lab.run("--model-path", str(lab.target), "--cuda-graph-max-bs", "8").returncode == 2
+    set_sglang_version(lab.root, "0.5.9")
+    assert subprocess.run(probe, env=lab.env, capture_output=True, text=True).stdout == "0.5.9 0.5.9\n"
