@@ -28,6 +28,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -76,6 +77,7 @@ REQUIRED_TOOLS = {
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
 }
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 SSHD_CONF = """\
 # Written by the orchestrator lab: root logs in with the lab key only.
 PermitRootLogin prohibit-password
@@ -245,7 +247,9 @@ def _tail(path: Path | str | None, lines: int = 15) -> str:
         text = Path(path).read_text(errors="replace") if path else ""
     except OSError:
         return "(no console log)"
-    return "\n".join(text.splitlines()[-lines:])
+    # The console is a terminal: drop colour codes and carriage returns so the tail reads as plain text.
+    plain = [ANSI_ESCAPE.sub("", line).rstrip("\r") for line in text.splitlines()]
+    return "\n".join([line for line in plain if line.strip()][-lines:])
 
 
 def _proc_start(pid: int) -> int | None:
