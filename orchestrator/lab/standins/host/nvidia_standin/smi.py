@@ -206,14 +206,14 @@ def table(cfg: registry.GpuConfig, req: Request) -> str:
     out = [
         time.strftime("%a %b %d %H:%M:%S %Y"),
         "+-----------------------------------------------------------------------------------------+",
-        f"| NVIDIA-SMI {cfg.driver_version:<14}Driver Version: {cfg.driver_version:<14}"
+        f"| NVIDIA-SMI {cfg.driver_version:<23}Driver Version: {cfg.driver_version:<15}"
         f"CUDA Version: {cfg.cuda_version:<9}|",
         rule,
     ]
     for i in gpus:
         used = registry.used_mib(i)
         mem = f"{used}MiB / {cfg.total_mib}MiB"
-        out.append(f"| {i:>3}  {cfg.name:<25}      On  |   {cfg.bus_id(i)[4:]} Off |{'0':>21} |")
+        out.append(f"| {i:>3}  {cfg.name:<25}      On  |   {cfg.bus_id(i)} Off |{'0':>21} |")
         out.append(f"| N/A   31C    P0             75W /  700W |  {mem:>21} |      0%      Default |")
         out.append(rule)
     out.append("")
