@@ -287,9 +287,13 @@ def _netns_exists(name: str) -> bool:
     return Path("/run/netns", name).exists()
 
 
-def _check_tools() -> None:
+def _check_root() -> None:
     if os.geteuid() != 0:
         raise OrchestratorError("the lab needs root (network namespaces, mounts, systemd-nspawn)")
+
+
+def _check_tools() -> None:
+    _check_root()
     missing = {pkg for tool, pkg in REQUIRED_TOOLS.items() if shutil.which(tool) is None}
     if missing:
         raise OrchestratorError(
@@ -359,6 +363,8 @@ def _make_root(record: _Record, name: str, base: Path) -> Path:
     """An overlay over the cached base (instant, tiny); a full copy where overlayfs is refused."""
     hdir = _host_dir(name)
     root, upper, work = hdir / "root", hdir / "upper", hdir / "work"
+    if hdir.exists():  # not in the record, so not provably ours to delete: ask rather than guess
+        raise OrchestratorError(f"{hdir} exists but is not in the lab record; unmount and remove it by hand")
     for part in (root, upper, work):
         part.mkdir(parents=True)
     options = f"lowerdir={base},upperdir={upper},workdir={work}"
@@ -752,7 +758,7 @@ def down(progress: Progress = None) -> bool:
 
     The base root cache and the lab key stay, so the next `up` is quick and old ssh configs still work.
     """
-    _check_tools()
+    _check_root()
     with _locked():
         record = _Record.load()
         if record is None:
