@@ -17,7 +17,8 @@ from rich.table import Table
 
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
-from orchestrator.errors import OrchestratorError, ProfileError
+from orchestrator.errors import InputError, OrchestratorError, ProfileError
+from orchestrator.lab.cli import lab
 from orchestrator.paths import state_dir
 
 # Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default.
@@ -212,17 +213,82 @@ def deploy(
     sys.exit(0 if report.ok else 1)
 
 
-def _register_optional() -> None:
-    """Command groups built in their own modules."""
-    import importlib.util
-
-    if importlib.util.find_spec("orchestrator.lab.cli"):  # TODO: drop the guard once lab/cli.py lands
-        from orchestrator.lab.cli import lab
-
-        cli.add_command(lab)
+unit_option = click.option(
+    "--unit", "unit_name", default="sglang.service", show_default=True, help="The systemd unit of the server."
+)
 
 
-_register_optional()
+@cli.command()
+@inventory_option
+@limit_option
+@unit_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def status(inventory: Path | None, limit: str | None, unit_name: str, as_json: bool) -> None:
+    """Per host: deployed profile and digest, unit state, MainPID, uptime, health, GPU memory held."""
+    from orchestrator import deploy as deploy_mod
+
+    rows = deploy_mod.status(_inventory(inventory), unit_name=unit_name, limit=limit)
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in rows], indent=2))
+        return
+    table = Table(title=f"status of {unit_name}", title_justify="left")
+    for col in (
+        "host",
+        "profile",
+        "digest",
+        "unit",
+        "MainPID",
+        "uptime",
+        "health",
+        "GPU MiB used",
+        "holders",
+    ):
+        table.add_column(col)
+    for r in rows:
+        health = {200: "[green]200 ok[/]", 503: "[yellow]503 starting[/]", None: "-"}.get(
+            r.health, str(r.health)
+        )
+        holders = ", ".join(f"{h['pid']} {h['process_name']} {h['used_mib']} MiB" for h in r.gpu_holders)
+        table.add_row(
+            r.host if r.reachable else f"[red]{r.host} (unreachable)[/]",
+            r.profile or "-",
+            r.digest or "-",
+            r.active_state,
+            str(r.main_pid or "-"),
+            f"{r.uptime_s:.0f} s" if r.uptime_s is not None else "-",
+            health,
+            str(r.gpu_used_mib),
+            holders or "-",
+        )
+    out.print(table)
+    sys.exit(0 if all(r.reachable for r in rows) else 1)
+
+
+@cli.command()
+@inventory_option
+@limit_option
+@unit_option
+@handle_errors
+def stop(inventory: Path | None, limit: str | None, unit_name: str) -> None:
+    """Stop the server and confirm the GPUs are released."""
+    from orchestrator import deploy as deploy_mod
+
+    if inventory is None:
+        from orchestrator.lab import hosts as lab_hosts
+
+        if not lab_hosts.status().healthy:
+            raise InputError("no inventory given and no lab is up: nothing to stop")
+    reports = deploy_mod.stop(_inventory(inventory), unit_name=unit_name, limit=limit)
+    for r in reports:
+        if r.ok:
+            out.print(f"{r.host}: stopped, GPUs released ({r.elapsed_s:.1f} s)")
+        else:
+            err.print(f"{r.host}: failed at {r.step}: {r.message}", style="red", markup=False)
+    sys.exit(0 if all(r.ok for r in reports) else 1)
+
+
+cli.add_command(lab)
 
 
 def main() -> None:

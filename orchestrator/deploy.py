@@ -197,3 +197,77 @@ def deploy(
     return DeployReport(
         prof.name, plan.digest, check, sorted(reports, key=lambda r: r.host), str(play.artifacts)
     )
+
+
+@dataclass
+class HostStatus:
+    host: str
+    reachable: bool
+    profile: str
+    digest: str
+    active_state: str
+    main_pid: int
+    uptime_s: float | None
+    health: int | None
+    gpu_used_mib: int
+    gpu_holders: list[dict[str, Any]]
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def status(
+    inventory: Path, *, unit_name: str = "sglang.service", limit: str | None = None
+) -> list[HostStatus]:
+    """What each host runs now: profile, digest, unit state, MainPID, uptime, health, GPU memory."""
+    play = run_playbook("status.yml", inventory, {"orch_unit_name": unit_name}, limit=limit)
+    rows = []
+    for run in play.hosts.values():
+        probe = run.result_of("sglang_probe") or {}
+        gpus = run.result_of("gpu_idle") or {}
+        health = next((e.result for e in run.events if e.task == "Ask /health" and e.kind != "start"), {})
+        state = probe.get("state", {})
+        failed = run.failed
+        rows.append(
+            HostStatus(
+                host=run.host,
+                reachable=not (failed and failed.kind == "unreachable"),
+                profile=probe.get("profile", ""),
+                digest=probe.get("digest", ""),
+                active_state=state.get("ActiveState", "?"),
+                main_pid=int(state.get("MainPID", 0) or 0),
+                uptime_s=probe.get("uptime_s"),
+                health=health.get("status") if health and not health.get("skipped") else None,
+                gpu_used_mib=sum(g["memory_used_mib"] for g in gpus.get("gpus", [])),
+                gpu_holders=gpus.get("holders", []),
+                message=failed.result.get("msg", "") if failed else "",
+            )
+        )
+    return sorted(rows, key=lambda r: r.host)
+
+
+def stop(inventory: Path, *, unit_name: str = "sglang.service", limit: str | None = None) -> list[HostReport]:
+    """Stop the unit and confirm the GPUs are released, per host."""
+    play = run_playbook("stop.yml", inventory, {"orch_unit_name": unit_name}, limit=limit)
+    reports = []
+    for run in play.hosts.values():
+        failed = run.failed
+        last = next((e for e in reversed(run.events) if e.kind != "skipped"), None)
+        gpus = run.result_of("gpu_idle") or {}
+        reports.append(
+            HostReport(
+                host=run.host,
+                ok=failed is None,
+                changed=run.changed,
+                restarted=False,
+                healthy_after_s=None,
+                digest="",
+                previous_digest="",
+                step=STEPS.get(failed.role if failed else (last.role if last else ""), "connect"),
+                message=failed.result.get("msg", "") if failed else "",
+                gpus={"idle": gpus.get("idle"), "busy": gpus.get("busy", [])} if gpus else {},
+                elapsed_s=round((run.finished or time.monotonic()) - run.started, 1),
+            )
+        )
+    return sorted(reports, key=lambda r: r.host)

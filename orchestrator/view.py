@@ -59,7 +59,7 @@ class LiveHosts:
 def deploy_table(report: DeployReport) -> Table:
     title = f"{'check' if report.check else 'deploy'} {report.profile} (digest {report.digest})"
     table = Table(title=title, title_justify="left")
-    for col in ("host", "result", "changed", "restarted", "healthy after", "unit digest", "step"):
+    for col in ("host", "result", "changed", "restarted", "healthy after", "unit digest", "last step"):
         table.add_column(col)
     for h in report.hosts:
         if report.check:
@@ -118,8 +118,9 @@ def _gpu_state(gpus: dict[str, Any]) -> str:
         return "not checked (no restart needed)"
     if gpus.get("idle"):
         return "idle"
-    busy = []
+    by_holder: dict[str, list[int]] = {}
     for b in gpus.get("busy", []):
         who = ", ".join(f"PID {x['pid']} {x['process_name']} {x['used_mib']} MiB" for x in b["holders"])
-        busy.append(f"GPU {b['index']} {b['memory_used_mib']} MiB ({who or 'no process listed'})")
-    return "busy (our server still runs; deploy stops it first): " + "; ".join(busy)
+        by_holder.setdefault(who or "no process listed", []).append(b["index"])
+    held = "; ".join(f"GPU {','.join(map(str, idx))}: {who}" for who, idx in by_holder.items())
+    return f"busy ({held}); a deploy stops our server, then requires them idle"

@@ -23,6 +23,7 @@ installed: {description: whether the unit file exists, type: bool}
 digest: {description: digest of the installed unit text, type: str}
 profile: {description: profile named in the installed unit's header, type: str}
 unit: {description: the installed unit text (units hold no secrets), type: str}
+health_url: {description: "/health of the installed unit's server, from this host", type: str}
 state: {description: "systemctl show: LoadState, ActiveState, SubState, MainPID, NRestarts, ...", type: dict}
 uptime_s: {description: seconds since the service became active, or null, type: float}
 restart_needed: {description: whether stop, idle check, write and start must run, type: bool}
@@ -49,6 +50,17 @@ def read_unit(path: str) -> tuple[str, str, str]:
     match = re.search(rb"^# profile: (.+)$", raw, re.M)
     profile = match.group(1).decode() if match else ""
     return hashlib.sha256(raw).hexdigest()[:16], profile, raw.decode(errors="replace")
+
+
+def health_url(text: str) -> str:
+    """/health of the installed unit's server, as reached from this host."""
+    port = re.search(r"--port[= ]+(\d+)", text)
+    host = re.search(r"--host[= ]+([^\s\\]+)", text)
+    if not port:
+        return ""
+    addr = host.group(1).strip('"') if host else "127.0.0.1"
+    addr = "127.0.0.1" if addr in ("0.0.0.0", "::") else addr
+    return f"http://{f'[{addr}]' if ':' in addr else addr}:{port.group(1)}/health"
 
 
 def uptime(module: AnsibleModule, unit: str) -> float | None:
@@ -102,6 +114,7 @@ def main() -> None:
         digest=digest,
         profile=profile,
         unit=text,
+        health_url=health_url(text),
         state=state,
         uptime_s=uptime(module, p["unit_name"]) if state.get("ActiveState") == "active" else None,
         restart_needed=bool(reasons),

@@ -1,0 +1,221 @@
+"""deploy on real systemd hosts over SSH: idempotence, restart order, check mode, failures, quoting."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import plan, profile
+from orchestrator.lab import hosts as lab_hosts
+
+pytestmark = pytest.mark.lab
+
+UNIT = "/etc/systemd/system/sglang.service"
+
+
+def orchestrator(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The CLI exactly as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def deploy_json(lab, *args: str) -> tuple[int, dict]:
+    done = orchestrator("deploy", "-i", str(lab.inventory), "--json", *args)
+    try:
+        return done.returncode, json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"rc {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}") from None
+
+
+def ssh(host, *command: str) -> str:
+    done = subprocess.run(
+        lab_hosts.ssh_argv(host.address, *command), capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, f"{command}: {done.stderr}"
+    return done.stdout
+
+
+def service(host) -> dict[str, str]:
+    out = ssh(
+        host, "systemctl", "show", "sglang.service", "--property=ActiveState,MainPID,ExecMainStartTimestamp"
+    )
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
+def cmdline(host, pid: str) -> list[str]:
+    raw = subprocess.run(
+        lab_hosts.ssh_argv(host.address, "cat", f"/proc/{pid}/cmdline"), capture_output=True, timeout=30
+    ).stdout
+    return [a.decode() for a in raw.split(b"\0")[:-1]]
+
+
+def write_profile(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / f"{name}.yml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.fixture
+def first(lab):
+    return lab.hosts[0]
+
+
+def test_deploy_then_noop_changes_nothing(lab):
+    rc, report = deploy_json(lab, "--profile", "cg_5tok")
+    assert rc == 0, report
+    digest = plan.build(profile.load("cg_5tok")).digest
+    assert [h["host"] for h in report["hosts"]] == [h.name for h in lab.hosts]
+    for h in report["hosts"]:
+        assert h["ok"] and h["digest"] == digest and h["healthy_after_s"] is not None
+    before = {h.name: service(h) for h in lab.hosts}
+    assert all(s["ActiveState"] == "active" for s in before.values())
+
+    rc, again = deploy_json(lab, "--profile", "cg_5tok")
+    assert rc == 0, again
+    for h in again["hosts"]:
+        assert h["ok"] and not h["changed"] and not h["restarted"], h
+    assert {h.name: service(h) for h in lab.hosts} == before  # same MainPID and start time
+
+
+def test_server_gets_the_plans_argv_byte_for_byte(lab, first, tmp_path):
+    nasty = write_profile(
+        tmp_path,
+        "nasty",
+        "extends: cg_5tok\nserver:\n  served_model_name: 'kimi \"k2\" $HOME 100% \\\\ %n ${USER} ;'\n",
+    )
+    rc, report = deploy_json(lab, "--profile", nasty, "--limit", first.name)
+    assert rc == 0, report
+    expected = plan.build(profile.load(nasty)).argv
+    assert cmdline(first, service(first)["MainPID"]) == expected
+
+
+def test_profile_switch_restarts_with_new_flags(lab, first):
+    deploy_json(lab, "--profile", "cg_5tok", "--limit", first.name)
+    old_pid = service(first)["MainPID"]
+    rc, report = deploy_json(lab, "--profile", "cg_2step", "--limit", first.name)
+    assert rc == 0, report
+    (h,) = report["hosts"]
+    assert h["restarted"] and h["changed"]
+    assert any("unit differs" in r for r in h["reasons"])
+    new = service(first)
+    assert new["MainPID"] != old_pid and new["ActiveState"] == "active"
+    argv = cmdline(first, new["MainPID"])
+    assert argv[argv.index("--speculative-num-steps") + 1] == "2"
+    assert "# profile: cg_2step" in ssh(first, "cat", UNIT)
+
+
+def test_stopped_service_with_same_unit_is_started_again(lab, first):
+    deploy_json(lab, "--profile", "cg_5tok", "--limit", first.name)
+    ssh(first, "systemctl", "stop", "sglang.service")
+    rc, report = deploy_json(lab, "--profile", "cg_5tok", "--limit", first.name)
+    assert rc == 0, report
+    (h,) = report["hosts"]
+    assert h["restarted"] and "service is inactive" in h["reasons"]
+    assert service(first)["ActiveState"] == "active"
+
+
+def test_force_restart_restarts_an_unchanged_healthy_server(lab, first):
+    deploy_json(lab, "--profile", "cg_5tok", "--limit", first.name)
+    old = service(first)["MainPID"]
+    rc, report = deploy_json(lab, "--profile", "cg_5tok", "--limit", first.name, "--force-restart")
+    assert rc == 0 and report["hosts"][0]["restarted"]
+    assert service(first)["MainPID"] != old
+
+
+def test_check_mode_shows_the_change_and_changes_nothing(lab, first):
+    deploy_json(lab, "--profile", "cg_5tok", "--limit", first.name)
+    before, unit_before = service(first), ssh(first, "cat", UNIT)
+    done = orchestrator(
+        "deploy", "-i", str(lab.inventory), "--limit", first.name, "--profile", "cg_16tok", "--check"
+    )
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "restart: yes" in text and "unit differs" in text
+    assert "--speculative-num-steps: 3 -> 5" in text
+    assert "--speculative-num-draft-tokens: 5 -> 16" in text
+    assert (
+        "-    --speculative-num-draft-tokens 5" in text and "+    --speculative-num-draft-tokens 16" in text
+    )
+    assert "GPUs: busy (GPU 0,1,2,3,4,5,6,7: PID " in text
+    assert service(first) == before and ssh(first, "cat", UNIT) == unit_before
+
+
+def test_invalid_profile_exits_2_before_touching_hosts(lab, first, tmp_path):
+    deploy_json(lab, "--profile", "cg_5tok", "--limit", first.name)
+    before = service(first)
+    bad = write_profile(
+        tmp_path, "bad", "extends: cg_5tok\nspeculative: {algorithm: EAGLE3, draft_model_path: null}\n"
+    )
+    done = orchestrator("deploy", "-i", str(lab.inventory), "--profile", bad)
+    assert done.returncode == 2
+    assert "speculative.draft_model_path: algorithm EAGLE3 needs a draft model" in done.stderr
+    assert service(first) == before
+
+
+def test_server_that_dies_fails_fast_with_its_journal(lab, first, tmp_path):
+    broken = write_profile(
+        tmp_path,
+        "broken",
+        "extends: cg_5tok\nserver: {model_path: /data/models/missing}\nservice: {health_timeout_s: 300}\n",
+    )
+    start = time.monotonic()
+    rc, report = deploy_json(lab, "--profile", broken, "--limit", first.name)
+    took = time.monotonic() - start
+    assert rc == 1
+    (h,) = report["hosts"]
+    assert not h["ok"] and h["step"] == "health"
+    assert "exited" in h["message"]
+    assert any("/data/models/missing" in line for line in h["journal"]), h["journal"]
+    assert took < 120, f"waited {took:.0f} s: should fail as soon as the server exits, not at the timeout"
+
+
+def test_busy_gpu_fails_naming_the_holder(lab, first):
+    deploy_json(lab, "--profile", "cg_5tok", "--limit", first.name)
+    ssh(
+        first,
+        "systemd-run",
+        "--unit=foreign-gpu-hold",
+        "/usr/local/bin/gpu-hold",
+        "--gpu",
+        "3",
+        "--mib",
+        "4000",
+    )
+    try:
+        pid = service_pid(first, "foreign-gpu-hold.service")
+        rc, report = deploy_json(lab, "--profile", "cg_2step", "--limit", first.name)
+    finally:
+        ssh(first, "systemctl", "stop", "foreign-gpu-hold.service")
+    assert rc == 1
+    (h,) = report["hosts"]
+    assert h["step"] == "GPUs idle"
+    assert f"GPU 3 has 4015 MiB used by PID {pid} gpu-hold 4000 MiB" in h["message"], h["message"]
+    assert service(first)["ActiveState"] in ("inactive", "failed")  # stopped, and not started onto a busy GPU
+
+
+def service_pid(host, unit: str) -> str:
+    for _ in range(50):
+        pid = ssh(host, "systemctl", "show", unit, "--property=MainPID", "--value").strip()
+        if pid != "0":
+            return pid
+        time.sleep(0.1)
+    raise AssertionError(f"{unit} did not start")
+
+
+def test_status_and_stop(lab, first):
+    deploy_json(lab, "--profile", "cg_5tok", "--limit", first.name)
+    done = orchestrator("status", "-i", str(lab.inventory), "--limit", first.name, "--json")
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)
+    assert row["profile"] == "cg_5tok" and row["active_state"] == "active" and row["health"] == 200
+    assert row["gpu_used_mib"] > 0 and row["main_pid"] > 0
+    done = orchestrator("stop", "-i", str(lab.inventory), "--limit", first.name)
+    assert done.returncode == 0, done.stderr
+    assert "GPUs released" in done.stdout
+    assert service(first)["ActiveState"] in ("inactive", "failed")
