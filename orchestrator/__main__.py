@@ -14,6 +14,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
@@ -286,6 +287,37 @@ def stop(inventory: Path | None, limit: str | None, unit_name: str) -> None:
         else:
             err.print(f"{r.host}: failed at {r.step}: {r.message}", style="red", markup=False)
     sys.exit(0 if all(r.ok for r in reports) else 1)
+
+
+@cli.command()
+@click.option(
+    "--profile", "-p", "profile_ref", metavar="NAME|PATH", help="Default: the profile the hosts run."
+)
+@inventory_option
+@limit_option
+@handle_errors
+def verify(profile_ref: str | None, inventory: Path | None, limit: str | None) -> None:
+    """Check hosts with testinfra: unit equals the plan, service active, /health 200, argv, env, GPUs."""
+    from orchestrator import deploy as deploy_mod
+    from orchestrator.verify.run import verify as run_verify
+
+    inv = _inventory(inventory)
+    if profile_ref is None:
+        deployed = {r.profile for r in deploy_mod.status(inv, limit=limit)}
+        if len(deployed) != 1 or "" in deployed:
+            raise InputError(f"hosts run different or no profiles ({sorted(deployed)}); give --profile")
+        profile_ref = deployed.pop()
+    checks = run_verify(profile_ref, inv, limit)
+    if not checks:
+        raise InputError(f"no host of {inv} matched{f' --limit {limit}' if limit else ''}")
+    table = Table(title=f"verify {profile_ref}", title_justify="left")
+    for col in ("host", "check", "result", "detail"):
+        table.add_column(col, overflow="fold")
+    for c in checks:
+        result = "[green]pass[/]" if c.passed else "[bold red]FAIL[/]"
+        table.add_row(c.host, c.check, result, Text(c.message))
+    out.print(table)
+    sys.exit(0 if all(c.passed for c in checks) else 1)
 
 
 cli.add_command(lab)

@@ -292,7 +292,7 @@ def parse_unit(unit: str) -> tuple[list[str], dict[str, str]]:
     return argv, env
 
 
-def _flags(argv: list[str]) -> dict[str, str]:
+def flags_of(argv: list[str]) -> dict[str, str]:
     """`--flag value...` groups of an SGLang argv (after `-m sglang.launch_server`)."""
     flags: dict[str, list[str]] = {}
     current = None
@@ -310,7 +310,7 @@ def flag_changes(old_unit: str, new_unit: str) -> list[str]:
     old_argv, old_env = parse_unit(old_unit)
     new_argv, new_env = parse_unit(new_unit)
     lines = []
-    for label, old, new in (("", _flags(old_argv), _flags(new_argv)), ("env ", old_env, new_env)):
+    for label, old, new in (("", flags_of(old_argv), flags_of(new_argv)), ("env ", old_env, new_env)):
         for key in [*old, *(k for k in new if k not in old)]:
             if key not in new:
                 lines.append(f"{label}{key}: {old[key]} -> (removed)")

@@ -219,3 +219,36 @@ def test_status_and_stop(lab, first):
     assert done.returncode == 0, done.stderr
     assert "GPUs released" in done.stdout
     assert service(first)["ActiveState"] in ("inactive", "failed")
+
+
+def verify(lab, *args: str) -> subprocess.CompletedProcess[str]:
+    return orchestrator("verify", "-i", str(lab.inventory), *args)
+
+
+def test_verify_passes_after_deploy_and_names_drift_that_deploy_repairs(lab):
+    two = [h.name for h in lab.hosts[:2]]
+    limit = ",".join(two)
+    rc, _ = deploy_json(lab, "--profile", "cg_5tok", "--limit", limit)
+    assert rc == 0
+    done = verify(lab, "--profile", "cg_5tok", "--limit", limit)
+    assert done.returncode == 0, done.stdout
+    assert done.stdout.count("pass") == 10 and "FAIL" not in done.stdout
+
+    rc, report = deploy_json(lab, "--profile", "cg_2step", "--limit", limit)
+    assert rc == 0 and all(h["restarted"] for h in report["hosts"])
+    done = verify(lab, "--limit", limit)  # profile taken from what the hosts run
+    assert done.returncode == 0 and "verify cg_2step" in done.stdout, done.stdout
+
+    second = lab.hosts[1]
+    ssh(second, "sed", "-i", "s/NCCL_PROTO=LL/NCCL_PROTO=Simple/", UNIT)
+    done = verify(lab, "--profile", "cg_2step", "--limit", limit)
+    assert done.returncode == 1
+    failed = [line for line in done.stdout.splitlines() if "FAIL" in line]
+    assert len(failed) == 1 and second.name in failed[0] and "unit file equals the plan" in failed[0]
+    assert '+Environment="NCCL_PROTO=Simple"' in done.stdout
+
+    rc, report = deploy_json(lab, "--profile", "cg_2step", "--limit", limit)
+    assert rc == 0
+    by_host = {h["host"]: h for h in report["hosts"]}
+    assert by_host[second.name]["restarted"] and not by_host[two[0]]["restarted"]
+    assert verify(lab, "--profile", "cg_2step", "--limit", limit).returncode == 0

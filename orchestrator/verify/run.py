@@ -1,0 +1,108 @@
+"""Run the shipped testinfra tests against an inventory and collect pass/fail per host and check."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from orchestrator import plan as plan_mod
+from orchestrator import profile as profile_mod
+from orchestrator.deploy import health_url
+
+TESTS = Path(__file__).with_name("test_deployment.py")
+
+
+@dataclass
+class Check:
+    host: str
+    check: str
+    passed: bool
+    message: str
+
+
+class _Collector:
+    """A pytest plugin keeping each test's outcome and its failure's first lines."""
+
+    def __init__(self) -> None:
+        self.checks: list[Check] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
+            return
+        name, _, host = report.nodeid.split("::")[-1].partition("[")
+        host = host.rstrip("]").removeprefix("ansible://")
+        message = ""
+        if report.failed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = crash.message if crash else str(report.longrepr)[-300:]
+            lines = message.removeprefix("AssertionError: ").removeprefix("Failed: ").splitlines()
+            message = "\n".join(line for line in lines if not line.startswith(("assert ", " +")))
+        check = name.removeprefix("test_").replace("_", " ")
+        self.checks.append(Check(host, check, report.passed, message))
+
+
+def plan_json(prof: profile_mod.Profile) -> dict[str, object]:
+    plan = plan_mod.build(prof)
+    bind = prof.server.host
+    return {
+        **plan.to_json(),
+        "unit_name": plan.unit_name,
+        "port": plan.port,
+        "bind": bind,
+        "health_url": health_url(plan, bind),
+        "digest": plan.digest,
+    }
+
+
+def verify(profile_ref: str, inventory: Path, limit: str | None = None) -> list[Check]:
+    """Every check on every host of `inventory` (or those `limit` names), for this profile's plan."""
+    prof = profile_mod.load(profile_ref)
+    names = inventory_hosts(inventory, limit)
+    if not names:
+        return []
+    collector = _Collector()
+    args = [
+        str(TESTS),
+        "--hosts=" + ",".join(f"ansible://{name}" for name in names),
+        f"--ansible-inventory={inventory}",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--rootdir",
+        str(TESTS.parent),
+    ]
+    env = {"ORCH_VERIFY_PLAN": json.dumps(plan_json(prof))}
+    with _environ(env), contextlib.redirect_stdout(io.StringIO()):
+        pytest.main(args, plugins=[collector])
+    return collector.checks
+
+
+def inventory_hosts(inventory: Path, limit: str | None) -> list[str]:
+    """Host names an Ansible pattern selects, by Ansible's own inventory code (testinfra knows no patterns)."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    manager = InventoryManager(loader=DataLoader(), sources=[str(inventory)])
+    if limit:
+        manager.subset(limit)
+    return [host.name for host in manager.get_hosts("all")]
+
+
+@contextlib.contextmanager
+def _environ(extra: dict[str, str]):
+    old = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

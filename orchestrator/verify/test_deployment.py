@@ -1,0 +1,92 @@
+"""What a healthy deployment looks like on a host, checked with testinfra.
+
+Run by `orchestrator verify`, which passes the plan as JSON in $ORCH_VERIFY_PLAN and
+the hosts through testinfra's Ansible backend (`--hosts=ansible://...`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+
+@pytest.fixture
+def plan() -> dict:
+    """Read per test, not at import: one process may verify several plans in a row."""
+    raw = os.environ.get("ORCH_VERIFY_PLAN")
+    if not raw:
+        pytest.skip("run through `orchestrator verify`")
+    return json.loads(raw)
+
+
+def _main_pid(host, plan) -> int:
+    out = host.check_output(f"systemctl show {plan['unit_name']} --property=MainPID --value")
+    return int(out.strip() or 0)
+
+
+def test_unit_file_equals_the_plan(host, plan):
+    unit = host.file(f"/etc/systemd/system/{plan['unit_name']}")
+    assert unit.exists, "unit file missing"
+    if unit.content_string != plan["unit"]:
+        import difflib
+
+        drift = difflib.unified_diff(
+            plan["unit"].splitlines(), unit.content_string.splitlines(), "plan", "host", lineterm="", n=0
+        )
+        pytest.fail("unit drifted from the plan:\n" + "\n".join(list(drift)[2:12]))
+
+
+def test_service_enabled_and_active(host, plan):
+    service = host.service(plan["unit_name"])
+    assert service.is_enabled, "not enabled"
+    assert service.is_running, "not active"
+
+
+def test_port_listens_and_health_is_200(host, plan):
+    assert host.socket(f"tcp://{plan['bind']}:{plan['port']}").is_listening, (
+        f"port {plan['port']} not listening"
+    )
+    probe = (
+        "import sys, urllib.request;"
+        f"sys.stdout.write(str(urllib.request.urlopen({plan['health_url']!r}, timeout=5).status))"
+    )
+    result = host.run(f"python3 -c {json.dumps(probe)}")
+    assert result.stdout.strip() == "200", f"/health: {result.stdout.strip() or result.stderr.strip()[-200:]}"
+
+
+def test_server_argv_and_environment_match_the_plan(host, plan):
+    pid = _main_pid(host, plan)
+    assert pid, "no MainPID"
+    argv = host.file(f"/proc/{pid}/cmdline").content.split(b"\0")[:-1]
+    running = [a.decode() for a in argv]
+    if running != plan["argv"]:
+        from orchestrator.plan import flags_of
+
+        have, want = flags_of(running), flags_of(plan["argv"])
+        diffs = [f"{k}: {have.get(k, '(unset)')} (plan: {want.get(k, '(unset)')})" for k in {*have, *want}]
+        diffs = sorted(
+            d for d in diffs if d.split(":")[0] and have.get(d.split(":")[0]) != want.get(d.split(":")[0])
+        )
+        if running[:3] != plan["argv"][:3]:
+            diffs.insert(0, f"command {running[:3]} (plan: {plan['argv'][:3]})")
+        pytest.fail("server argv differs from the plan: " + "; ".join(diffs))
+    environ = dict(
+        e.decode().split("=", 1) for e in host.file(f"/proc/{pid}/environ").content.split(b"\0") if b"=" in e
+    )
+    missing = {k: v for k, v in plan["environment"].items() if environ.get(k) != v}
+    assert not missing, f"environment lacks {missing}"
+
+
+def test_only_the_server_holds_the_gpus(host, plan):
+    out = host.check_output(
+        "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits"
+    )
+    foreign = []
+    for line in filter(None, out.splitlines()):
+        pid, name, mib = (c.strip() for c in line.split(","))
+        cgroup = host.run(f"cat /proc/{pid}/cgroup").stdout
+        if f"/{plan['unit_name']}" not in cgroup:
+            foreign.append(f"PID {pid} {name} {mib} MiB")
+    assert not foreign, f"GPUs held outside {plan['unit_name']}: {', '.join(foreign)}"
