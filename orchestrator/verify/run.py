@@ -84,7 +84,7 @@ def verify(profile_ref: str, inventory: Path, limit: str | None = None) -> list[
 
 
 def inventory_hosts(inventory: Path, limit: str | None) -> list[str]:
-    """Host names an Ansible pattern selects, by Ansible's own inventory code (testinfra knows no patterns)."""
+    """Host names an Ansible pattern selects, by Ansible's own code (testinfra knows no patterns)."""
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
 
