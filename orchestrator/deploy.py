@@ -130,6 +130,7 @@ def _host_report(run: HostRun, plan: Plan, check: bool) -> HostReport:
     gpus = run.result_of("gpu_idle") or {}
     failed = run.failed
     restart_needed = bool(probe.get("restart_needed"))
+    noop_healthy = not restart_needed and bool(probe.get("healthy"))
     last = next((e for e in reversed(run.events) if e.kind != "skipped"), None)
     step = STEPS.get(failed.role if failed else (last.role if last else ""), "connect")
     diff = ""
@@ -137,10 +138,10 @@ def _host_report(run: HostRun, plan: Plan, check: bool) -> HostReport:
         diff += d.get("prepared", "") or _unified(d)
     return HostReport(
         host=run.host,
-        ok=failed is None and (check or health.get("reason") == "healthy"),
+        ok=failed is None and (check or health.get("reason") == "healthy" or noop_healthy),
         changed=run.changed,
         restarted=restart_needed and not check and failed is None,
-        healthy_after_s=health.get("elapsed_s") if health.get("reason") == "healthy" else None,
+        healthy_after_s=_healthy_after(health, noop_healthy),
         digest=plan.digest if (restart_needed and not check and failed is None) else probe.get("digest", ""),
         previous_digest=probe.get("digest", ""),
         step=step,
@@ -152,6 +153,13 @@ def _host_report(run: HostRun, plan: Plan, check: bool) -> HostReport:
         gpus={"idle": gpus.get("idle"), "busy": gpus.get("busy", [])} if gpus else {},
         elapsed_s=round((run.finished or time.monotonic()) - run.started, 1),
     )
+
+
+def _healthy_after(health: dict[str, Any], noop_healthy: bool) -> float | None:
+    """Seconds from start to healthy; 0 for a server that was healthy and left alone."""
+    if health.get("reason") == "healthy":
+        return health["elapsed_s"]
+    return 0.0 if noop_healthy else None
 
 
 def _unified(d: dict[str, Any]) -> str:

@@ -103,7 +103,7 @@ class Service(_Model):
         1800, ge=1, description="How long a deploy waits for /health to answer 200."
     )
     health_poll_interval_s: float = Field(
-        1.0, gt=0, le=1.0, description="Seconds between health polls (at most 1)."
+        0.25, gt=0, le=1.0, description="Seconds between health polls (at most 1)."
     )
 
 

@@ -7,8 +7,13 @@ view) and a `PlayResult` at the end.
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +23,7 @@ import ansible_runner
 from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.paths import PLAYBOOKS_DIR, ROLES_DIR, state_dir
 
-#: Runs kept under the state directory; older artifact folders are removed by ansible-runner.
+#: Runs kept under the state directory's runs/; older ones are removed.
 KEEP_RUNS = 20
 
 
@@ -59,6 +64,25 @@ class HostRun:
         return None
 
 
+class PlayCanceled(OrchestratorError):
+    """ansible-runner stopped the play on Ctrl-C or SIGTERM; a command like `logs --follow` ends quietly."""
+
+
+@contextmanager
+def _signals_restored() -> Iterator[None]:
+    """ansible-runner turns SIGINT/SIGTERM into a cancel flag and never puts the old handlers back,
+    which would swallow every later Ctrl-C (say, between two plays of `logs --follow`)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
 @dataclass
 class PlayResult:
     rc: int
@@ -96,6 +120,24 @@ def _event_kind(event: dict[str, Any]) -> str | None:
     }.get(name)
 
 
+def _new_run_dir(playbook: str) -> Path:
+    """One private data dir per run, so concurrent runs never share or rotate each other's files."""
+    runs = state_dir() / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{Path(playbook).stem}-{uuid.uuid4().hex[:8]}"
+    path = runs / stem
+    path.mkdir(mode=0o700)
+    return path
+
+
+def _prune_runs(runs: Path) -> None:
+    """Keep the newest KEEP_RUNS runs; older ones go once nobody can still be writing them."""
+    old = sorted(runs.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)[KEEP_RUNS:]
+    for path in old:
+        if time.time() - path.stat().st_mtime > 600:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def run_playbook(
     playbook: str,
     inventory: Path,
@@ -127,25 +169,26 @@ def run_playbook(
             on_event(task)
         return True
 
-    private = state_dir() / "runner"
-    private.mkdir(parents=True, exist_ok=True)
+    private = _new_run_dir(playbook)
     cmdline = " ".join(["--check --diff" if check else "", f"--limit {limit}" if limit else ""]).strip()
     env_for_run = {**os.environ, **_settings(forks), **(env or {})}
-    result = ansible_runner.run(
-        private_data_dir=str(private),
-        playbook=str(PLAYBOOKS_DIR / playbook),
-        inventory=str(inventory.resolve()),
-        extravars=extravars,
-        cmdline=cmdline or None,
-        envvars=env_for_run,
-        quiet=True,
-        event_handler=handle,
-        rotate_artifacts=KEEP_RUNS,
-        suppress_env_files=True,
-    )
+    with _signals_restored():
+        result = ansible_runner.run(
+            private_data_dir=str(private),
+            playbook=str(PLAYBOOKS_DIR / playbook),
+            inventory=str(inventory.resolve()),
+            extravars=extravars,
+            cmdline=cmdline or None,
+            envvars=env_for_run,
+            quiet=True,
+            event_handler=handle,
+            suppress_env_files=True,
+        )
     if result.status not in ("successful", "failed"):
         tail = (result.stdout.read()[-2000:] if result.stdout else "").strip()
-        raise OrchestratorError(f"ansible-playbook {result.status} (rc {result.rc}): {tail}")
+        error = PlayCanceled if result.status == "canceled" else OrchestratorError
+        raise error(f"ansible-playbook {result.status} (rc {result.rc}): {tail}")
+    _prune_runs(private.parent)
     now = time.monotonic()
     for run in hosts.values():
         run.finished = run.finished or now

@@ -15,7 +15,7 @@ options:
   url: {description: Health URL polled from the host itself., type: str, required: true}
   unit: {description: The systemd unit running the server., type: str, required: true}
   timeout_s: {description: Give up after this many seconds., type: float, required: true}
-  interval_s: {description: Seconds between polls (at most 1)., type: float, default: 1.0}
+  interval_s: {description: Seconds between polls (at most 1)., type: float, default: 0.25}
   journal_lines: {description: Journal lines returned on failure., type: int, default: 40}
 """
 
@@ -66,7 +66,7 @@ def main() -> None:
             "url": {"type": "str", "required": True},
             "unit": {"type": "str", "required": True},
             "timeout_s": {"type": "float", "required": True},
-            "interval_s": {"type": "float", "default": 1.0},
+            "interval_s": {"type": "float", "default": 0.25},
             "journal_lines": {"type": "int", "default": 40},
         },
         supports_check_mode=False,

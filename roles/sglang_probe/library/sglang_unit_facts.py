@@ -16,6 +16,7 @@ options:
   secret_path: {description: Host path of the secret --config file, if any., type: str, default: ""}
   desired_secret_sha1: {description: sha1 of the planned secret file content., type: str, default: ""}
   force_restart: {description: Restart even when nothing changed., type: bool, default: false}
+  health_url: {description: Health URL asked once if the unit is active; empty skips., type: str, default: ""}
 """
 
 RETURN = r"""
@@ -28,12 +29,15 @@ state: {description: "systemctl show: LoadState, ActiveState, SubState, MainPID,
 uptime_s: {description: seconds since the service became active, or null, type: float}
 restart_needed: {description: whether stop, idle check, write and start must run, type: bool}
 reasons: {description: why a restart is needed, type: list}
+healthy: {description: whether health_url answered 200 (asked only when the service is active), type: bool}
 """
 
 import hashlib
 import os
 import re
 import time
+import urllib.error
+import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -71,6 +75,14 @@ def uptime(module: AnsibleModule, unit: str) -> float | None:
     return round(time.clock_gettime(time.CLOCK_MONOTONIC) - int(value) / 1e6, 1)
 
 
+def answers_200(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def secret_sha1(path: str) -> str:
     if not path or not os.path.exists(path):
         return ""
@@ -87,6 +99,7 @@ def main() -> None:
             "secret_path": {"type": "str", "default": ""},
             "desired_secret_sha1": {"type": "str", "default": "", "no_log": False},
             "force_restart": {"type": "bool", "default": False},
+            "health_url": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -96,6 +109,7 @@ def main() -> None:
     if rc != 0:
         module.fail_json(msg=f"systemctl show {p['unit_name']} failed: {err.strip()}")
     state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    active = state.get("ActiveState") == "active"
     reasons = []
     if p["desired_digest"]:
         if not digest:
@@ -116,9 +130,10 @@ def main() -> None:
         unit=text,
         health_url=health_url(text),
         state=state,
-        uptime_s=uptime(module, p["unit_name"]) if state.get("ActiveState") == "active" else None,
+        uptime_s=uptime(module, p["unit_name"]) if active else None,
         restart_needed=bool(reasons),
         reasons=reasons,
+        healthy=active and bool(p["health_url"]) and answers_200(p["health_url"]),
     )
 
 

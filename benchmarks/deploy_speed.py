@@ -1,0 +1,77 @@
+"""Deploy speed on the lab, printed as numbers (never asserted):
+
+- no-op redeploy on one host, against `ansible -m ping` to the same host in the same run
+  (goal: at most 1.5x);
+- deploy overhead: command start to healthy, minus the stand-in's own load delay and
+  warm-up (goal: 3 s or less on one host).
+
+Usage: python3 benchmarks/deploy_speed.py [--repeat N] [--profile NAME]
+Needs the lab (brought up if it is not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+from orchestrator.lab import hosts as lab_hosts
+
+
+def timed(argv: list[str]) -> float:
+    start = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True)
+    took = time.monotonic() - start
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return took
+
+
+def standin_delay(host: lab_hosts.LabHost) -> float:
+    """The stand-in's own start-up time for the reference model: load delay plus warm-up."""
+    raw = subprocess.run(
+        lab_hosts.ssh_argv(host.address, "cat", "/data/models/Kimi-K2.5/standin.json"),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    knobs = json.loads(raw)
+    return float(knobs.get("load_delay_s", 1.0)) + float(knobs.get("warmup_s", 0.5))
+
+
+def main() -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=fmt)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--profile", default="cg_5tok")
+    args = parser.parse_args()
+
+    state = lab_hosts.up()
+    host = state.hosts[0]
+    inv = str(state.inventory)
+    deploy = [sys.executable, "-m", "orchestrator", "deploy", "-i", inv, "--limit", host.name, "--json"]
+    deploy += ["--profile", args.profile]
+    timed(deploy)  # bring the host to the profile first
+
+    ping = ["ansible", host.name, "-i", inv, "-m", "ansible.builtin.ping"]
+    pings, noops, fulls = [], [], []
+    for _ in range(args.repeat):
+        pings.append(timed(ping))
+        noops.append(timed(deploy))
+        fulls.append(timed([*deploy, "--force-restart"]))
+    delay = standin_delay(host)
+    ping_s, noop_s, full_s = (statistics.median(x) for x in (pings, noops, fulls))
+
+    print(f"host {host.name}, profile {args.profile}, median of {args.repeat} runs each")
+    print(f"{'ansible -m ping':<40} {ping_s:6.2f} s")
+    print(f"{'no-op deploy':<40} {noop_s:6.2f} s   {noop_s / ping_s:4.2f}x ping (goal <= 1.5x)")
+    print(f"{'deploy with restart (to healthy)':<40} {full_s:6.2f} s")
+    print(f"{'  stand-in load delay + warm-up':<40} {delay:6.2f} s")
+    print(f"{'  deploy overhead':<40} {full_s - delay:6.2f} s   (goal <= 3 s)")
+
+
+if __name__ == "__main__":
+    main()
