@@ -167,6 +167,11 @@ inventory_option = click.option(
     type=click.Path(exists=True, dir_okay=True, path_type=Path),
     help="Ansible inventory (YAML or INI). Default: the local lab, brought up if needed.",
 )
+unit_option = click.option(
+    "--unit", "unit_name", default="sglang.service", show_default=True, help="The systemd unit of the server."
+)
+
+
 limit_option = click.option(
     "--limit", "-l", metavar="PATTERN", help="Only hosts matching this Ansible pattern."
 )
@@ -182,6 +187,23 @@ limit_option = click.option(
     "--check", is_flag=True, help="Dry run: Ansible check mode with diff; changes nothing on any host."
 )
 @click.option("--force-restart", is_flag=True, help="Restart even when the unit is unchanged and healthy.")
+@click.option(
+    "--no-rollback",
+    is_flag=True,
+    help="Leave failed hosts as they failed (for debugging) instead of rolling back.",
+)
+@click.option(
+    "--kill-gpu-holders",
+    is_flag=True,
+    help="Kill processes outside our unit that hold the GPUs (never by default).",
+)
+@click.option(
+    "--lock-wait",
+    type=click.FloatRange(0, 86400),
+    default=120,
+    show_default=True,
+    help="Seconds to wait for another deploy's lock on a host.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @handle_errors
 def deploy(
@@ -190,23 +212,43 @@ def deploy(
     limit: str | None,
     check: bool,
     force_restart: bool,
+    no_rollback: bool,
+    kill_gpu_holders: bool,
+    lock_wait: float,
     as_json: bool,
 ) -> None:
-    """Stop, check GPUs idle, write the unit, start, wait for health: only where something changed."""
+    """Stop, check GPUs idle, write the unit, start, wait for health: only where something changed.
+
+    A host that fails after its server was stopped is rolled back to its last known good unit.
+    """
     from orchestrator import deploy as deploy_mod
-    from orchestrator import view
 
     prof = profile_mod.load(profile_ref)  # fail on a bad profile before touching the lab
+    options = deploy_mod.Options(
+        limit=limit,
+        check=check,
+        force_restart=force_restart,
+        rollback=not no_rollback,
+        kill_gpu_holders=kill_gpu_holders,
+        lock_wait_s=lock_wait,
+    )
     inv = _inventory(inventory)
+    title = f"{'check' if check else 'deploy'} {prof.name} -> {inv}"
+    _show(
+        lambda on_event: deploy_mod.deploy(profile_ref, inv, options, on_event), title, as_json, check, prof
+    )
+
+
+def _show(run: Callable[..., Any], title: str, as_json: bool, check: bool = False, prof: Any = None) -> None:
+    """Run a deploy-shaped action with the live view (quietly for --json), print the outcome, exit."""
+    from orchestrator import view
+
     if as_json:
-        report = deploy_mod.deploy(profile_ref, inv, limit=limit, check=check, force_restart=force_restart)
+        report = run(None)
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
-        title = f"{'check' if check else 'deploy'} {prof.name} -> {inv}"
         with view.LiveHosts(err, title) as live:
-            report = deploy_mod.deploy(
-                profile_ref, inv, limit=limit, check=check, force_restart=force_restart, on_event=live.event
-            )
+            report = run(live.event)
         if check:
             out.print(view.check_details(report, plan_mod.build(prof).unit))
         out.print(view.deploy_table(report))
@@ -214,9 +256,66 @@ def deploy(
     sys.exit(0 if report.ok else 1)
 
 
-unit_option = click.option(
-    "--unit", "unit_name", default="sglang.service", show_default=True, help="The systemd unit of the server."
+@cli.command()
+@inventory_option
+@limit_option
+@unit_option
+@click.option(
+    "--to", "to_profile", metavar="PROFILE", help="Roll back to the last healthy unit of this profile."
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@handle_errors
+def rollback(
+    inventory: Path | None, limit: str | None, unit_name: str, to_profile: str | None, as_json: bool
+) -> None:
+    """Put each host back on its previous healthy unit (or PROFILE's), start it, wait for health."""
+    from orchestrator import deploy as deploy_mod
+
+    inv = _inventory(inventory)
+    title = f"rollback{f' to {to_profile}' if to_profile else ''} -> {inv}"
+    _show(lambda on_event: deploy_mod.rollback(inv, unit_name, limit, to_profile, on_event), title, as_json)
+
+
+@cli.command()
+@click.option("--host", help="Only this host.")
+@click.option("--limit", "-n", "count", type=click.IntRange(1, 10000), default=30, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@handle_errors
+def history(host: str | None, count: int, as_json: bool) -> None:
+    """The deploys recorded in the local ledger, newest first: host, profile, result, duration."""
+    from orchestrator import ledger
+
+    rows = [dict(r) for r in ledger.history(host, count)]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"history ({ledger.path()})", title_justify="left")
+    for col in (
+        "time",
+        "host",
+        "action",
+        "profile",
+        "digest",
+        "result",
+        "restarted",
+        "duration",
+        "diagnosis",
+    ):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        style = {"failed": "red", "rollback-failed": "red"}.get(r["result"], "")
+        table.add_row(
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])),
+            r["host"],
+            r["action"],
+            r["profile"],
+            r["digest"],
+            f"[{style}]{r['result']}[/]" if style else r["result"],
+            "yes" if r["restarted"] else "no",
+            f"{r['duration_s']:.1f} s",
+            Text(r["diagnosis"]),
+        )
+    out.print(table)
 
 
 @cli.command()

@@ -5,19 +5,24 @@ Engine layer: never prints. `deploy()` returns a `DeployReport`; the CLI shows i
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import os
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator import ledger
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
+from orchestrator.diagnose import classify
 from orchestrator.errors import InputError
 from orchestrator.plan import Plan
-from orchestrator.runner import HostRun, PlayResult, TaskEvent, run_playbook
+from orchestrator.runner import HostRun, TaskEvent, run_playbook
 
 #: Roles in play order, with the step name users see.
 STEPS = {
@@ -27,7 +32,11 @@ STEPS = {
     "sglang_unit": "write unit",
     "sglang_service": "start",
     "sglang_health": "health",
+    "sglang_record": "record",
 }
+
+#: How long a second deploy waits for a host's lock before failing, naming the holder.
+LOCK_WAIT_S = 120
 
 
 @dataclass
@@ -49,9 +58,16 @@ class HostReport:
     previous_unit: str = ""
     gpus: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    diagnosis: str = ""
+    killed: list[dict[str, Any]] = field(default_factory=list)
+    last_good: dict[str, Any] = field(default_factory=dict)
+    rolled_back_to: str = ""
+    rollback_error: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        data = dict(self.__dict__)
+        data.pop("last_good")  # its unit text is in the ledger; keep the JSON readable
+        return data
 
 
 @dataclass
@@ -61,6 +77,7 @@ class DeployReport:
     check: bool
     hosts: list[HostReport]
     artifacts: str
+    run_id: str = ""
 
     @property
     def ok(self) -> bool:
@@ -73,6 +90,7 @@ class DeployReport:
             "check": self.check,
             "ok": self.ok,
             "artifacts": self.artifacts,
+            "run_id": self.run_id,
             "hosts": [h.to_json() for h in self.hosts],
         }
 
@@ -103,46 +121,84 @@ def _secret_config(prof: profile_mod.Profile) -> str:
     return f'api-key: "{escaped}"\n'
 
 
-def extravars(prof: profile_mod.Profile, plan: Plan, secret: str, force_restart: bool) -> dict[str, Any]:
-    gpus = list(range(prof.server.tp_size * prof.server.dp_size))
+def plan_vars(
+    plan: Plan, *, bind: str, health_timeout_s: int, interval_s: float, gpus: list[int], secret: str = ""
+) -> dict[str, Any]:
+    """One host's plan as the playbook's `orch_plan` / `orch_plans[host]`."""
     return {
-        "orch_plan": {
-            "profile": plan.profile,
-            "unit_name": plan.unit_name,
-            "unit": plan.unit,
-            "digest": plan.digest,
-            "secret_path": plan.secret_path or "",
-            "secret_sha1": hashlib.sha1(secret.encode()).hexdigest() if secret else "",
-            "health_url": health_url(plan, prof.server.host),
-            "health_timeout_s": prof.service.health_timeout_s,
-            "health_interval_s": prof.service.health_poll_interval_s,
-            "gpus": gpus,
-            "gpu_release_timeout_s": 30,
-        },
-        "orch_force_restart": force_restart,
+        "profile": plan.profile,
+        "unit_name": plan.unit_name,
+        "unit": plan.unit,
+        "digest": plan.digest,
+        "secret_path": plan.secret_path or "",
+        "secret_sha1": hashlib.sha1(secret.encode()).hexdigest() if secret else "",
+        "health_url": health_url(plan, bind),
+        "health_timeout_s": health_timeout_s,
+        "health_interval_s": interval_s,
+        "gpus": gpus,
+        "gpu_release_timeout_s": 30,
     }
 
 
-def _host_report(run: HostRun, plan: Plan, check: bool) -> HostReport:
-    probe = run.result_of("sglang_probe") or {}
+def profile_plan_vars(prof: profile_mod.Profile, plan: Plan, secret: str) -> dict[str, Any]:
+    svc = prof.service
+    gpus = list(range(prof.server.tp_size * prof.server.dp_size))
+    return plan_vars(
+        plan,
+        bind=prof.server.host,
+        health_timeout_s=svc.health_timeout_s,
+        interval_s=svc.health_poll_interval_s,
+        gpus=gpus,
+        secret=secret,
+    )
+
+
+def unit_plan_vars(unit_name: str, profile: str, unit: str, health_timeout_s: int) -> dict[str, Any]:
+    """A plan rebuilt from a recorded unit text (for rollback): port, bind and GPUs from its argv."""
+    argv, env = plan_mod.parse_unit(unit)
+    flags = plan_mod.flags_of(argv)
+    tp = int(flags.get("--tp-size") or flags.get("--tensor-parallel-size") or 1)
+    dp = int(flags.get("--dp-size") or flags.get("--data-parallel-size") or 1)
+    recorded = Plan(
+        profile=profile,
+        sglang_version="",
+        unit_name=unit_name,
+        argv=argv,
+        environment=env,
+        unit=unit,
+        port=int(flags.get("--port", 30000)),
+    )
+    bind = flags.get("--host", "127.0.0.1")
+    return plan_vars(
+        recorded, bind=bind, health_timeout_s=health_timeout_s, interval_s=0.25, gpus=list(range(tp * dp))
+    )
+
+
+def _lock(run_id: str, ttl_s: float, wait_s: float) -> dict[str, Any]:
+    who = f"{getpass.getuser()}@{socket.gethostname()} (pid {os.getpid()})"
+    return {"holder": who, "run_id": run_id, "ttl_s": ttl_s, "wait_s": wait_s}
+
+
+def _host_report(run: HostRun, digest: str, check: bool) -> HostReport:
+    probe = run.result_of("sglang_probe", "Read") or {}
     health = run.result_of("sglang_health") or {}
     unit = run.result_of("sglang_unit", "Write the unit") or {}
     gpus = run.result_of("gpu_idle") or {}
     failed = run.failed
     restart_needed = bool(probe.get("restart_needed"))
     noop_healthy = not restart_needed and bool(probe.get("healthy"))
-    last = next((e for e in reversed(run.events) if e.kind != "skipped"), None)
+    last = next((e for e in reversed(run.events) if _is_step(e)), None)
     step = STEPS.get(failed.role if failed else (last.role if last else ""), "connect")
     diff = ""
     for d in unit.get("diff", []) if isinstance(unit.get("diff"), list) else []:
         diff += d.get("prepared", "") or _unified(d)
-    return HostReport(
+    report = HostReport(
         host=run.host,
         ok=failed is None and (check or health.get("reason") == "healthy" or noop_healthy),
         changed=run.changed,
         restarted=restart_needed and not check and failed is None,
         healthy_after_s=_healthy_after(health, noop_healthy),
-        digest=plan.digest if (restart_needed and not check and failed is None) else probe.get("digest", ""),
+        digest=digest if (restart_needed and not check and failed is None) else probe.get("digest", ""),
         previous_digest=probe.get("digest", ""),
         step=step,
         message=(failed.result.get("msg", "") if failed else ""),
@@ -152,7 +208,24 @@ def _host_report(run: HostRun, plan: Plan, check: bool) -> HostReport:
         previous_unit=probe.get("unit", ""),
         gpus={"idle": gpus.get("idle"), "busy": gpus.get("busy", [])} if gpus else {},
         elapsed_s=round((run.finished or time.monotonic()) - run.started, 1),
+        killed=gpus.get("killed", []),
+        last_good=probe.get("last_good") or {},
     )
+    if failed:
+        report.diagnosis = _diagnosis(report, health)
+    return report
+
+
+def _is_step(e: TaskEvent) -> bool:
+    """A task that moved the host along (not an argument check, a skip or the lock release)."""
+    return e.kind != "skipped" and e.role in STEPS and not e.task.startswith(("Validating", "Release"))
+
+
+def _diagnosis(report: HostReport, health: dict[str, Any]) -> str:
+    if report.step == "health" and health:
+        return str(classify(report.journal, health.get("unit_state"), health.get("reason", "")))
+    first = report.message.strip().splitlines()[0] if report.message.strip() else "no message"
+    return f"failed at {report.step}: {first}"
 
 
 def _healthy_after(health: dict[str, Any], noop_healthy: bool) -> float | None:
@@ -177,33 +250,172 @@ def _unified(d: dict[str, Any]) -> str:
     return "".join(lines)
 
 
+@dataclass(frozen=True)
+class Options:
+    """How a deploy behaves on hosts; the defaults are the safe ones."""
+
+    limit: str | None = None
+    check: bool = False
+    force_restart: bool = False
+    rollback: bool = True
+    kill_gpu_holders: bool = False
+    lock_wait_s: float = LOCK_WAIT_S
+
+
 def deploy(
     profile_ref: str,
     inventory: Path,
-    *,
-    limit: str | None = None,
-    check: bool = False,
-    force_restart: bool = False,
+    options: Options = Options(),
     on_event: Callable[[TaskEvent], None] | None = None,
 ) -> DeployReport:
-    """Validate, plan, run playbooks/deploy.yml, and report per host."""
+    """Validate, plan, run playbooks/deploy.yml, record the outcome, roll back failed hosts."""
     prof = profile_mod.load(profile_ref)
     plan = plan_mod.build(prof)
     secret = _secret_config(prof)
-    play: PlayResult = run_playbook(
+    run_id = uuid.uuid4().hex[:12]
+    svc = prof.service
+    ttl = svc.stop_timeout_s + 60 + svc.health_timeout_s + 120
+    extra = {
+        "orch_plan": profile_plan_vars(prof, plan, secret),
+        "orch_run_id": run_id,
+        "orch_lock": _lock(run_id, ttl, options.lock_wait_s),
+        "orch_force_restart": options.force_restart,
+        "orch_kill_gpu_holders": options.kill_gpu_holders,
+    }
+    play = run_playbook(
         "deploy.yml",
         inventory,
-        extravars(prof, plan, secret, force_restart),
-        limit=limit,
-        check=check,
+        extra,
+        limit=options.limit,
+        check=options.check,
         env={"ORCH_SECRET_CONFIG": secret},
         on_event=on_event,
     )
     if not play.hosts:
-        raise InputError(f"no host of {inventory} matched{f' --limit {limit}' if limit else ''}")
-    reports = [_host_report(run, plan, check) for run in play.hosts.values()]
+        raise InputError(
+            f"no host of {inventory} matched{f' --limit {options.limit}' if options.limit else ''}"
+        )
+    reports = sorted(
+        (_host_report(run, plan.digest, options.check) for run in play.hosts.values()), key=_host
+    )
+    report = DeployReport(prof.name, plan.digest, options.check, reports, str(play.artifacts), run_id)
+    if options.check:
+        return report
+    for r in reports:
+        _record(run_id, r, plan, "deploy")
+    if options.rollback:
+        broken = [r for r in reports if not r.ok and r.step in ROLLBACK_STEPS]
+        rollback_hosts(inventory, broken, plan.unit_name, svc.health_timeout_s, run_id, plan.digest, on_event)
+    return report
+
+
+def _host(r: HostReport) -> str:
+    return r.host
+
+
+#: Failures after these steps leave the old server stopped: roll back to the last good unit.
+ROLLBACK_STEPS = ("stop", "GPUs idle", "write unit", "start", "health")
+
+
+def _record(run_id: str, r: HostReport, plan: Plan, action: str) -> None:
+    result = ("healthy" if r.restarted else "unchanged") if r.ok else "failed"
+    row = ledger.DeployRow(
+        run_id,
+        r.host,
+        plan.unit_name,
+        plan.profile,
+        plan.digest,
+        action,
+        result,
+        r.restarted,
+        r.elapsed_s,
+        r.diagnosis,
+    )
+    ledger.record_deploy(row, good_unit=plan.unit if r.ok else None)
+
+
+def rollback_hosts(
+    inventory: Path,
+    reports: list[HostReport],
+    unit_name: str,
+    health_timeout_s: int,
+    run_id: str,
+    failed_digest: str = "",
+    on_event: Callable[[TaskEvent], None] | None = None,
+    prefer_record: bool = False,
+) -> None:
+    """Restore each host's last known good unit (the host's own record, else the ledger's), start it,
+    wait for health; fills in `rolled_back_to` or `rollback_error` on each report."""
+    plans: dict[str, dict[str, Any]] = {}
+    for r in reports:
+        good = r.last_good if prefer_record else _good_unit(r, unit_name)
+        if not good:
+            r.rollback_error = "no last known good recorded for this host"
+        elif good["digest"] == failed_digest:
+            r.rollback_error = f"the last known good is the unit that just failed ({failed_digest})"
+        else:
+            plans[r.host] = unit_plan_vars(unit_name, good["profile"], good["unit"], health_timeout_s)
+    if not plans:
+        return
+    extra = {
+        "orch_plan": next(iter(plans.values())),
+        "orch_plans": plans,
+        "orch_run_id": run_id,
+        "orch_lock": _lock(run_id, health_timeout_s + 300, LOCK_WAIT_S),
+    }
+    play = run_playbook("deploy.yml", inventory, extra, limit=",".join(plans), on_event=on_event)
+    for r in reports:
+        if r.host not in plans:
+            continue
+        vars_ = plans[r.host]
+        run = play.hosts.get(r.host)
+        done = _host_report(run, vars_["digest"], False) if run else None
+        recorded = Plan(vars_["profile"], "", unit_name, [], {}, vars_["unit"], 0)
+        if done and done.ok:
+            r.rolled_back_to = f"{vars_['profile']} ({vars_['digest']})"
+            _record(run_id, done, recorded, "rollback")
+        else:
+            r.rollback_error = done.diagnosis if done else "host not reached"
+            if done:
+                _record(run_id, done, recorded, "rollback")
+
+
+def _good_unit(r: HostReport, unit_name: str) -> dict[str, Any] | None:
+    """After a failed deploy: the host's own last-good record, else the ledger's."""
+    if r.last_good.get("unit"):
+        return r.last_good
+    row = ledger.good_unit(r.host, unit_name)
+    return dict(row) if row else None
+
+
+def rollback(
+    inventory: Path,
+    unit_name: str = "sglang.service",
+    limit: str | None = None,
+    to_profile: str | None = None,
+    on_event: Callable[[TaskEvent], None] | None = None,
+) -> DeployReport:
+    """On demand: each host back to its previous healthy unit (or PROFILE's last healthy one)."""
+    run_id = uuid.uuid4().hex[:12]
+    reports = []
+    for row in status(inventory, unit_name=unit_name, limit=limit):
+        r = HostReport(row.host, False, False, False, None, row.digest, row.digest, "rollback")
+        if not row.reachable:
+            r.rollback_error = row.message or "unreachable"
+        else:
+            good = ledger.good_unit(row.host, unit_name, to_profile) if to_profile else None
+            good = good or (None if to_profile else ledger.previous_good(row.host, unit_name, row.digest))
+            if good is None:
+                r.rollback_error = f"no healthy {to_profile or 'earlier'} unit recorded for this host"
+            else:
+                r.last_good = dict(good)
+        reports.append(r)
+    todo = [r for r in reports if r.last_good]
+    rollback_hosts(inventory, todo, unit_name, 1800, run_id, "", on_event, prefer_record=True)
+    for r in reports:
+        r.ok = bool(r.rolled_back_to)
     return DeployReport(
-        prof.name, plan.digest, check, sorted(reports, key=lambda r: r.host), str(play.artifacts)
+        f"rollback{f' to {to_profile}' if to_profile else ''}", "", False, reports, "", run_id
     )
 
 

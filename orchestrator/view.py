@@ -61,6 +61,9 @@ def deploy_table(report: DeployReport) -> Table:
     table = Table(title=title, title_justify="left")
     for col in ("host", "result", "changed", "restarted", "healthy after", "unit digest", "last step"):
         table.add_column(col)
+    rolled = any(h.rolled_back_to or h.rollback_error for h in report.hosts)
+    if rolled:
+        table.add_column("rollback")
     for h in report.hosts:
         if report.check:
             result = Text(
@@ -68,7 +71,7 @@ def deploy_table(report: DeployReport) -> Table:
             )
         else:
             result = Text("healthy" if h.ok else "FAILED", style="green" if h.ok else "bold red")
-        table.add_row(
+        row = [
             h.host,
             result,
             "yes" if h.changed else "no",
@@ -76,7 +79,10 @@ def deploy_table(report: DeployReport) -> Table:
             f"{h.healthy_after_s:.1f} s" if h.healthy_after_s is not None else "-",
             h.digest or "-",
             h.step,
-        )
+        ]
+        if rolled:
+            row.append(f"to {h.rolled_back_to}" if h.rolled_back_to else Text(h.rollback_error, style="red"))
+        table.add_row(*row)
     return table
 
 
@@ -86,9 +92,22 @@ def failures(report: DeployReport) -> Group:
     for h in report.hosts:
         if h.ok:
             continue
-        parts.append(Text(f"{h.host}: failed at {h.step}: {h.message}", style="bold red"))
+        what = h.diagnosis or f"failed at {h.step}: {h.message}"
+        parts.append(Text(f"{h.host}: {what}", style="bold red"))
+        if h.diagnosis and h.message and h.step != "health":
+            pass  # the diagnosis already quotes Ansible's message
+        elif h.message and h.step == "health":
+            parts.append(Text(f"  {h.message}", style="red"))
         for line in h.journal:
             parts.append(Text(f"  | {line}", style="dim"))
+        for k in h.killed:
+            parts.append(
+                Text(f"  killed PID {k['pid']} {k['process_name']} ({k['used_mib']} MiB on GPU {k['gpu']})")
+            )
+        if h.rolled_back_to:
+            parts.append(Text(f"  rolled back to {h.rolled_back_to}", style="yellow"))
+        elif h.rollback_error:
+            parts.append(Text(f"  not rolled back: {h.rollback_error}", style="red"))
     return Group(*parts)
 
 

@@ -33,6 +33,13 @@ options:
     description: The nvidia-smi executable.
     type: str
     default: nvidia-smi
+  kill_holders:
+    description:
+      - Kill exactly the processes nvidia-smi lists on the checked GPUs (SIGTERM, then SIGKILL
+        after 5 s), then wait for release. Only PIDs whose /proc/PID/comm matches the listed
+        name are touched, so a PID from another namespace is never killed by mistake.
+    type: bool
+    default: false
   fail:
     description: Fail when a GPU is busy; with false, only report (for check mode).
     type: bool
@@ -45,8 +52,11 @@ gpus: {description: "per GPU: index, uuid, name, memory_used_mib, memory_total_m
 holders: {description: "processes on a checked GPU: gpu, pid, process_name, used_mib", type: list}
 busy: {description: "checked GPUs above max_used_mib: index, memory_used_mib, holders", type: list}
 waited_s: {description: seconds spent waiting for release, type: float}
+killed: {description: "processes killed with kill_holders: pid, process_name, used_mib, gpu", type: list}
 """
 
+import os
+import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -103,6 +113,29 @@ def describe(busy: list[dict]) -> str:
     return "; ".join(parts)
 
 
+def _same_process(pid: int, name: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            comm = fh.read().strip()
+    except OSError:
+        return False
+    return os.path.basename(name)[:15] == comm
+
+
+def kill(holders: list[dict]) -> list[dict]:
+    """SIGTERM each holder, SIGKILL what is left after 5 s; returns the ones signalled."""
+    targets = [h for h in holders if _same_process(h["pid"], h["process_name"])]
+    for h in targets:
+        os.kill(h["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{h['pid']}") for h in targets):
+        time.sleep(0.1)
+    for h in targets:
+        if os.path.exists(f"/proc/{h['pid']}"):
+            os.kill(h["pid"], signal.SIGKILL)
+    return targets
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -112,17 +145,21 @@ def main() -> None:
             "poll_interval_s": {"type": "float", "default": 0.5},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "fail": {"type": "bool", "default": True},
+            "kill_holders": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
     p = module.params
     start = time.monotonic()
+    killed: list[dict] = []
     while True:
         gpus, apps = snapshot(module)
         missing = sorted(set(p["gpus"]) - {g["index"] for g in gpus})
         if missing:
             module.fail_json(msg=f"no GPU with index {missing} (the host has {len(gpus)})", gpus=gpus)
         busy = busy_gpus(gpus, apps, p["gpus"], p["max_used_mib"])
+        if busy and p["kill_holders"] and not module.check_mode and not killed:
+            killed = kill([h for b in busy for h in b["holders"]])
         waited = round(time.monotonic() - start, 2)
         if not busy or waited >= p["release_timeout_s"]:
             break

@@ -17,6 +17,12 @@ options:
   desired_secret_sha1: {description: sha1 of the planned secret file content., type: str, default: ""}
   force_restart: {description: Restart even when nothing changed., type: bool, default: false}
   health_url: {description: Health URL asked once if the unit is active; empty skips., type: str, default: ""}
+  state_dir: {description: Root-only state directory (last-good records)., type: str, default: /etc/orchestrator}
+  lock:
+    description:
+      - When a restart is needed, take the host's deploy lock first (holder, profile, run_id,
+        ttl_s, wait_s), waiting up to wait_s, then re-read the state; released by sglang_lock.
+    type: dict
 """
 
 RETURN = r"""
@@ -29,10 +35,14 @@ state: {description: "systemctl show: LoadState, ActiveState, SubState, MainPID,
 uptime_s: {description: seconds since the service became active, or null, type: float}
 restart_needed: {description: whether stop, idle check, write and start must run, type: bool}
 reasons: {description: why a restart is needed, type: list}
+last_good: {description: "the host's last healthy deploy: profile, digest, unit, time", type: dict}
+locked: {description: whether this run now holds the host's deploy lock, type: bool}
 healthy: {description: whether health_url answered 200 (asked only when the service is active), type: bool}
 """
 
+import contextlib
 import hashlib
+import json
 import os
 import re
 import time
@@ -41,6 +51,8 @@ import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 
+#: Deploy locks live on tmpfs: a reboot ends every deploy, and so its lock.
+LOCK_DIR = "/run/orchestrator"
 PROPS = "LoadState,ActiveState,SubState,MainPID,NRestarts,ActiveEnterTimestamp,ExecMainStartTimestamp"
 
 
@@ -90,19 +102,63 @@ def secret_sha1(path: str) -> str:
         return hashlib.sha1(fh.read()).hexdigest()  # change detection, not security
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "unit_name": {"type": "str", "required": True},
-            "unit_dir": {"type": "str", "default": "/etc/systemd/system"},
-            "desired_digest": {"type": "str", "default": ""},
-            "secret_path": {"type": "str", "default": ""},
-            "desired_secret_sha1": {"type": "str", "default": "", "no_log": False},
-            "force_restart": {"type": "bool", "default": False},
-            "health_url": {"type": "str", "default": ""},
-        },
-        supports_check_mode=True,
-    )
+def read_last_good(state_dir: str, unit: str) -> dict:
+    """The record a healthy deploy left on this host (sglang_record), or {}."""
+    try:
+        with open(os.path.join(state_dir, "last-good", f"{unit}.json")) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {}
+
+
+def lock_path(unit: str) -> str:
+    return os.path.join(LOCK_DIR, f"{unit}.lock")
+
+
+def try_lock(path: str, holder: dict) -> dict | None:
+    """Take the lock atomically; return the current holder when someone else has it."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            try:
+                with open(path) as fh:
+                    current = json.load(fh)
+            except (OSError, ValueError):
+                current = {}
+            if current.get("expires", 0) > time.time():
+                return current
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # expired: its deploy died without releasing it
+            continue
+        with os.fdopen(fd, "w") as fh:
+            json.dump(holder, fh)
+        return None
+    return {"holder": "unknown (lock file keeps reappearing)"}
+
+
+def acquire(module: AnsibleModule, unit: str) -> None:
+    """Wait up to lock_wait_s for the host's deploy lock, or fail naming who holds it."""
+    p = module.params
+    mine = {**p["lock"], "since": time.time(), "expires": time.time() + p["lock"]["ttl_s"]}
+    deadline = time.monotonic() + p["lock"]["wait_s"]
+    while True:
+        holder = try_lock(lock_path(unit), mine)
+        if holder is None:
+            return
+        if time.monotonic() >= deadline:
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("since", 0)))
+            module.fail_json(
+                msg=f"another deploy holds this host: {holder.get('holder', '?')} since {since}, "
+                f"deploying {holder.get('profile', '?')} (waited {p['lock']['wait_s']:.0f} s)",
+                lock_holder=holder,
+            )
+        time.sleep(0.25)
+
+
+def evaluate(module: AnsibleModule) -> dict:
+    """What is installed and running, and why (if at all) the plan needs a restart."""
     p = module.params
     digest, profile, text = read_unit(os.path.join(p["unit_dir"], p["unit_name"]))
     rc, out, err = module.run_command(["systemctl", "show", p["unit_name"], f"--property={PROPS}"])
@@ -118,23 +174,51 @@ def main() -> None:
             reasons.append(f"unit differs ({digest} -> {p['desired_digest']})")
         if secret_sha1(p["secret_path"]) != p["desired_secret_sha1"]:
             reasons.append("secret config differs")
-        if state.get("ActiveState") != "active":
+        if not active:
             reasons.append(f"service is {state.get('ActiveState')}")
         if p["force_restart"]:
             reasons.append("--force-restart")
-    module.exit_json(
-        changed=False,
-        installed=bool(digest),
-        digest=digest,
-        profile=profile,
-        unit=text,
-        health_url=health_url(text),
-        state=state,
-        uptime_s=uptime(module, p["unit_name"]) if active else None,
-        restart_needed=bool(reasons),
-        reasons=reasons,
-        healthy=active and bool(p["health_url"]) and answers_200(p["health_url"]),
+    return {
+        "installed": bool(digest),
+        "digest": digest,
+        "profile": profile,
+        "unit": text,
+        "health_url": health_url(text),
+        "state": state,
+        "uptime_s": uptime(module, p["unit_name"]) if active else None,
+        "restart_needed": bool(reasons),
+        "reasons": reasons,
+        "healthy": active and bool(p["health_url"]) and answers_200(p["health_url"]),
+        "last_good": read_last_good(p["state_dir"], p["unit_name"]),
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "unit_name": {"type": "str", "required": True},
+            "unit_dir": {"type": "str", "default": "/etc/systemd/system"},
+            "state_dir": {"type": "str", "default": "/etc/orchestrator"},
+            "desired_digest": {"type": "str", "default": ""},
+            "secret_path": {"type": "str", "default": ""},
+            "desired_secret_sha1": {"type": "str", "default": "", "no_log": False},
+            "force_restart": {"type": "bool", "default": False},
+            "health_url": {"type": "str", "default": ""},
+            "lock": {"type": "dict", "default": None},
+        },
+        supports_check_mode=True,
     )
+    facts = evaluate(module)
+    locked = False
+    if facts["restart_needed"] and module.params["lock"] and not module.check_mode:
+        acquire(module, module.params["unit_name"])
+        locked = True
+        facts = evaluate(module)  # another deploy may have changed the host while we waited
+        if not facts["restart_needed"]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock_path(module.params["unit_name"]))
+            locked = False
+    module.exit_json(changed=False, locked=locked, **facts)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,86 @@
+"""One-line diagnoses of a failed SGLang start, classified from its journal and unit state.
+
+The patterns are the shapes real SGLang (and Python, NCCL, systemd) print; see
+shared/reference/sglang/NOTES.md "Failure shapes seen by users". First match wins, in
+the order of CLASSES, so a root cause beats the noise it leaves behind.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    kind: str
+    summary: str
+    evidence: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.summary}: {self.evidence}" if self.evidence else self.summary
+
+
+#: (kind, summary, pattern) in priority order.
+CLASSES: list[tuple[str, str, re.Pattern[str]]] = [
+    (
+        "bad-flag",
+        "unknown or wrong flag (argparse rejected the command line)",
+        re.compile(
+            r"error: (unrecognized arguments|ambiguous option|argument --\S+|"
+            r"the following arguments are required)"
+        ),
+    ),
+    (
+        "path-missing",
+        "model or draft model path missing",
+        re.compile(
+            r"(Can't load the configuration of|is not a local folder|No such file or directory: '[^']*/|"
+            r"does not appear to have a file named config\.json|Repository Not Found|HFValidationError)"
+        ),
+    ),
+    ("port-in-use", "port already in use", re.compile(r"(Address already in use|\[Errno 98\])")),
+    (
+        "cuda-oom",
+        "CUDA out of memory",
+        re.compile(r"(CUDA out of memory|OutOfMemoryError|Not enough memory\. Please try to increase)"),
+    ),
+    (
+        "nccl",
+        "NCCL error or timeout",
+        re.compile(
+            r"(NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|NCCL WARN|"
+            r"Watchdog caught collective operation timeout|DistNetworkError|dist init.*time(d)? ?out|"
+            r"Timed out (waiting|initializing).*(process group|rank|store))",
+            re.I,
+        ),
+    ),
+    ("import-error", "Python import error", re.compile(r"(ModuleNotFoundError|ImportError|No module named)")),
+]
+
+
+def _evidence(lines: list[str], pattern: re.Pattern[str]) -> str:
+    for line in reversed(lines):
+        if pattern.search(line):
+            return line.strip()[:240]
+    return ""
+
+
+def classify(journal: list[str], unit_state: dict[str, str] | None = None, reason: str = "") -> Diagnosis:
+    """The most specific class the journal and unit state support; `unknown` with the last line otherwise."""
+    for kind, summary, pattern in CLASSES:
+        hit = _evidence(journal, pattern)
+        if hit:
+            return Diagnosis(kind, summary, hit)
+    state = unit_state or {}
+    if state.get("Result") == "oom-kill" or any(
+        "oom-kill" in line or "Out of memory: Killed" in line for line in journal
+    ):
+        return Diagnosis("killed", "killed by the kernel's OOM killer", state.get("Result", ""))
+    if state.get("Result") == "signal" or state.get("ExecMainCode") in ("2", "killed"):
+        return Diagnosis("killed", "killed by a signal", f"signal {state.get('ExecMainStatus', '?')}")
+    if reason == "timeout":
+        last = next((line.strip() for line in reversed(journal) if line.strip()), "")
+        return Diagnosis("unknown", "alive but never healthy before the timeout", last[:240])
+    last = next((line.strip() for line in reversed(journal) if line.strip()), "")
+    return Diagnosis("unknown", "unknown failure", last[:240])
