@@ -69,15 +69,22 @@ class PlayCanceled(OrchestratorError):
 
 
 @contextmanager
-def _signals_restored() -> Iterator[None]:
-    """ansible-runner turns SIGINT/SIGTERM into a cancel flag and never puts the old handlers back,
-    which would swallow every later Ctrl-C (say, between two plays of `logs --follow`)."""
+def _interrupts() -> Iterator[Callable[[], bool]]:
+    """Ctrl-C and SIGTERM as a flag, the old handlers back afterwards.
+
+    ansible-runner's own handlers are never restored, so they would swallow every later Ctrl-C
+    (say, between two plays of `logs --follow`), and one that lands after its last look at the
+    flag is lost. With ours, a signal at any moment of the play is seen, and cancels it.
+    """
+    caught = threading.Event()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield caught.is_set  # only the main thread gets signals, and may set handlers
         return
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in saved:
+        signal.signal(sig, lambda *_: caught.set())
     try:
-        yield
+        yield caught.is_set
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
@@ -172,7 +179,7 @@ def run_playbook(
     private = _new_run_dir(playbook)
     cmdline = " ".join(["--check --diff" if check else "", f"--limit {limit}" if limit else ""]).strip()
     env_for_run = {**os.environ, **_settings(forks), **(env or {})}
-    with _signals_restored():
+    with _interrupts() as interrupted:
         result = ansible_runner.run(
             private_data_dir=str(private),
             playbook=str(PLAYBOOKS_DIR / playbook),
@@ -183,11 +190,13 @@ def run_playbook(
             quiet=True,
             event_handler=handle,
             suppress_env_files=True,
+            cancel_callback=interrupted,
         )
-    if result.status not in ("successful", "failed"):
+    status = "canceled" if interrupted() else result.status
+    if status not in ("successful", "failed"):
         tail = (result.stdout.read()[-2000:] if result.stdout else "").strip()
-        error = PlayCanceled if result.status == "canceled" else OrchestratorError
-        raise error(f"ansible-playbook {result.status} (rc {result.rc}): {tail}")
+        error = PlayCanceled if status == "canceled" else OrchestratorError
+        raise error(f"ansible-playbook {status} (rc {result.rc}): {tail}")
     _prune_runs(private.parent)
     now = time.monotonic()
     for run in hosts.values():
