@@ -20,6 +20,7 @@ from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.errors import InputError, OrchestratorError, ProfileError
 from orchestrator.lab.cli import lab
+from orchestrator.logs_cli import logs
 from orchestrator.paths import state_dir
 
 # Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default.
@@ -419,6 +420,8 @@ def verify(profile_ref: str | None, inventory: Path | None, limit: str | None) -
     sys.exit(0 if all(c.passed for c in checks) else 1)
 
 
+logs.callback = handle_errors(logs.callback)
+cli.add_command(logs)
 cli.add_command(lab)
 
 

@@ -187,8 +187,7 @@ def _host_report(run: HostRun, digest: str, check: bool) -> HostReport:
     failed = run.failed
     restart_needed = bool(probe.get("restart_needed"))
     noop_healthy = not restart_needed and bool(probe.get("healthy"))
-    last = next((e for e in reversed(run.events) if _is_step(e)), None)
-    step = STEPS.get(failed.role if failed else (last.role if last else ""), "connect")
+    step = _step(run)
     diff = ""
     for d in unit.get("diff", []) if isinstance(unit.get("diff"), list) else []:
         diff += d.get("prepared", "") or _unified(d)
@@ -208,12 +207,21 @@ def _host_report(run: HostRun, digest: str, check: bool) -> HostReport:
         previous_unit=probe.get("unit", ""),
         gpus={"idle": gpus.get("idle"), "busy": gpus.get("busy", [])} if gpus else {},
         elapsed_s=round((run.finished or time.monotonic()) - run.started, 1),
-        killed=gpus.get("killed", []),
+        killed=[k for e in run.events if e.role == "gpu_idle" for k in e.result.get("killed", [])],
         last_good=probe.get("last_good") or {},
     )
     if failed:
         report.diagnosis = _diagnosis(report, health)
     return report
+
+
+def _step(run: HostRun) -> str:
+    """The step a host failed at, or the last it did; `connect` when it was never reached."""
+    failed = run.failed
+    if failed and failed.kind == "unreachable":
+        return "connect"
+    last = next((e for e in reversed(run.events) if _is_step(e)), None)
+    return STEPS.get(failed.role if failed else (last.role if last else ""), "connect")
 
 
 def _is_step(e: TaskEvent) -> bool:
@@ -473,7 +481,6 @@ def stop(inventory: Path, *, unit_name: str = "sglang.service", limit: str | Non
     reports = []
     for run in play.hosts.values():
         failed = run.failed
-        last = next((e for e in reversed(run.events) if e.kind != "skipped"), None)
         gpus = run.result_of("gpu_idle") or {}
         reports.append(
             HostReport(
@@ -484,7 +491,7 @@ def stop(inventory: Path, *, unit_name: str = "sglang.service", limit: str | Non
                 healthy_after_s=None,
                 digest="",
                 previous_digest="",
-                step=STEPS.get(failed.role if failed else (last.role if last else ""), "connect"),
+                step=_step(run),
                 message=failed.result.get("msg", "") if failed else "",
                 gpus={"idle": gpus.get("idle"), "busy": gpus.get("busy", [])} if gpus else {},
                 elapsed_s=round((run.finished or time.monotonic()) - run.started, 1),

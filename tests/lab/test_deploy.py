@@ -4,61 +4,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from labutil import UNIT, cmdline, deploy_json, orchestrator, service, service_pid, ssh, write_profile
 from orchestrator import plan, profile
-from orchestrator.lab import hosts as lab_hosts
 
 pytestmark = pytest.mark.lab
-
-UNIT = "/etc/systemd/system/sglang.service"
-
-
-def orchestrator(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The CLI exactly as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, timeout=timeout
-    )
-
-
-def deploy_json(lab, *args: str) -> tuple[int, dict]:
-    done = orchestrator("deploy", "-i", str(lab.inventory), "--json", *args)
-    try:
-        return done.returncode, json.loads(done.stdout)
-    except json.JSONDecodeError:
-        raise AssertionError(f"rc {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}") from None
-
-
-def ssh(host, *command: str) -> str:
-    done = subprocess.run(
-        lab_hosts.ssh_argv(host.address, *command), capture_output=True, text=True, timeout=30
-    )
-    assert done.returncode == 0, f"{command}: {done.stderr}"
-    return done.stdout
-
-
-def service(host) -> dict[str, str]:
-    out = ssh(
-        host, "systemctl", "show", "sglang.service", "--property=ActiveState,MainPID,ExecMainStartTimestamp"
-    )
-    return dict(line.split("=", 1) for line in out.splitlines())
-
-
-def cmdline(host, pid: str) -> list[str]:
-    raw = subprocess.run(
-        lab_hosts.ssh_argv(host.address, "cat", f"/proc/{pid}/cmdline"), capture_output=True, timeout=30
-    ).stdout
-    return [a.decode() for a in raw.split(b"\0")[:-1]]
-
-
-def write_profile(tmp_path: Path, name: str, text: str) -> str:
-    path = tmp_path / f"{name}.yml"
-    path.write_text(text)
-    return str(path)
 
 
 @pytest.fixture
@@ -175,8 +128,9 @@ def test_server_that_dies_fails_fast_with_its_journal(lab, first, tmp_path):
     assert took < 120, f"waited {took:.0f} s: should fail as soon as the server exits, not at the timeout"
 
 
-def test_busy_gpu_fails_naming_the_holder(lab, first):
+def test_busy_gpu_fails_naming_the_holder_before_stopping_anything(lab, first):
     deploy_json(lab, "--profile", "cg_5tok", "--limit", first.name)
+    before = service(first)
     ssh(
         first,
         "systemd-run",
@@ -195,17 +149,9 @@ def test_busy_gpu_fails_naming_the_holder(lab, first):
     assert rc == 1
     (h,) = report["hosts"]
     assert h["step"] == "GPUs idle"
+    assert h["message"].startswith("GPUs held outside sglang.service: "), h["message"]
     assert f"GPU 3 has 4015 MiB used by PID {pid} gpu-hold 4000 MiB" in h["message"], h["message"]
-    assert service(first)["ActiveState"] in ("inactive", "failed")  # stopped, and not started onto a busy GPU
-
-
-def service_pid(host, unit: str) -> str:
-    for _ in range(50):
-        pid = ssh(host, "systemctl", "show", unit, "--property=MainPID", "--value").strip()
-        if pid != "0":
-            return pid
-        time.sleep(0.1)
-    raise AssertionError(f"{unit} did not start")
+    assert service(first) == before  # the running server was not stopped
 
 
 def test_status_and_stop(lab, first):

@@ -40,6 +40,13 @@ options:
         name are touched, so a PID from another namespace is never killed by mistake.
     type: bool
     default: false
+  allow_unit:
+    description:
+      - Only processes outside this systemd unit count as busy (checked before our server
+        stops, so a foreign holder fails the deploy while the server still runs). memory.used
+        cannot tell owners apart, so this mode judges by the process list alone.
+    type: str
+    default: ""
   fail:
     description: Fail when a GPU is busy; with false, only report (for check mode).
     type: bool
@@ -85,6 +92,26 @@ def snapshot(module: AnsibleModule) -> tuple[list[dict], list[dict]]:
         mib = int(used) if used.isdigit() else None  # "[N/A]" when the driver cannot attribute memory
         apps.append({"gpu": by_uuid.get(uuid), "pid": int(pid), "process_name": name, "used_mib": mib})
     return gpus, apps
+
+
+def in_unit(pid: int, unit: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cgroup") as fh:
+            return f"/{unit}" in fh.read()
+    except OSError:
+        return False
+
+
+def foreign_gpus(gpus: list[dict], apps: list[dict], wanted: list[int], unit: str) -> list[dict]:
+    """Checked GPUs with a listed process outside `unit`, with those processes as holders."""
+    busy = []
+    for g in gpus:
+        if wanted and g["index"] not in wanted:
+            continue
+        holders = [a for a in apps if a["gpu"] == g["index"] and not in_unit(a["pid"], unit)]
+        if holders:
+            busy.append({"index": g["index"], "memory_used_mib": g["memory_used_mib"], "holders": holders})
+    return busy
 
 
 def busy_gpus(gpus: list[dict], apps: list[dict], wanted: list[int], limit: int) -> list[dict]:
@@ -146,6 +173,7 @@ def main() -> None:
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "fail": {"type": "bool", "default": True},
             "kill_holders": {"type": "bool", "default": False},
+            "allow_unit": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -157,9 +185,14 @@ def main() -> None:
         missing = sorted(set(p["gpus"]) - {g["index"] for g in gpus})
         if missing:
             module.fail_json(msg=f"no GPU with index {missing} (the host has {len(gpus)})", gpus=gpus)
-        busy = busy_gpus(gpus, apps, p["gpus"], p["max_used_mib"])
+        if p["allow_unit"]:
+            busy = foreign_gpus(gpus, apps, p["gpus"], p["allow_unit"])
+        else:
+            busy = busy_gpus(gpus, apps, p["gpus"], p["max_used_mib"])
         if busy and p["kill_holders"] and not module.check_mode and not killed:
             killed = kill([h for b in busy for h in b["holders"]])
+            if killed:
+                continue  # look again now that they are gone
         waited = round(time.monotonic() - start, 2)
         if not busy or waited >= p["release_timeout_s"]:
             break
@@ -167,7 +200,8 @@ def main() -> None:
     wanted = set(p["gpus"]) or {g["index"] for g in gpus}
     holders = [a for a in apps if a["gpu"] in wanted]
     result = {
-        "changed": False,
+        "changed": bool(killed),
+        "killed": killed,
         "idle": not busy,
         "gpus": gpus,
         "holders": holders,
@@ -176,7 +210,8 @@ def main() -> None:
     }
     if busy and p["fail"]:
         after = f" after waiting {waited:.1f} s" if p["release_timeout_s"] else ""
-        module.fail_json(msg=f"GPUs not idle{after}: {describe(busy)}", **result)
+        what = f"GPUs held outside {p['allow_unit']}" if p["allow_unit"] else f"GPUs not idle{after}"
+        module.fail_json(msg=f"{what}: {describe(busy)}", **result)
     module.exit_json(**result)
 
 

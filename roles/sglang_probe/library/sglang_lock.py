@@ -22,7 +22,10 @@ LOCK_DIR = "/run/orchestrator"
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={"unit_name": {"type": "str", "required": True}, "run_id": {"type": "str", "required": True}},
+        argument_spec={
+            "unit_name": {"type": "str", "required": True},
+            "run_id": {"type": "str", "required": True},
+        },
         supports_check_mode=True,
     )
     path = os.path.join(LOCK_DIR, f"{module.params['unit_name']}.lock")

@@ -17,7 +17,7 @@ options:
   desired_secret_sha1: {description: sha1 of the planned secret file content., type: str, default: ""}
   force_restart: {description: Restart even when nothing changed., type: bool, default: false}
   health_url: {description: Health URL asked once if the unit is active; empty skips., type: str, default: ""}
-  state_dir: {description: Root-only state directory (last-good records)., type: str, default: /etc/orchestrator}
+  state_dir: {description: Root-only state dir (last-good records)., type: str, default: /etc/orchestrator}
   lock:
     description:
       - When a restart is needed, take the host's deploy lock first (holder, profile, run_id,

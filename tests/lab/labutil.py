@@ -1,0 +1,67 @@
+"""Helpers for lab tests: the CLI as a user runs it, and ssh reads of what hosts really run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from orchestrator.lab import hosts as lab_hosts
+
+UNIT = "/etc/systemd/system/sglang.service"
+
+
+def orchestrator(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The CLI exactly as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def deploy_json(lab, *args: str) -> tuple[int, dict]:
+    done = orchestrator("deploy", "-i", str(lab.inventory), "--json", *args)
+    try:
+        return done.returncode, json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"rc {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}") from None
+
+
+def ssh(host, *command: str) -> str:
+    done = subprocess.run(
+        lab_hosts.ssh_argv(host.address, *command), capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, f"{command}: {done.stderr}"
+    return done.stdout
+
+
+def service(host) -> dict[str, str]:
+    out = ssh(
+        host, "systemctl", "show", "sglang.service", "--property=ActiveState,MainPID,ExecMainStartTimestamp"
+    )
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
+def cmdline(host, pid: str) -> list[str]:
+    raw = subprocess.run(
+        lab_hosts.ssh_argv(host.address, "cat", f"/proc/{pid}/cmdline"), capture_output=True, timeout=30
+    ).stdout
+    return [a.decode() for a in raw.split(b"\0")[:-1]]
+
+
+def write_profile(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / f"{name}.yml"
+    path.write_text(text)
+    return str(path)
+
+
+def service_pid(host, unit: str, timeout_s: float = 5, not_pid: str = "0") -> str:
+    """The unit's MainPID once it has one (other than `not_pid`)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pid = ssh(host, "systemctl", "show", unit, "--property=MainPID", "--value").strip()
+        if pid not in ("0", not_pid):
+            return pid
+        time.sleep(0.1)
+    raise AssertionError(f"{unit} did not start")

@@ -1,0 +1,230 @@
+"""Each failure class provoked for real on a lab host: the diagnosis, how fast it is found, and
+that rollback brings back a healthy server running the last good argv."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from labutil import cmdline, deploy_json, service, service_pid, ssh, write_profile
+from orchestrator import plan, profile
+
+pytestmark = pytest.mark.lab
+
+#: One row per fault for the summary test: fault, detected in s, diagnosis, rolled back.
+SUMMARY: list[tuple[str, float, str, str]] = []
+
+GOOD = "cg_5tok"
+
+
+@pytest.fixture
+def host(lab):
+    """lab1, running the known good profile before each fault."""
+    h = lab.hosts[0]
+    rc, report = deploy_json(lab, "--profile", GOOD, "--limit", h.name)
+    assert rc == 0, report
+    return h
+
+
+def broken(tmp_path: Path, name: str, **sections) -> str:
+    return write_profile(tmp_path, name, yaml.safe_dump({"extends": GOOD, **sections}))
+
+
+def provoke(lab, host, fault: str, profile_ref: str, *args: str) -> tuple[dict, float]:
+    start = time.monotonic()
+    rc, report = deploy_json(lab, "--profile", profile_ref, "--limit", host.name, *args)
+    took = time.monotonic() - start
+    assert rc == 1, report
+    (h,) = report["hosts"]
+    SUMMARY.append((fault, took, h["diagnosis"], h["rolled_back_to"] or h["rollback_error"] or "-"))
+    return h, took
+
+
+def assert_rolled_back(h: dict, host) -> None:
+    good = plan.build(profile.load(GOOD))
+    assert h["rolled_back_to"] == f"{GOOD} ({good.digest})", h
+    state = service(host)
+    assert state["ActiveState"] == "active"
+    assert cmdline(host, state["MainPID"]) == good.argv
+
+
+def test_bad_flag(lab, host, tmp_path):
+    # A 0.5.23 profile on a 0.5.9 host: --cuda-graph-max-bs-decode is not a 0.5.9 flag.
+    ref = broken(tmp_path, "newer_flags", server={"sglang_version": "0.5.23", "cuda_graph_max_bs": 16})
+    h, took = provoke(lab, host, "bad flag", ref)
+    assert h["diagnosis"].startswith("unknown or wrong flag"), h["diagnosis"]
+    assert "--cuda-graph-max-bs-decode" in h["diagnosis"] or "--tp-size" in h["diagnosis"]
+    assert h["step"] == "health" and took < 30
+    assert_rolled_back(h, host)
+
+
+def test_missing_model_path(lab, host, tmp_path):
+    h, took = provoke(
+        lab, host, "missing model path", broken(tmp_path, "nomodel", server={"model_path": "/data/x"})
+    )
+    assert h["diagnosis"].startswith("model or draft model path missing"), h["diagnosis"]
+    assert "/data/x" in h["diagnosis"] and took < 30
+    assert_rolled_back(h, host)
+
+
+def test_cuda_oom_from_mem_fraction(lab, host, tmp_path):
+    h, took = provoke(lab, host, "CUDA OOM", broken(tmp_path, "oom", server={"mem_fraction_static": 0.97}))
+    assert h["diagnosis"].startswith("CUDA out of memory"), h["diagnosis"]
+    assert took < 30
+    assert_rolled_back(h, host)
+
+
+def test_port_taken_by_another_process(lab, host, tmp_path):
+    ref = broken(tmp_path, "port", server={"port": 30007})
+    ssh(host, "systemd-run", "--unit=squatter", "python3", "-m", "http.server", "30007")
+    try:
+        h, took = provoke(lab, host, "port in use", ref)
+    finally:
+        ssh(host, "systemctl", "stop", "squatter.service")
+    assert h["diagnosis"].startswith("port already in use"), h["diagnosis"]
+    assert took < 30
+    assert_rolled_back(h, host)
+
+
+def test_server_killed_mid_start(lab, host, tmp_path):
+    ref = broken(tmp_path, "slow", env={"SGLANG_STANDIN_LOAD_DELAY_S": "8"})
+    result: dict = {}
+
+    def kill_when_started() -> None:
+        pid = service_pid(host, "sglang.service", timeout_s=30, not_pid=service(host)["MainPID"])
+        time.sleep(1)
+        ssh(host, "kill", "-9", pid)
+        result["killed_at"] = time.monotonic()
+
+    killer = threading.Thread(target=kill_when_started)
+    killer.start()
+    h, _ = provoke(lab, host, "killed mid-start", ref)
+    killer.join()
+    assert h["diagnosis"].startswith("killed by a signal"), h["diagnosis"]
+    assert "signal 9" in h["diagnosis"]
+    assert_rolled_back(h, host)
+
+
+def test_never_healthy_fails_at_the_timeout(lab, host, tmp_path):
+    ref = broken(tmp_path, "hang", env={"SGLANG_STANDIN_HANG": "1"}, service={"health_timeout_s": 6})
+    h, took = provoke(lab, host, "never healthy", ref)
+    assert h["diagnosis"].startswith("alive but never healthy before the timeout"), h["diagnosis"]
+    assert 6 <= took < 40
+    assert_rolled_back(h, host)
+
+
+def test_foreign_gpu_process_fails_before_the_stop(lab, host):
+    before = service(host)
+    ssh(
+        host, "systemd-run", "--unit=foreign-holder", "/usr/local/bin/gpu-hold", "--gpu", "0", "--mib", "2000"
+    )
+    try:
+        pid = service_pid(host, "foreign-holder.service")
+        h, took = provoke(lab, host, "foreign GPU process", "cg_2step")
+    finally:
+        ssh(host, "systemctl", "stop", "foreign-holder.service")
+    assert f"PID {pid} gpu-hold 2000 MiB" in h["diagnosis"], h["diagnosis"]
+    assert h["step"] == "GPUs idle" and took < 30
+    assert service(host) == before  # never stopped, so nothing to roll back
+
+
+def test_kill_gpu_holders_kills_exactly_the_holder(lab, host):
+    ssh(
+        host,
+        "systemd-run",
+        "--unit=foreign-holder2",
+        "/usr/local/bin/gpu-hold",
+        "--gpu",
+        "1",
+        "--mib",
+        "1000",
+    )
+    pid = service_pid(host, "foreign-holder2.service")
+    rc, report = deploy_json(lab, "--profile", "cg_2step", "--limit", host.name, "--kill-gpu-holders")
+    assert rc == 0, report
+    (h,) = report["hosts"]
+    assert [k["pid"] for k in h["killed"]] == [int(pid)]
+    assert (
+        ssh(host, "systemctl", "show", "foreign-holder2.service", "--property=MainPID", "--value").strip()
+        == "0"
+    )
+
+
+def test_unreachable_host_is_reported_and_others_carry_on(lab, tmp_path):
+    inv = yaml.safe_load(Path(lab.inventory).read_text())
+    hosts = inv["all"]["children"]["lab"]["hosts"]
+    ghost = dict(hosts[lab.hosts[1].name], ansible_host="10.213.0.99")
+    hosts["ghost"] = ghost
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump(inv))
+    done = subprocess.run(
+        [
+            "python3",
+            "-m",
+            "orchestrator",
+            "deploy",
+            "-i",
+            str(path),
+            "--limit",
+            f"ghost,{lab.hosts[1].name}",
+            "--profile",
+            GOOD,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    import json
+
+    report = json.loads(done.stdout)
+    assert done.returncode == 1
+    by_host = {h["host"]: h for h in report["hosts"]}
+    assert by_host[lab.hosts[1].name]["ok"]
+    assert not by_host["ghost"]["ok"] and by_host["ghost"]["step"] == "connect"
+    assert (
+        "unreachable" in by_host["ghost"]["diagnosis"].lower()
+        or "ssh" in by_host["ghost"]["diagnosis"].lower()
+    )
+    ghost = by_host["ghost"]
+    SUMMARY.append(("unreachable host", ghost["elapsed_s"], ghost["diagnosis"][:80], "-"))
+
+
+def test_concurrent_deploys_never_interleave(lab, host, tmp_path):
+    slow = broken(tmp_path, "slow_good", env={"SGLANG_STANDIN_LOAD_DELAY_S": "4"})
+    results: dict[str, tuple[int, dict]] = {}
+
+    def run(name: str, ref: str, *args: str) -> None:
+        results[name] = deploy_json(lab, "--profile", ref, "--limit", host.name, *args)
+
+    first = threading.Thread(target=run, args=("first", slow))
+    first.start()
+    time.sleep(1.5)  # the first deploy holds the lock by now (it is loading for 4 s)
+    run("second", "cg_2step", "--lock-wait", "1")
+    first.join()
+    rc1, r1 = results["first"]
+    rc2, r2 = results["second"]
+    assert rc1 == 0, r1
+    assert rc2 == 1
+    msg = r2["hosts"][0]["diagnosis"]
+    assert "another deploy holds this host" in msg and "deploying slow_good" in msg, msg
+    assert r2["hosts"][0]["step"] == "probe" and not r2["hosts"][0]["rolled_back_to"]
+    # The second waited and touched nothing: the first's server is the one running.
+    assert "# profile: slow_good" in ssh(host, "cat", "/etc/systemd/system/sglang.service")
+    SUMMARY.append(("concurrent deploy", r2["hosts"][0]["elapsed_s"], msg[:80], "-"))
+
+
+def test_zz_summary(capsys):
+    """One row per fault: what was provoked, how fast it was found, the diagnosis, the rollback."""
+    if not SUMMARY:
+        pytest.skip("no fault test ran")
+    with capsys.disabled():
+        print("\n\nfault                 detected   diagnosis / rollback")
+        for fault, took, diagnosis, rolled in SUMMARY:
+            print(f"{fault:<21} {took:6.1f} s   {diagnosis[:90]}")
+            print(f"{'':<31}rolled back: {rolled}")
