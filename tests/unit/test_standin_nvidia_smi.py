@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,9 @@ from orchestrator.lab.standins import DIST_PACKAGES, install
 CAPTURES = Path(__file__).resolve().parent.parent / "data" / "nvidia-smi"
 CAPTURED_UUID = "GPU-1c99f63f-3983-6cc7-7349-904bbbeb995b"
 CAPTURED_BUS = "00000000:00:06.0"
+# A later H200's captures, made by tests/gpu/gpu_idle_proof.py (PyTorch holders).
+PROOF_CAPTURES = Path(__file__).resolve().parent.parent / "gpu" / "captures"
+PROOF_UUID = "GPU-be62d11b-469b-eeb0-2665-82ba275259d3"
 # Debian's system python, as on the lab hosts: its processes are named `python3`.
 PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 QUERY = "index,uuid,name,pci.bus_id,memory.used,memory.total,utilization.gpu"
@@ -45,9 +49,10 @@ class Host:
         cmd = [PYTHON, str(self.root / "usr/bin/nvidia-smi"), *args]
         return subprocess.run(cmd, env={**self.env, **env}, capture_output=True, timeout=10)
 
-    def hold(self, gpu: int, mib: int) -> subprocess.Popen[bytes]:
-        cmd = [PYTHON, "-m", "nvidia_standin.hold", "--gpu", str(gpu), "--mib", str(mib)]
-        proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE)
+    def hold(self, gpu: int, mib: int, argv0: str = "python3") -> subprocess.Popen[bytes]:
+        """A holder started as `argv0` (nvidia-smi names processes by argv[0]: `python3` in the captures)."""
+        cmd = [argv0, "-m", "nvidia_standin.hold", "--gpu", str(gpu), "--mib", str(mib)]
+        proc = subprocess.Popen(cmd, executable=PYTHON, env=self.env, stdout=subprocess.PIPE)
         assert proc.stdout is not None
         proc.stdout.readline()  # "holding ...": registered
         return proc
@@ -60,6 +65,17 @@ def host(tmp_path: Path) -> Host:
     host = Host(tmp_path)
     config = json.loads(host.config.read_text())
     config.update(uuids=[CAPTURED_UUID], bus_ids=[CAPTURED_BUS])
+    host.config.write_text(json.dumps(config))
+    return host
+
+
+@pytest.fixture
+def proof_host(tmp_path: Path) -> Host:
+    """A one-GPU host configured as the H200 of tests/gpu/captures."""
+    install(tmp_path, gpus=1)
+    host = Host(tmp_path)
+    config = json.loads(host.config.read_text())
+    config.update(uuids=[PROOF_UUID], bus_ids=[CAPTURED_BUS])
     host.config.write_text(json.dumps(config))
     return host
 
@@ -116,7 +132,7 @@ def test_busy_output_matches_capture(host: Host, holders) -> None:
 def test_memory_is_released_when_the_holder_dies(host: Host, holders) -> None:
     proc = holders(0, 4000)
     used = host.smi("--query-gpu=memory.used,memory.free", "--format=csv,noheader,nounits")
-    assert used.stdout == b"4015, 139756\n"
+    assert used.stdout == b"4009, 139762\n"
     proc.send_signal(signal.SIGKILL)  # no clean-up of its own: the dead PID frees it
     proc.wait()
     assert host.smi("--query-gpu=memory.used", "--format=csv,noheader").stdout == b"0 MiB\n"
@@ -163,3 +179,63 @@ def test_compute_apps_per_gpu(tmp_path: Path, holders) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def proof_capture(name: str, pids: dict[int, int]) -> str:
+    """A capture of tests/gpu/captures with its PIDs replaced by ours, as pid cells or table cells."""
+    text = (PROOF_CAPTURES / name).read_text()
+    for ours, real in pids.items():
+        text = re.sub(rf"^{real}, ", f"{ours}, ", text, flags=re.MULTILINE)
+        text = text.replace(f"N/A {real:>15}  ", f"N/A {ours:>15}  ")
+    return text
+
+
+def people_view(table: str) -> str:
+    """The table without what is no layout: the clock line, temperature, power, utilization."""
+    table = table.split("\n", 1)[1]
+    table = re.sub(r"N/A +\d+C +P0 +\d+W", "N/A _C P0 _W", table)
+    return re.sub(r"\| +\d+% +Default", "| _% Default", table)
+
+
+def start(host: Host, mib: int, argv0: str, procs: list[subprocess.Popen[bytes]]) -> int:
+    procs.append(host.hold(0, mib, argv0))
+    return procs[-1].pid
+
+
+def test_pytorch_holder_matches_the_proof_captures(proof_host: Host) -> None:
+    """One 4 GiB PyTorch holder on a real H200: 4614 MiB listed, memory.used 4623, named by argv[0]."""
+    assert people_view(proof_host.smi().stdout.decode()) == people_view(proof_capture("idle-table.txt", {}))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        pids = {start(proof_host, 4614, "/opt/torch/.venv/bin/python3", procs): 516}
+        gpu = proof_host.smi(f"--query-gpu={QUERY}", "--format=csv")
+        assert gpu.stdout.decode() == proof_capture("busy-query-gpu-header.csv", pids)
+        for fmt, name in (
+            ("csv,noheader,nounits", "busy-compute-apps.csv"),
+            ("csv", "busy-compute-apps-header.csv"),
+        ):
+            apps = proof_host.smi(f"--query-compute-apps={APPS}", f"--format={fmt}")
+            assert apps.stdout.decode() == proof_capture(name, pids)
+        table = people_view(proof_host.smi().stdout.decode())
+        assert table == people_view(proof_capture("busy-table.txt", pids))
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_process_name_is_argv0_cut_in_the_table(proof_host: Host) -> None:
+    """Not comm (`python3`) nor exe: argv[0], whole in the query, cut to its tail in the table."""
+    long = "/opt/a-rather-long-virtualenv-path/for-the-server/bin/gpu-proof-argv0"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        pids = {start(proof_host, 1542, "gpu-proof-argv0", procs): 782}
+        pids[start(proof_host, 1542, long, procs)] = 807
+        apps = proof_host.smi(f"--query-compute-apps={APPS}", "--format=csv")
+        assert apps.stdout.decode() == proof_capture("argv0-compute-apps-header.csv", pids)
+        table = people_view(proof_host.smi().stdout.decode())
+        assert table == people_view(proof_capture("argv0-table.txt", pids))
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()

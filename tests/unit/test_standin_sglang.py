@@ -222,7 +222,7 @@ def test_start_health_memory_and_stop(lab: Lab) -> None:
     server = lab.start("--tp-size", "2", "--mem-fraction-static", "0.5")
     seen = server.wait_ready()
     assert seen[0] is None and 503 in seen  # port closed while loading, then warm-up
-    assert lab.smi_used() == [71900, 71900]  # 0.5 x 143771 + the driver's 15 MiB
+    assert lab.smi_used() == [71894, 71894]  # 0.5 x 143771 + the driver's 3 + 6 MiB for one process
     out = server.stop()
     assert server.proc.returncode == 0
     assert "The server is fired up and ready to roll!" in out

@@ -24,8 +24,10 @@ DEFAULT_CONFIG = Path("/etc/nvidia-standin.json")
 DEFAULT_RUN_DIR = Path("/run/nvidia-standin")
 
 #: What nvidia-smi shows as used on a GPU that has any process on it, beyond the processes'
-#: own figures (the real capture: 3380 + 4426 MiB held, memory.used 7821 MiB).
-DRIVER_OVERHEAD_MIB = 15
+#: own figures: a base plus a share per process. Real captures: one holder of 4614 MiB read
+#: 4623 (tests/gpu/captures), two of 3380 + 4426 MiB read 7821 (tests/data/nvidia-smi).
+DRIVER_BASE_MIB = 3
+DRIVER_PER_PROCESS_MIB = 6
 
 #: PCI bus ids of the eight GPUs of an HGX H200 board, in nvidia-smi's index order.
 HGX_BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
@@ -113,9 +115,10 @@ def proc_start_time(pid: int) -> int | None:
 
 
 def process_name(pid: int) -> str:
-    """The name real nvidia-smi shows for a process: its comm, e.g. `python3`."""
+    """The name real nvidia-smi shows for a process: its argv[0] as started (`python3`,
+    `/opt/venv/bin/python3`), not its comm or exe (tests/gpu/captures/argv0-*)."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
     except OSError:
         return "[Not Found]"
 
@@ -184,4 +187,4 @@ def used_mib(gpu: int, exclude_pid: int | None = None) -> int:
     on_gpu = [h for h in holders() if gpu in h.gpus and h.pid != exclude_pid]
     if not on_gpu:
         return 0
-    return sum(h.mib_per_gpu for h in on_gpu) + DRIVER_OVERHEAD_MIB
+    return sum(h.mib_per_gpu for h in on_gpu) + DRIVER_BASE_MIB + DRIVER_PER_PROCESS_MIB * len(on_gpu)

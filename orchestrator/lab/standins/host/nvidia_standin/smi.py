@@ -200,30 +200,40 @@ def list_gpus(cfg: registry.GpuConfig, req: Request) -> str:
 
 
 def table(cfg: registry.GpuConfig, req: Request) -> str:
-    """The default (no query) view, close to the real layout; for people, not for parsers."""
+    """The default (no query) view, laid out as the real one (tests/gpu/captures/*-table.txt);
+    for people, not for parsers. Temperature, power and utilization are fixed figures."""
     gpus = select_gpus(cfg, req.ids)
+    wide = "+" + "-" * 89 + "+"
     rule = "+-----------------------------------------+------------------------+----------------------+"
     out = [
-        time.strftime("%a %b %d %H:%M:%S %Y"),
-        "+-----------------------------------------------------------------------------------------+",
+        time.strftime("%a %b %d %H:%M:%S %Y") + " " * 7,
+        wide,
         f"| NVIDIA-SMI {cfg.driver_version:<23}Driver Version: {cfg.driver_version:<15}"
         f"CUDA Version: {cfg.cuda_version:<9}|",
         rule,
+        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+        "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+        "|                                         |                        |               MIG M. |",
+        "|" + "=" * 41 + "+" + "=" * 24 + "+" + "=" * 22 + "|",
     ]
     for i in gpus:
-        used = registry.used_mib(i)
-        mem = f"{used}MiB / {cfg.total_mib}MiB"
+        mem = f"{registry.used_mib(i)}MiB / {cfg.total_mib}MiB"
         out.append(f"| {i:>3}  {cfg.name:<25}      On  |   {cfg.bus_id(i)} Off |{'0':>21} |")
         out.append(f"| N/A   31C    P0             75W /  700W |  {mem:>21} |      0%      Default |")
+        out.append(f"|{'':41}|{'':24}|{'Disabled':>21} |")
         out.append(rule)
-    out.append("")
-    out.append("Processes:")
-    for i in gpus:
-        for h in registry.holders():
-            if i in h.gpus:
-                out.append(
-                    f"  GPU {i}  PID {h.pid:>8}  C  {registry.process_name(h.pid):<32} {h.mib_per_gpu}MiB"
-                )
+    out += ["", wide, f"| {'Processes:':<88}|"]
+    out.append("|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |")
+    out.append("|        ID   ID                                                               Usage      |")
+    out.append("|" + "=" * 89 + "|")
+    rows = [(i, h) for i in gpus for h in registry.holders() if i in h.gpus]
+    for i, h in rows:
+        name = registry.process_name(h.pid)
+        name = name if len(name) <= 32 else "..." + name[-29:]  # as the real one cuts a long path
+        out.append(f"|{i:>5}   N/A  N/A {h.pid:>15}      C   {name:<32}{f'{h.mib_per_gpu}MiB':>14} |")
+    if not rows:
+        out.append(f"|  {'No running processes found':<87}|")
+    out.append(wide)
     return "\n".join(out) + "\n"
 
 
