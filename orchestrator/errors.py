@@ -27,7 +27,17 @@ class Problem:
 
     def __str__(self) -> str:
         where = f"{self.loc}: " if self.loc else ""
-        return f"{self.source}: {where}{self.message}"
+        return one_line(f"{self.source}: {where}{self.message}")
+
+
+def one_line(text: str) -> str:
+    """Escape line breaks and control characters, which a YAML key or value may hold.
+
+    One problem is one line: a key such as "a\\nb" must not start a line of its own.
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 class ProfileError(InputError):

@@ -16,13 +16,32 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from orchestrator import sglang_flags
 from orchestrator.errors import InputError, Problem, ProfileError
 from orchestrator.paths import PROFILES_DIR
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+NAME_RULE = "letters, digits, '_', '-' and '.', starting with a letter or digit"
+
+#: Limits on a profile file as if its aliases were expanded. No real profile comes near them;
+#: a few lines of `&a [*a, *a]` stand for 10**9 values (or for themselves: `&a [*a]`), and
+#: pydantic, `merge` and the error messages would each walk every one of them.
+MAX_VALUES = 10_000
+MAX_DEPTH = 32
+
+#: Upper bound of counts and timeouts: a C int, which systemd, argparse and CUDA all take,
+#: so 10**30 is refused here rather than by systemd-analyze on the host.
+INT_MAX = 2**31 - 1
 
 
 class _Model(BaseModel):
@@ -35,6 +54,15 @@ def _env_scalar(value: Any) -> Any:
         raise ValueError("use a quoted string such as '1' or '0', not a YAML boolean")
     if isinstance(value, (int, float)):
         return str(value)
+    return value
+
+
+def _profile_name(value: str) -> str:
+    """The name reaches file names and the unit on every host: no paths, no spaces, no surprises."""
+    if not NAME_RE.fullmatch(value):
+        raise ValueError(
+            f"{_short(value)} is not a profile name: use {NAME_RULE} (set `name:` or rename the file)"
+        )
     return value
 
 
@@ -59,12 +87,12 @@ class Server(_Model):
         None, gt=0, lt=1, description="Fraction of GPU memory for weights and KV cache, in (0, 1)."
     )
     context_length: int | None = Field(
-        None, ge=1, description="Maximum context length; model default if unset."
+        None, ge=1, le=INT_MAX, description="Maximum context length; model default if unset."
     )
     trust_remote_code: bool = Field(False, description="Allow the model's own modelling code.")
     cuda_graph: bool = Field(True, description="Capture CUDA graphs (off renders --disable-cuda-graph).")
     cuda_graph_max_bs: int | None = Field(
-        None, ge=1, description="Largest batch size captured in CUDA graphs."
+        None, ge=1, le=INT_MAX, description="Largest batch size captured in CUDA graphs."
     )
     log_level: Literal["debug", "info", "warning", "error", "critical"] | None = Field(
         None, description="SGLang's log level."
@@ -97,10 +125,12 @@ class Service(_Model):
         "root", description="User the server runs as."
     )
     working_directory: AbsPath = Field("/", description="Working directory of the server.")
-    start_timeout_s: int = Field(900, ge=1, description="systemd TimeoutStartSec.")
-    stop_timeout_s: int = Field(60, ge=1, description="systemd TimeoutStopSec: SIGTERM, then SIGKILL.")
+    start_timeout_s: int = Field(900, ge=1, le=INT_MAX, description="systemd TimeoutStartSec.")
+    stop_timeout_s: int = Field(
+        60, ge=1, le=INT_MAX, description="systemd TimeoutStopSec: SIGTERM, then SIGKILL."
+    )
     health_timeout_s: int = Field(
-        1800, ge=1, description="How long a deploy waits for /health to answer 200."
+        1800, ge=1, le=INT_MAX, description="How long a deploy waits for /health to answer 200."
     )
     health_poll_interval_s: float = Field(
         0.25, gt=0, le=1.0, description="Seconds between health polls (at most 1)."
@@ -125,7 +155,7 @@ class ApiKey(_Model):
 class Profile(_Model):
     """One named SGLang deployment."""
 
-    name: str = Field(description="Profile name (the file's stem).")
+    name: Annotated[str, AfterValidator(_profile_name)] = Field(description="Profile name (the file's stem).")
     description: str = Field("", description="What this profile is for; record measured speeds here.")
     extends: str | None = Field(None, description="Profile this one is based on.")
     server: Server
@@ -146,31 +176,104 @@ def available() -> dict[str, Path]:
     return {p.stem: p for p in sorted(PROFILES_DIR.glob("*.yml"))}
 
 
+PATH_RULE = "a value with '/' or ending in .yml is a file path; a bare name is looked up in profiles/"
+
+
 def resolve_path(ref: str) -> Path:
-    """A profile name (from `profiles/`) or a path to a YAML file."""
+    """A profile name (from `profiles/`) or a path to a YAML file.
+
+    The rule is by spelling, never by what happens to exist: `base` is always the shipped
+    profile, `./base.yml` always a file, so a stray file in the working directory cannot
+    shadow a shipped profile, and a name can never climb out of `profiles/`.
+    """
     if ref.endswith((".yml", ".yaml")) or "/" in ref:
         path = Path(ref)
         if not path.is_file():
-            raise InputError(f"{ref}: no such profile file")
+            raise InputError(f"no profile file {_short(ref)} ({PATH_RULE})")
         return path
     profiles = available()
     if ref not in profiles:
-        close = difflib.get_close_matches(ref, profiles, n=1)
+        close = difflib.get_close_matches(ref, profiles, n=1) if len(ref) < 100 else []
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise InputError(f"unknown profile '{ref}'{hint}; profiles: {', '.join(profiles) or 'none'}")
+        raise InputError(
+            f"unknown profile {_short(ref)}{hint}; profiles: {', '.join(profiles) or 'none'} ({PATH_RULE})"
+        )
     return profiles[ref]
 
 
+def _short(value: Any, limit: int = 60) -> str:
+    """repr() for messages: escapes NULs and lone surrogates (which no terminal can print), cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
+    """The file's mapping; bad bytes, bad YAML and alias bombs are input errors, not crashes."""
     try:
-        data = yaml.safe_load(path.read_text())
+        # Bytes, not text: PyYAML honours a BOM and names the offset of invalid UTF-8.
+        data = yaml.safe_load(path.read_bytes())
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML: {exc}") from None
+        raise InputError(f"{path}: not valid YAML: {_yaml_reason(exc)}") from None
+    except RecursionError:
+        raise InputError(f"{path}: not valid YAML: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise InputError(f"{path}: a profile must be a mapping, got {type(data).__name__}")
+    _check_shape(data, path)
     return data
+
+
+def _yaml_reason(exc: yaml.YAMLError) -> str:
+    """PyYAML's message in one line: its own spans several and quotes the source."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        context = f" ({exc.context})" if exc.context else ""
+        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}{context}"
+    if isinstance(exc, yaml.reader.ReaderError):
+        what = "not UTF-8" if isinstance(exc.character, bytes) else exc.reason
+        return f"byte {exc.position}: {what}"
+    return " ".join(str(exc).split())
+
+
+def _check_shape(data: dict[str, Any], path: Path) -> None:
+    """Refuse alias bombs and self-referencing aliases, and strings no unit file can hold.
+
+    Walks the values as if aliases were expanded, without recursion, stopping at the limits.
+    """
+    problems: list[Problem] = []
+    stack: list[tuple[str, Any, int]] = [("", data, 0)]
+    walked = 0
+    while stack:
+        loc, value, depth = stack.pop()
+        walked += 1
+        if walked > MAX_VALUES:
+            raise InputError(f"{path}: expands to over {MAX_VALUES} values; are aliases nested in aliases?")
+        if depth > MAX_DEPTH:
+            raise InputError(f"{path}: nested more than {MAX_DEPTH} levels (an alias inside its own anchor?)")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                problems += _bad_string(path, loc, key)
+                stack.append((f"{loc}.{key}" if loc else str(key), item, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((f"{loc}[{i}]", item, depth + 1) for i, item in enumerate(value))
+        else:
+            problems += _bad_string(path, loc, value)
+    if problems:
+        raise ProfileError(problems)
+
+
+def _bad_string(path: Path, loc: str, value: Any) -> list[Problem]:
+    """NUL cannot reach argv or a unit file; a lone surrogate is not UTF-8 (`"\\uD800"` in YAML)."""
+    if not isinstance(value, str):
+        return []
+    if "\0" in value:
+        return [Problem(_display(path), loc, f"{_short(value)}: contains a NUL character")]
+    if any("\ud800" <= ch <= "\udfff" for ch in value):
+        return [Problem(_display(path), loc, f"{_short(value)}: contains an unpaired UTF-16 surrogate")]
+    return []
 
 
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -257,7 +360,7 @@ def _schema_problems(data: dict[str, Any], source: str) -> list[Problem]:
     try:
         Profile.model_validate(data)
     except ValidationError as exc:
-        return [_problem_from_pydantic(err, source) for err in exc.errors()]
+        return [_problem_from_pydantic(err, source, data) for err in exc.errors()]
     return []
 
 
@@ -276,10 +379,30 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     return model
 
 
-def _problem_from_pydantic(err: dict[str, Any], source: str) -> Problem:
-    loc = tuple(err["loc"])
-    # Pydantic names the union branch (`ApiKey`, `literal[...]`) in locations; users never wrote it.
-    loc = tuple(p for p in loc if not (isinstance(p, str) and (p[:1].isupper() or "[" in p)))
+def _user_loc(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
+    """The location as the user wrote it.
+
+    Pydantic puts union branches (`ApiKey`, `literal[...]`) and `[key]` into locations; users
+    never wrote those. Telling them apart by their spelling alone would also drop a key the
+    user did write, such as `Server:` or `NCCL_ALGO:`, so a part stays when the data has it
+    (or when it is the last part: a missing field).
+    """
+    out: list[Any] = []
+    node = data
+    for i, part in enumerate(loc):
+        in_data = (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        )
+        if in_data:
+            node = node[part]
+        elif part == "[key]" or i < len(loc) - 1:
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _problem_from_pydantic(err: dict[str, Any], source: str, data: dict[str, Any]) -> Problem:
+    loc = _user_loc(tuple(err["loc"]), data)
     dotted = ".".join(str(p) for p in loc)
     if err["type"] == "extra_forbidden":
         owner = _model_at(loc)
@@ -291,17 +414,17 @@ def _problem_from_pydantic(err: dict[str, Any], source: str) -> Problem:
         return Problem(source, dotted, "required; add it (or inherit it with `extends: base`)")
     msg = err["msg"]
     if err["type"] == "string_pattern_mismatch" and "^/" in msg:
-        msg = f"must be an absolute path, got {err['input']!r}"
+        msg = f"must be an absolute path, got {_short(err['input'])}"
     elif err["type"].startswith("value_error"):
         msg = msg.removeprefix("Value error, ")
     else:
-        msg = f"{msg}, got {err.get('input')!r}"
+        msg = f"{msg}, got {_short(err.get('input'))}"
     return Problem(source, dotted, msg)
 
 
 def check_name(name: str) -> None:
-    if not NAME_RE.match(name):
-        raise InputError(f"invalid profile name {name!r}: use letters, digits, '_', '-', '.'")
+    if not NAME_RE.fullmatch(name):
+        raise InputError(f"invalid profile name {_short(name)}: use {NAME_RULE}")
 
 
 from orchestrator import rules  # noqa: E402  (rules needs the models above)

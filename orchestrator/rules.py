@@ -57,6 +57,7 @@ _ALGOS = {"RING", "TREE", "COLLNETDIRECT", "COLLNETCHAIN", "NVLS", "NVLSTREE", "
 _P2P_LEVELS = {"LOC", "NVL", "PIX", "PXB", "PHB", "SYS"}
 _NTHREADS = {"64", "128", "256", "512"}
 _DEBUG = {"VERSION", "WARN", "INFO", "TRACE"}
+_INT64_MAX = 2**63 - 1  # NCCL reads sizes into int64_t
 _POSITIVE_INT = {
     "NCCL_BUFFSIZE",
     "NCCL_MIN_NCHANNELS",
@@ -237,15 +238,20 @@ def _nccl_value_problem(name: str, value: str) -> str | None:
             )
             return f"invalid value {', '.join(bad)!s}: use a comma list of {pretty} (a leading ^ excludes)"
     elif name == "NCCL_P2P_LEVEL":
-        if value.upper() not in _P2P_LEVELS and not value.isdigit():
+        if value.upper() not in _P2P_LEVELS and not _is_decimal(value):
             return f"invalid value {value!r}: use one of LOC, NVL, PIX, PXB, PHB, SYS or an integer"
     elif name == "NCCL_NTHREADS" and value not in _NTHREADS:
         return f"invalid value {value!r}: use one of 64, 128, 256, 512"
     elif name == "NCCL_DEBUG" and value.upper() not in _DEBUG:
         return f"invalid value {value!r}: use one of VERSION, WARN, INFO, TRACE"
-    elif name in _POSITIVE_INT and (not value.isdigit() or int(value) <= 0):
-        return f"invalid value {value!r}: must be a positive integer"
+    elif name in _POSITIVE_INT and not (_is_decimal(value) and 0 < int(value) <= _INT64_MAX):
+        return f"invalid value {value!r}: must be a positive integer of at most {_INT64_MAX}"
     return None
+
+
+def _is_decimal(value: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes '١٢٣' and '²', which NCCL's strtol does not."""
+    return value.isascii() and value.isdigit()
 
 
 def check_env(env: dict[str, str]) -> Iterator[Finding]:

@@ -1,0 +1,441 @@
+"""Bad input never crashes (issue 5): fuzzed profile files and CLI arguments exit 0 or 2.
+
+Each example runs the real CLI through click's CliRunner and checks what a user would see:
+exit 0 or 2 (1 would be a crash in `handle_errors`), no traceback, no "internal error", and,
+for a rejected input, only `source: field.path: message` or `error: ...` lines. `deploy` is
+fuzzed only with `--check` and an inventory that does not parse or does not exist, with
+ansible-runner and the lab replaced by tripwires: it must fail before any play runs.
+
+Examples are derandomized (the same inputs on every run, so CI is reproducible) and bounded
+so the file runs in seconds; raise FUZZ_EXAMPLES locally to search longer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from orchestrator import profile as profile_mod
+from orchestrator import rules, runner
+from orchestrator.__main__ import cli
+from orchestrator.errors import InputError
+
+#: Scale every test's example count, e.g. FUZZ_EXAMPLES=20 for a long local search.
+SCALE = int(os.environ.get("FUZZ_EXAMPLES", "1"))
+
+FUZZ = settings(
+    derandomize=True,
+    database=None,
+    # A generous per-example bound: an alias bomb or runaway recursion would take minutes.
+    deadline=5000,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def _examples(n: int) -> settings:
+    return settings(FUZZ, max_examples=n * SCALE)
+
+
+# --- what a clean rejection looks like ----------------------------------------------
+
+PROBLEM_RE = re.compile(r"^\S.*?: \S.*$")  # `source: field.path: message` or `source: message`
+
+
+def assert_clean(result: Result, source: str | None = None) -> None:
+    """Exit 0 or 2, no traceback, and every stderr line a located problem or `error: ...`."""
+    shown = f"exit {result.exit_code}\n{result.output}\n{result.exception!r}"
+    assert result.exit_code in (0, 2), shown
+    assert "Traceback" not in result.output, shown
+    assert "internal error" not in result.output, shown
+    if result.exception is not None:
+        assert isinstance(result.exception, SystemExit), shown
+    if result.exit_code == 0:
+        return
+    lines = result.stderr.splitlines()
+    if lines and lines[0].startswith("Usage:"):  # click's own usage error for a malformed command line
+        assert any(line.startswith("Error: ") for line in lines), shown
+        return
+    assert lines, shown
+    for line in lines:
+        located = source is not None and line.startswith(f"{source}: ")
+        assert line.startswith("error: ") or located or PROBLEM_RE.match(line), shown
+
+
+@pytest.fixture(scope="module")
+def cli_runner() -> Iterator[CliRunner]:
+    """A runner whose crash logs (there should be none) land in a temporary state dir."""
+    with tempfile.TemporaryDirectory() as state:
+        yield CliRunner(env={"ORCHESTRATOR_STATE_DIR": state, "COLUMNS": "160"})
+
+
+@pytest.fixture(scope="module")
+def workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory() as tmp:
+        yield Path(tmp)
+
+
+def _write(workdir: Path, content: bytes, suffix: str = ".yml") -> Path:
+    fd, name = tempfile.mkstemp(suffix=suffix, dir=workdir)
+    with os.fdopen(fd, "wb") as f:
+        f.write(content)
+    return Path(name)
+
+
+def _encode(text: str) -> bytes:
+    """UTF-8, but a lone surrogate stays in as its (invalid) three bytes: a broken file."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+# --- (1) random YAML documents ----------------------------------------------------------
+
+
+def _field_names(model: type[BaseModel]) -> set[str]:
+    names = set(model.model_fields)
+    for field in model.model_fields.values():
+        for arg in (*getattr(field.annotation, "__args__", ()), field.annotation):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                names |= _field_names(arg)
+    return names
+
+
+FIELD_NAMES = sorted(_field_names(profile_mod.Profile) | set(rules.KNOWN_NCCL))
+SHELL = [";", "$(", ")", "`", "|", "&", ">", "<", "$HOME", "; rm -rf /", "$(reboot)", "`id`", "&& true"]
+NASTY_STRINGS = [
+    "",
+    " ",
+    "\x00",
+    "a\x00b",
+    "\ud800",
+    "\udcff",
+    "\u2028",
+    "\x85",
+    "\t\n\r",
+    "%n%s%%",
+    "{{ lookup('pipe', 'id') }}",
+    "../../../etc/passwd",
+    "/etc/passwd",
+    "é" * 50,
+    "²",  # str.isdigit() says yes, int() says no
+    "١٢٣",  # Arabic-Indic digits: int() reads 123, NCCL does not
+    "x" * 100_000,
+    *SHELL,
+    *(f"--{s}" for s in SHELL),
+]
+
+keys = st.one_of(st.sampled_from(FIELD_NAMES), st.text(max_size=20), st.integers(), st.booleans())
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.sampled_from([10**30, -(10**30), 2**63, 2**64 + 1, -1, 0, 65536]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=40),
+    st.sampled_from(NASTY_STRINGS),
+    st.sampled_from(["0.5.9", "0.5.23", "EAGLE3", "/data/m", "LL", "Ring", "sglang.service"]),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)),
+    max_leaves=12,
+)
+
+
+def _dump(doc: Any) -> bytes:
+    return _encode(yaml.safe_dump(doc, allow_unicode=True))
+
+
+@given(doc=st.dictionaries(keys, values, max_size=6))
+@_examples(120)
+def test_random_documents(doc: dict[Any, Any], cli_runner: CliRunner, workdir: Path) -> None:
+    path = _write(workdir, _dump(doc))
+    for command in ("validate", "render"):
+        assert_clean(cli_runner.invoke(cli, [command, "--profile", str(path)]), str(path))
+
+
+BASE, _ = profile_mod.load_raw("cg_5tok")
+
+
+@st.composite
+def mutated_profiles(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid profile with a few values replaced or added: reaches the rules, not just the schema."""
+    doc = yaml.safe_load(yaml.safe_dump(BASE))
+    for _ in range(draw(st.integers(1, 3))):
+        section = draw(st.sampled_from([None, *(k for k, v in doc.items() if isinstance(v, dict))]))
+        target = doc if section is None else doc[section]
+        key = draw(st.one_of(st.sampled_from(list(target) or ["server"]), keys))
+        target[key] = draw(values)
+    return doc
+
+
+@given(doc=mutated_profiles())
+@_examples(150)
+def test_mutated_profiles(doc: dict[str, Any], cli_runner: CliRunner, workdir: Path) -> None:
+    path = _write(workdir, _dump(doc))
+    for command in ("validate", "render"):
+        assert_clean(cli_runner.invoke(cli, [command, "--profile", str(path)]), str(path))
+
+
+# --- (2) raw text: anchors, tags, encodings, garbage ------------------------------------
+
+ALIAS_BOMB = "\n".join(
+    ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    + [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]" for i in range(8)]
+    + ["server: *i"]
+)
+RAW_DOCS = [
+    ALIAS_BOMB,
+    "server: &s [*s]\n",  # an alias inside its own anchor: a self-referencing list
+    "server: &s {model_path: /m, again: *s}\n",
+    "base: &b {model_path: /m}\nserver:\n  <<: *b\n  tp_size: 2\n",
+    "server: *undefined\n",
+    "server: !!python/object/apply:os.system ['echo pwned']\n",
+    "!!python/object:orchestrator.profile.Profile {}\n",
+    "server: !custom {model_path: /m}\n",
+    "server: !!binary aGVsbG8=\n",
+    "server: !!set {a, b}\n",
+    "server: !!timestamp 2001-12-14\n",
+    "? [a, b]\n: c\n",
+    "? {a: b}\n: c\n",
+    "1: 2\nnull: 3\n",
+    "",
+    "\n\n",
+    "# only a comment\n# and another\n",
+    "---\n...\n",
+    "---\na: 1\n---\nb: 2\n",
+    "- a\n- b\n",
+    "42\n",
+    "'just a string'\n",
+    "~\n",
+    "server: {model_path: /m}\nserver: {model_path: /n}\n",
+    "server:\n\tmodel_path: /m\n",
+    "server: [" * 2000,
+    "[" * 5000 + "]" * 5000,
+    "{a: " * 3000 + "1" + "}" * 3000,
+    "- " * 3000 + "x\n",
+    "server: {model_path: /m}\nextends: /etc/passwd\n",
+    "server: {model_path: /m}\nextends: ../../../../../../etc/passwd\n",
+    "server: {model_path: /m}\nextends: /dev/null\n",
+    "server: {model_path: /m}\nextends: /\n",
+    "server: {model_path: /m}\nextends: ..\n",
+    "server: {model_path: /m}\nextends: ../profiles\n",
+    "server: {model_path: /m}\nextends: [base]\n",
+    "server: {model_path: /m}\nextends: {a: b}\n",
+    "server: {model_path: /m}\nextends: 'a\\0b'\n",
+    "extends: base\nname: ../../etc/cron.d/x\n",
+    "extends: base\nname: 'a/b'\n",
+    'extends: base\nname: "\\uD800"\n',
+    "extends: base\nname: 42\n",
+    'extends: base\ndescription: "\\uD800\\0"\n',
+    'extends: base\n"\\uD800": 1\n',
+    'extends: base\nserver: {extra_args: ["--x\\0"]}\n',
+    'extends: base\nenv: {"\\uD800": x}\n',
+    'extends: base\nenv: {A: "\\0\\n$(id)"}\n',
+    "extends: base\nnccl: {NCCL_BUFFSIZE: 100000000000000000000000000000}\n",
+    'extends: base\nnccl: {NCCL_BUFFSIZE: "١٢٣"}\n',
+    'extends: base\nnccl: {NCCL_BUFFSIZE: "²", NCCL_P2P_LEVEL: "٣"}\n',
+    "extends: base\nserver: {port: .inf}\n",
+    "extends: base\nserver: {mem_fraction_static: .nan}\n",
+    "extends: base\nserver: {tp_size: 1e400}\n",
+    "extends: base\nserver: {context_length: 100000000000000000000000000000000}\n",
+    "extends: base\nspeculative: {algorithm: EAGLE3, draft_model_path: /d, num_steps: 1e30, "
+    "eagle_topk: 2, num_draft_tokens: 3}\n",
+]
+BOMS = [b"", b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff"]
+
+
+@pytest.mark.parametrize("text", RAW_DOCS, ids=lambda t: repr(t[:30]))
+def test_raw_documents(text: str, cli_runner: CliRunner, workdir: Path) -> None:
+    path = _write(workdir, _encode(text))
+    for command in ("validate", "render"):
+        assert_clean(cli_runner.invoke(cli, [command, "--profile", str(path)]), str(path))
+
+
+@given(bom=st.sampled_from(BOMS), text=st.sampled_from(RAW_DOCS), junk=st.binary(max_size=64))
+@_examples(60)
+def test_garbage_bytes(bom: bytes, text: str, junk: bytes, cli_runner: CliRunner, workdir: Path) -> None:
+    """Byte order marks, invalid UTF-8 and random bytes around real documents."""
+    for content in (bom + _encode(text), bom + junk, _encode(text) + junk, junk):
+        path = _write(workdir, content)
+        assert_clean(cli_runner.invoke(cli, ["render", "--profile", str(path)]), str(path))
+
+
+def test_alias_bomb_is_refused(cli_runner: CliRunner, workdir: Path) -> None:
+    path = _write(workdir, ALIAS_BOMB.encode())
+    result = cli_runner.invoke(cli, ["validate", "--profile", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "alias" in result.stderr
+
+
+def test_python_tags_are_not_executed(cli_runner: CliRunner, workdir: Path) -> None:
+    marker = workdir / "pwned"
+    path = _write(workdir, f"server: !!python/object/apply:os.system ['touch {marker}']\n".encode())
+    result = cli_runner.invoke(cli, ["validate", "--profile", str(path)])
+    assert result.exit_code == 2 and not marker.exists()
+    assert result.stderr.startswith(f"error: {path}: not valid YAML"), result.stderr
+
+
+# --- (3) command lines ------------------------------------------------------------------
+
+PROFILE_REFS = [
+    "",
+    " ",
+    "..",
+    ".",
+    "/",
+    "./",
+    "../profiles/base.yml",
+    "../../../../etc/passwd",
+    "/etc/passwd",
+    "/etc/shadow",
+    "/dev/null",
+    "/dev/zero",
+    "profiles",
+    "profiles/",
+    "profiles/base",
+    "base/../base",
+    "base.yml",
+    "base.yaml",
+    "base\x00",
+    "\ud800",
+    "\udcff.yml",
+    "Ḱimi",
+    "-p",
+    "--help",
+    "$(reboot)",
+    "base; rm -rf /",
+    "x" * 5000,
+    "cg_5tok",
+]
+profile_refs = st.one_of(st.sampled_from(PROFILE_REFS), st.text(max_size=30))
+flags = st.lists(st.sampled_from(["--json", "-p", "--profile", "--nope", "x", "--", "-"]), max_size=3)
+
+
+@given(command=st.sampled_from(["validate", "render"]), ref=profile_refs, extra=flags)
+@_examples(150)
+def test_profile_argument(command: str, ref: str, extra: list[str], cli_runner: CliRunner) -> None:
+    assert_clean(cli_runner.invoke(cli, [command, *extra, "--profile", ref]))
+
+
+@pytest.fixture(scope="module")
+def no_plays() -> Iterator[list[Any]]:
+    """Tripwires: a play or a lab start during these tests is recorded (and fails the test)."""
+    from orchestrator.lab import hosts as lab_hosts
+
+    calls: list[Any] = []
+
+    def tripwire(*args: Any, **kwargs: Any) -> Any:
+        calls.append((args, kwargs))
+        raise AssertionError("an Ansible play or the lab was started")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner.ansible_runner, "run", tripwire)
+        mp.setattr(lab_hosts, "up", tripwire)
+        yield calls
+
+
+BAD_INVENTORIES = {
+    "garbage.ini": b"\x00\xff\xfe[[[ not = an inventory\n",
+    "broken.yml": b"all: [hosts, {\n",
+    "hosts": b"[x\nfoo bar=\n",
+    "empty.yml": b"",
+}
+
+
+@pytest.fixture(scope="module")
+def bad_inventories(workdir: Path) -> list[Path]:
+    paths = []
+    for name, content in BAD_INVENTORIES.items():
+        (workdir / name).write_bytes(content)
+        paths.append(workdir / name)
+    return [*paths, workdir / "missing.yml"]
+
+
+@given(ref=profile_refs, which=st.integers(0, len(BAD_INVENTORIES)), extra=flags)
+@_examples(60)
+def test_deploy_check_with_bad_inventory(
+    ref: str,
+    which: int,
+    extra: list[str],
+    cli_runner: CliRunner,
+    bad_inventories: list[Path],
+    no_plays: list[Any],
+) -> None:
+    argv = ["deploy", *extra, "--profile", ref, "--check", "-i", str(bad_inventories[which])]
+    result = cli_runner.invoke(cli, argv)
+    assert_clean(result)
+    assert result.exit_code == 2 or result.output.startswith("Usage:"), result.output  # or --help
+    assert not no_plays
+
+
+@pytest.mark.parametrize("command", ["deploy", "status", "stop", "verify"])
+@pytest.mark.parametrize("name", list(BAD_INVENTORIES))
+def test_unparsable_inventory_exits_2_before_any_play(
+    command: str, name: str, cli_runner: CliRunner, bad_inventories: list[Path], no_plays: list[Any]
+) -> None:
+    inventory = next(p for p in bad_inventories if p.name == name)
+    argv = [command, "-i", str(inventory)]
+    if command in ("deploy", "verify"):
+        argv += ["--profile", "cg_5tok"]
+    if command == "deploy":
+        argv.append("--check")
+    result = cli_runner.invoke(cli, argv)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: inventory {inventory}: "), result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert not no_plays
+
+
+# --- the rules the fixes enforce --------------------------------------------------------
+
+
+def test_inventory_check_reports_ansibles_reason(workdir: Path) -> None:
+    (workdir / "inv-garbage.ini").write_bytes(b"[x\nfoo bar=\n")
+    with pytest.raises(InputError, match=r"^inventory .*inv-garbage\.ini: .*ini"):
+        runner.check_inventory(workdir / "inv-garbage.ini")
+    with pytest.raises(InputError, match="does not exist"):
+        runner.check_inventory(workdir / "no-such-inventory.yml")
+    (workdir / "inv-good.yml").write_text("all:\n  hosts:\n    gpu-1:\n")
+    runner.check_inventory(workdir / "inv-good.yml")
+
+
+@pytest.mark.parametrize("ref", ["../../etc/no-such-file", "no/such/file", "missing.yml"])
+def test_profile_with_a_path_must_exist(ref: str) -> None:
+    with pytest.raises(InputError, match=re.escape(profile_mod.PATH_RULE)):
+        profile_mod.resolve_path(ref)
+
+
+def test_bare_profile_name_must_be_shipped() -> None:
+    with pytest.raises(InputError, match=re.escape(profile_mod.PATH_RULE)):
+        profile_mod.resolve_path("nope")
+
+
+def test_empty_profile_argument_is_an_error(cli_runner: CliRunner) -> None:
+    result = cli_runner.invoke(cli, ["validate", "--profile", ""])
+    assert result.exit_code == 2 and "ok:" not in result.output, result.output
+
+
+def test_profile_name_with_a_path_is_refused(cli_runner: CliRunner, workdir: Path) -> None:
+    path = _write(workdir, b"extends: base\nname: ../../etc/cron.d/x\n")
+    result = cli_runner.invoke(cli, ["render", "--profile", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"{path}: name: "), result.stderr
+
+
+@pytest.mark.parametrize("value", ["²", "١٢٣", str(2**63)])
+def test_nccl_numbers_are_ascii_and_fit_int64(value: str, workdir: Path) -> None:
+    """str.isdigit() takes '²' (int() then raised) and '١٢٣' (int() reads 123; NCCL does not)."""
+    doc = {"extends": "base", "nccl": {"NCCL_BUFFSIZE": value}}
+    path = _write(workdir, yaml.safe_dump(doc, allow_unicode=True).encode())
+    with pytest.raises(InputError, match="NCCL_BUFFSIZE: invalid value"):
+        profile_mod.load(str(path))
