@@ -74,7 +74,7 @@ profile_option = click.option(
 @handle_errors
 def validate(profile_ref: str | None) -> None:
     """Validate one profile, or every shipped profile when none is given."""
-    refs = [profile_ref] if profile_ref else list(profile_mod.available())
+    refs = [profile_ref] if profile_ref is not None else list(profile_mod.available())
     problems = []
     for ref in refs:
         try:
@@ -155,6 +155,9 @@ def schema() -> None:
 def _inventory(path: Path | None) -> Path:
     """The given inventory, or the lab's (brought up when needed): the README's main command."""
     if path is not None:
+        from orchestrator.runner import check_inventory
+
+        check_inventory(path)  # a broken file is bad input (exit 2), found before any play or lab
         return path
     from orchestrator.lab import hosts as lab_hosts
 
@@ -205,6 +208,14 @@ limit_option = click.option(
     show_default=True,
     help="Seconds to wait for another deploy's lock on a host.",
 )
+@click.option(
+    "--serial", metavar="N|P%", help="Deploy in batches of N hosts (or P% of them), each healthy first."
+)
+@click.option(
+    "--max-fail-percent",
+    type=click.IntRange(0, 100),
+    help="Start no further batch once more than this percent of a batch failed (implies --serial 1).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @handle_errors
 def deploy(
@@ -216,6 +227,8 @@ def deploy(
     no_rollback: bool,
     kill_gpu_holders: bool,
     lock_wait: float,
+    serial: str | None,
+    max_fail_percent: int | None,
     as_json: bool,
 ) -> None:
     """Stop, check GPUs idle, write the unit, start, wait for health: only where something changed.
@@ -232,12 +245,27 @@ def deploy(
         rollback=not no_rollback,
         kill_gpu_holders=kill_gpu_holders,
         lock_wait_s=lock_wait,
+        serial=_serial(serial),
+        max_fail_percent=max_fail_percent,
     )
     inv = _inventory(inventory)
     title = f"{'check' if check else 'deploy'} {prof.name} -> {inv}"
     _show(
         lambda on_event: deploy_mod.deploy(profile_ref, inv, options, on_event), title, as_json, check, prof
     )
+
+
+def _serial(value: str | None) -> str | None:
+    if value is None:
+        return None
+    number = value.removesuffix("%")
+    if (
+        not (number.isascii() and number.isdigit())
+        or int(number) < 1
+        or (value.endswith("%") and int(number) > 100)
+    ):
+        raise InputError(f"--serial {value!r}: give a host count such as 2, or a percentage such as 25%")
+    return value
 
 
 def _show(run: Callable[..., Any], title: str, as_json: bool, check: bool = False, prof: Any = None) -> None:

@@ -268,6 +268,10 @@ class Options:
     rollback: bool = True
     kill_gpu_holders: bool = False
     lock_wait_s: float = LOCK_WAIT_S
+    #: Hosts per batch ("2" or "25%"); None: all at once.
+    serial: str | None = None
+    #: Stop starting new batches once more than this percent of a batch failed.
+    max_fail_percent: int | None = None
 
 
 def deploy(
@@ -290,6 +294,11 @@ def deploy(
         "orch_force_restart": options.force_restart,
         "orch_kill_gpu_holders": options.kill_gpu_holders,
     }
+    if options.serial:
+        extra["orch_serial"] = options.serial
+    if options.max_fail_percent is not None:
+        extra["orch_max_fail_percent"] = options.max_fail_percent
+        extra.setdefault("orch_serial", 1)  # a limit on failures means nothing if all hosts start at once
     play = run_playbook(
         "deploy.yml",
         inventory,
@@ -303,9 +312,8 @@ def deploy(
         raise InputError(
             f"no host of {inventory} matched{f' --limit {options.limit}' if options.limit else ''}"
         )
-    reports = sorted(
-        (_host_report(run, plan.digest, options.check) for run in play.hosts.values()), key=_host
-    )
+    reports = [_host_report(run, plan.digest, options.check) for run in play.hosts.values()]
+    reports = sorted(reports + _not_started(inventory, options.limit, play.hosts), key=_host)
     report = DeployReport(prof.name, plan.digest, options.check, reports, str(play.artifacts), run_id)
     if options.check:
         return report
@@ -319,6 +327,15 @@ def deploy(
 
 def _host(r: HostReport) -> str:
     return r.host
+
+
+def _not_started(inventory: Path, limit: str | None, seen: dict[str, HostRun]) -> list[HostReport]:
+    """Hosts the play never reached because an earlier batch failed past --max-fail-percent."""
+    from orchestrator.verify.run import inventory_hosts
+
+    missing = [h for h in inventory_hosts(inventory, limit) if h not in seen]
+    why = "not started: an earlier batch failed past --max-fail-percent; this host was not touched"
+    return [HostReport(h, False, False, False, None, "", "", "not started", diagnosis=why) for h in missing]
 
 
 #: Failures after these steps leave the old server stopped: roll back to the last good unit.

@@ -128,7 +128,7 @@ def test_foreign_gpu_process_fails_before_the_stop(lab, host):
         h, took = provoke(lab, host, "foreign GPU process", "cg_2step")
     finally:
         ssh(host, "systemctl", "stop", "foreign-holder.service")
-    assert f"PID {pid} gpu-hold 2000 MiB" in h["diagnosis"], h["diagnosis"]
+    assert f"PID {pid} /usr/bin/python3 2000 MiB" in h["diagnosis"], h["diagnosis"]
     assert h["step"] == "GPUs idle" and took < 30
     assert service(host) == before  # never stopped, so nothing to roll back
 
@@ -228,3 +228,102 @@ def test_zz_summary(capsys):
         for fault, took, diagnosis, rolled in SUMMARY:
             print(f"{fault:<21} {took:6.1f} s   {diagnosis[:90]}")
             print(f"{'':<31}rolled back: {rolled}")
+
+
+def test_max_fail_percent_stops_before_touching_later_hosts(lab, tmp_path):
+    names = [h.name for h in lab.hosts]
+    rc, _ = deploy_json(lab, "--profile", GOOD)
+    assert rc == 0
+    before = {h.name: service(h) for h in lab.hosts}
+    ref = broken(tmp_path, "nomodel_all", server={"model_path": "/data/none"})
+    rc, report = deploy_json(lab, "--profile", ref, "--serial", "1", "--max-fail-percent", "0")
+    assert rc == 1
+    by_host = {h["host"]: h for h in report["hosts"]}
+    assert sorted(by_host) == sorted(names)
+    first, *rest = names
+    assert by_host[first]["step"] == "health" and by_host[first]["rolled_back_to"].startswith(GOOD)
+    for name in rest:
+        assert by_host[name]["step"] == "not started", by_host[name]
+        assert "not touched" in by_host[name]["diagnosis"]
+    for h in lab.hosts[1:]:
+        assert service(h) == before[h.name]
+
+
+def test_api_key_never_leaks(lab, host, tmp_path):
+    import json
+    import os
+    import secrets
+    import urllib.request
+
+    from orchestrator import ledger
+    from orchestrator.paths import state_dir
+
+    key = "sk-orch-" + secrets.token_hex(12)
+    ref = broken(tmp_path, "with_key", api_key={"env": "ORCH_TEST_API_KEY"})
+    env = {**os.environ, "ORCH_TEST_API_KEY": key}
+    done = subprocess.run(
+        [
+            "python3",
+            "-m",
+            "orchestrator",
+            "deploy",
+            "-i",
+            str(lab.inventory),
+            "--limit",
+            host.name,
+            "-p",
+            ref,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(
+        subprocess.run(
+            [
+                "python3",
+                "-m",
+                "orchestrator",
+                "deploy",
+                "-i",
+                str(lab.inventory),
+                "--limit",
+                host.name,
+                "-p",
+                ref,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        ).stdout
+    )
+    # The server got the key: unauthenticated generation is refused, the key is accepted.
+    url = f"http://{host.address}:30000/v1/models"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=5)
+    assert refused.value.code == 401
+    authed = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+    assert urllib.request.urlopen(authed, timeout=5).status == 200
+    # Only in the root-only --config file.
+    assert ssh(host, "stat", "-c", "%a %U %G", "/etc/orchestrator/sglang.config.yaml").split() == [
+        "600",
+        "root",
+        "root",
+    ]
+    assert key in ssh(host, "cat", "/etc/orchestrator/sglang.config.yaml")
+    pid = service(host)["MainPID"]
+    places = {
+        "unit file": ssh(host, "cat", "/etc/systemd/system/sglang.service"),
+        "server cmdline": " ".join(cmdline(host, pid)),
+        "deploy output": done.stdout + done.stderr + json.dumps(report),
+        "ledger": ledger.path().read_bytes().decode(errors="replace"),
+    }
+    for path in (state_dir() / "runs").rglob("*"):
+        if path.is_file():
+            places[f"artifact {path.name}"] = path.read_bytes().decode(errors="replace")
+    leaks = [where for where, text in places.items() if key in text]
+    assert not leaks, f"API key found in: {leaks}"

@@ -36,8 +36,8 @@ options:
   kill_holders:
     description:
       - Kill exactly the processes nvidia-smi lists on the checked GPUs (SIGTERM, then SIGKILL
-        after 5 s), then wait for release. Only PIDs whose /proc/PID/comm matches the listed
-        name are touched, so a PID from another namespace is never killed by mistake.
+        after 5 s), then wait for release. Only PIDs whose argv[0] matches the listed name
+        are touched, so a PID from another namespace is never killed by mistake.
     type: bool
     default: false
   allow_unit:
@@ -141,12 +141,13 @@ def describe(busy: list[dict]) -> str:
 
 
 def _same_process(pid: int, name: str) -> bool:
+    """Whether PID is the process nvidia-smi named: it shows argv[0] (seen on a real H200)."""
     try:
-        with open(f"/proc/{pid}/comm") as fh:
-            comm = fh.read().strip()
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv0 = fh.read().split(b"\0", 1)[0].decode(errors="replace")
     except OSError:
         return False
-    return os.path.basename(name)[:15] == comm
+    return argv0 == name
 
 
 def kill(holders: list[dict]) -> list[dict]:
