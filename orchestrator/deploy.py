@@ -176,7 +176,21 @@ def unit_plan_vars(unit_name: str, profile: str, unit: str, health_timeout_s: in
 
 def _lock(run_id: str, ttl_s: float, wait_s: float) -> dict[str, Any]:
     who = f"{getpass.getuser()}@{socket.gethostname()} (pid {os.getpid()})"
-    return {"holder": who, "run_id": run_id, "ttl_s": ttl_s, "wait_s": wait_s}
+    return {
+        "holder": who,
+        "run_id": run_id,
+        "ttl_s": ttl_s,
+        "wait_s": wait_s,
+        "control": socket.gethostname(),
+        "pid": os.getpid(),
+        "live_pids": _live_pids(),
+    }
+
+
+def _live_pids() -> list[int]:
+    """PIDs running on this machine: a lock taken from here by any other PID belongs to a
+    deploy that died (killed, crashed) and may be taken over."""
+    return sorted(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
 
 
 def _host_report(run: HostRun, digest: str, check: bool) -> HostReport:

@@ -309,11 +309,8 @@ def test_api_key_never_leaks(lab, host, tmp_path):
     authed = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
     assert urllib.request.urlopen(authed, timeout=5).status == 200
     # Only in the root-only --config file.
-    assert ssh(host, "stat", "-c", "%a %U %G", "/etc/orchestrator/sglang.config.yaml").split() == [
-        "600",
-        "root",
-        "root",
-    ]
+    mode = ssh(host, "stat -c '%a %U %G' /etc/orchestrator/sglang.config.yaml").split()
+    assert mode == ["600", "root", "root"]
     assert key in ssh(host, "cat", "/etc/orchestrator/sglang.config.yaml")
     pid = service(host)["MainPID"]
     places = {

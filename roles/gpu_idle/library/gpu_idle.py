@@ -127,7 +127,7 @@ def busy_gpus(gpus: list[dict], apps: list[dict], wanted: list[int], limit: int)
     ]
 
 
-def describe(busy: list[dict]) -> str:
+def describe(busy: list[dict], foreign_only: bool = False) -> str:
     """One clause per busy GPU: index, MiB used, and each holder's PID, name and MiB."""
     parts = []
     for b in busy:
@@ -136,7 +136,10 @@ def describe(busy: list[dict]) -> str:
             for h in b["holders"]
         )
         who = holders or "no process listed (another PID namespace?)"
-        parts.append(f"GPU {b['index']} has {b['memory_used_mib']} MiB used by {who}")
+        if foreign_only:  # memory.used also counts our own server here: name only the others
+            parts.append(f"GPU {b['index']} is used by {who}")
+        else:
+            parts.append(f"GPU {b['index']} has {b['memory_used_mib']} MiB used by {who}")
     return "; ".join(parts)
 
 
@@ -212,7 +215,7 @@ def main() -> None:
     if busy and p["fail"]:
         after = f" after waiting {waited:.1f} s" if p["release_timeout_s"] else ""
         what = f"GPUs held outside {p['allow_unit']}" if p["allow_unit"] else f"GPUs not idle{after}"
-        module.fail_json(msg=f"{what}: {describe(busy)}", **result)
+        module.fail_json(msg=f"{what}: {describe(busy, bool(p['allow_unit']))}", **result)
     module.exit_json(**result)
 
 

@@ -115,7 +115,15 @@ def lock_path(unit: str) -> str:
     return os.path.join(LOCK_DIR, f"{unit}.lock")
 
 
-def try_lock(path: str, holder: dict) -> dict | None:
+def _dead_here(current: dict, mine: dict) -> bool:
+    """A lock taken from our own control machine by a process that no longer runs there is stale:
+    its deploy died (killed, crashed) before releasing it. `live_pids` lists the control
+    machine's running processes."""
+    same_control = current.get("control") and current.get("control") == mine.get("control")
+    return bool(same_control) and current.get("pid") not in mine.get("live_pids", [])
+
+
+def try_lock(path: str, holder: dict, record: dict | None = None) -> dict | None:
     """Take the lock atomically; return the current holder when someone else has it."""
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     for _ in range(2):
@@ -127,13 +135,13 @@ def try_lock(path: str, holder: dict) -> dict | None:
                     current = json.load(fh)
             except (OSError, ValueError):
                 current = {}
-            if current.get("expires", 0) > time.time():
+            if current.get("expires", 0) > time.time() and not _dead_here(current, holder):
                 return current
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)  # expired: its deploy died without releasing it
             continue
         with os.fdopen(fd, "w") as fh:
-            json.dump(holder, fh)
+            json.dump(record or holder, fh)
         return None
     return {"holder": "unknown (lock file keeps reappearing)"}
 
@@ -142,9 +150,10 @@ def acquire(module: AnsibleModule, unit: str) -> None:
     """Wait up to lock_wait_s for the host's deploy lock, or fail naming who holds it."""
     p = module.params
     mine = {**p["lock"], "since": time.time(), "expires": time.time() + p["lock"]["ttl_s"]}
+    mine_record = {k: v for k, v in mine.items() if k != "live_pids"}
     deadline = time.monotonic() + p["lock"]["wait_s"]
     while True:
-        holder = try_lock(lock_path(unit), mine)
+        holder = try_lock(lock_path(unit), mine, mine_record)
         if holder is None:
             return
         if time.monotonic() >= deadline:
