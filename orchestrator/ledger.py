@@ -1,5 +1,5 @@
 """The local ledger: one SQLite file under the state directory with every deploy and the
-last known good unit of each host (the bench issue adds its results here).
+last known good unit of each host, and every bench result (`bench_results`).
 
 Versioned schema (PRAGMA user_version, migrations in order), WAL and a busy timeout so
 two orchestrator processes can write at once.
@@ -7,12 +7,15 @@ two orchestrator processes can write at once.
 
 from __future__ import annotations
 
+import csv
+import io
 import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from orchestrator.paths import state_dir
 
@@ -51,6 +54,51 @@ MIGRATIONS = [
         time REAL NOT NULL,
         PRIMARY KEY (host, unit_name, profile)
     );
+    """,
+    # 2: bench and sweep results. A row is one bench run, or one profile a sweep could not
+    # start (result 'failed', metrics NULL, diagnosis set), so the ledger shows both.
+    """
+    CREATE TABLE bench_results (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        sweep_id TEXT NOT NULL DEFAULT '',
+        time REAL NOT NULL,
+        host TEXT NOT NULL,
+        address TEXT NOT NULL DEFAULT '',
+        port INTEGER,
+        profile TEXT NOT NULL,
+        digest TEXT NOT NULL DEFAULT '',       -- of the unit that served the requests
+        plan_digest TEXT NOT NULL DEFAULT '',  -- of --profile's plan, when given
+        speculative INTEGER NOT NULL DEFAULT 0,
+        sglang_version TEXT NOT NULL DEFAULT '',
+        git_commit TEXT NOT NULL DEFAULT 'unknown',
+        result TEXT NOT NULL,                  -- ok, failed
+        diagnosis TEXT NOT NULL DEFAULT '',
+        requests INTEGER NOT NULL DEFAULT 0,
+        concurrency INTEGER NOT NULL DEFAULT 0,
+        max_tokens INTEGER NOT NULL DEFAULT 0,
+        errors INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        duration_s REAL,
+        tok_s REAL,                            -- mean per-request decode speed
+        tok_s_p50 REAL,
+        tok_s_min REAL,
+        tok_s_max REAL,
+        total_tok_s REAL,                      -- all output tokens over the measured wall time
+        ttft_mean_s REAL,
+        ttft_p50_s REAL,
+        ttft_p90_s REAL,
+        ttft_p99_s REAL,
+        itl_mean_s REAL,
+        itl_p50_s REAL,
+        itl_p90_s REAL,
+        itl_p99_s REAL,
+        accept_len REAL,                       -- /get_server_info internal_states
+        accept_len_log REAL,                   -- mean of the server log's `accept len` lines
+        accept_len_client REAL,                -- completion tokens over spec_verify_ct
+        notes TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX bench_profile_time ON bench_results (profile, time)
     """,
 ]
 
@@ -155,3 +203,84 @@ def history(host: str | None = None, limit: int = 50) -> list[sqlite3.Row]:
             query = "SELECT * FROM deploys WHERE host=? ORDER BY time DESC, id DESC LIMIT ?"
             return conn.execute(query, (host, limit)).fetchall()
         return conn.execute("SELECT * FROM deploys ORDER BY time DESC, id DESC LIMIT ?", (limit,)).fetchall()
+
+
+#: bench_results columns a caller fills (id is SQLite's).
+BENCH_COLUMNS = [
+    "run_id",
+    "sweep_id",
+    "time",
+    "host",
+    "address",
+    "port",
+    "profile",
+    "digest",
+    "plan_digest",
+    "speculative",
+    "sglang_version",
+    "git_commit",
+    "result",
+    "diagnosis",
+    "requests",
+    "concurrency",
+    "max_tokens",
+    "errors",
+    "output_tokens",
+    "duration_s",
+    "tok_s",
+    "tok_s_p50",
+    "tok_s_min",
+    "tok_s_max",
+    "total_tok_s",
+    "ttft_mean_s",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+    "itl_mean_s",
+    "itl_p50_s",
+    "itl_p90_s",
+    "itl_p99_s",
+    "accept_len",
+    "accept_len_log",
+    "accept_len_client",
+    "notes",
+]
+
+
+def record_bench(row: dict[str, Any], db: Path | None = None) -> int:
+    """Append one bench result (keys from BENCH_COLUMNS; missing ones take the column default)."""
+    unknown = set(row) - set(BENCH_COLUMNS)
+    if unknown:
+        raise ValueError(f"not bench_results columns: {sorted(unknown)}")
+    values = {"time": time.time(), **row}
+    names = ", ".join(values)
+    marks = ",".join("?" * len(values))
+    with connect(db) as conn:
+        cur = conn.execute(f"INSERT INTO bench_results ({names}) VALUES ({marks})", tuple(values.values()))
+        return int(cur.lastrowid or 0)
+
+
+def bench_results(
+    profile: str | None = None, since: float | None = None, db: Path | None = None
+) -> list[sqlite3.Row]:
+    """Bench rows oldest first, optionally of one profile and from a time (epoch seconds) on."""
+    query, args = "SELECT * FROM bench_results WHERE 1=1", []
+    if profile:
+        query, args = query + " AND profile=?", [*args, profile]
+    if since is not None:
+        query, args = query + " AND time>=?", [*args, since]
+    with connect(db) as conn:
+        return conn.execute(query + " ORDER BY time, id", args).fetchall()
+
+
+def to_csv(rows: list[sqlite3.Row] | list[dict[str, Any]]) -> str:
+    """Rows as CSV with a header: every column, so a spreadsheet gets all the ledger knows."""
+    buf = io.StringIO()
+    if not rows:
+        return ""
+    names = list(rows[0].keys())
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(names)
+    for r in rows:
+        writer.writerow(["" if r[n] is None else r[n] for n in names])
+    return buf.getvalue()

@@ -1,0 +1,546 @@
+"""bench: timed streaming requests against the deployed SGLang server, and the maths on them.
+
+Engine layer: never prints. `find_target()` says which server answers HTTP (the first host
+of the inventory or --limit, at its `ansible_host`, on the deployed unit's port); `run()`
+warms it up, streams `/generate` requests and returns a `BenchResult`; `record()` writes it
+to the ledger.
+
+What is measured, and why this way:
+- decode speed of a request = tokens after its first chunk / time from its first chunk to
+  its last full one. It leaves out queueing and prefill (TTFT says those), so it is the
+  number the reference deployment quotes per profile (90 tok/s with no speculation);
+- total speed = all output tokens / wall time of the measured phase, TTFT included;
+- inter-token latency is per token: with speculation one chunk carries the accept length's
+  worth of tokens, so a chunk's gap is shared by its tokens (sglang's bench_serving reports
+  per-chunk gaps, which makes a speculative profile look slower per token than it is);
+- accept length: `/get_server_info` internal_states (what SGLang says), cross-checked with
+  the `accept len` lines the server logs and with completion tokens / `spec_verify_ct`
+  (what the client saw).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from orchestrator import ledger
+from orchestrator import plan as plan_mod
+from orchestrator import profile as profile_mod
+from orchestrator.errors import InputError, OrchestratorError
+from orchestrator.paths import ROOT
+
+#: Prompts when no --prompts file is given: varied lengths, no meaning needed for a speed test.
+DEFAULT_PROMPTS = (
+    "Explain speculative decoding to a new engineer in a few paragraphs.",
+    "Write a short story about a lighthouse keeper who collects maps.",
+    "List the steps to replace a bicycle chain, with the tools needed.",
+    "Summarise the history of the printing press for a school report.",
+    "Describe how a compiler turns source code into machine instructions.",
+    "Give ten ideas for a rainy weekend with children, one line each.",
+)
+#: Accept lengths from the server and from its log further apart than this get a note.
+ACCEPT_TOLERANCE = 0.05
+ACCEPT_LINE = re.compile(r"accept len: ([0-9]+(?:\.[0-9]+)?)")
+
+
+class BenchError(OrchestratorError):
+    """The server could not be benchmarked (not deployed, not reachable, every request failed)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How hard and how long bench pushes the server."""
+
+    requests: int = 16
+    concurrency: int = 1
+    max_tokens: int = 256
+    warmup: int = 2
+    warmup_tokens: int = 16
+    prompts: tuple[str, ...] = DEFAULT_PROMPTS
+    timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """The server bench talks to, and what is deployed there."""
+
+    host: str
+    address: str
+    port: int
+    profile: str = ""
+    digest: str = ""
+    plan_digest: str = ""
+    api_key: str = ""
+
+    @property
+    def url(self) -> str:
+        addr = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{addr}:{self.port}"
+
+
+# --- the maths ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stats:
+    """mean, p50, p90, p99 of some samples (all None without samples)."""
+
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Stats:
+        if not values:
+            return cls()
+        ordered = sorted(values)
+        return cls(
+            statistics.fmean(ordered),
+            percentile(ordered, 50),
+            percentile(ordered, 90),
+            percentile(ordered, 99),
+        )
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """The q-th percentile of sorted samples, linearly interpolated (numpy's default method)."""
+    if not ordered:
+        raise ValueError("percentile of no samples")
+    pos = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+@dataclass
+class Stream:
+    """One request as the client saw it: when it was sent, each chunk's arrival and token count."""
+
+    sent: float
+    events: list[tuple[float, int]] = field(default_factory=list)
+    done: float = 0.0
+    verify_ct: int = 0
+    error: str = ""
+
+    @property
+    def tokens(self) -> int:
+        return self.events[-1][1] if self.events else 0
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.events[0][0] - self.sent if self.events else None
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        """Tokens after the first chunk over the time after it; None with fewer than two chunks.
+
+        With three or more chunks the last is left out: max_tokens cuts its round short, so it
+        would count a whole round's time for part of a round's tokens (2.5% low at 64 tokens
+        and accept length 2.1; 0.1% without it).
+        """
+        if len(self.events) < 2:
+            return None
+        last = self.events[-2] if len(self.events) >= 3 else self.events[-1]
+        (t0, n0), (t1, n1) = self.events[0], last
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else None
+
+    def itl_s(self) -> list[float]:
+        """One latency per token after the first chunk: each chunk's gap shared by its tokens."""
+        samples: list[float] = []
+        for (t_prev, n_prev), (t, n) in zip(self.events, self.events[1:], strict=False):
+            new = n - n_prev
+            samples += [(t - t_prev) / new] * new
+        return samples
+
+
+def accept_from_log(messages: Sequence[str]) -> float | None:
+    """Mean of the `accept len: X` values of SGLang's decode log lines; None when there are none."""
+    values = [float(m.group(1)) for m in map(ACCEPT_LINE.search, messages) if m]
+    return statistics.fmean(values) if values else None
+
+
+def accept_from_server_info(info: dict[str, Any]) -> float | None:
+    """Mean avg_spec_accept_length over the DP ranks' internal_states (absent without speculation)."""
+    states = info.get("internal_states") or []
+    values = [
+        float(s["avg_spec_accept_length"])
+        for s in states
+        if isinstance(s, dict) and s.get("avg_spec_accept_length")
+    ]
+    return statistics.fmean(values) if values else None
+
+
+# --- the result -----------------------------------------------------------------------------
+
+
+@dataclass
+class BenchResult:
+    """Every number of one bench run, with what it ran against."""
+
+    target: Target
+    settings: Settings
+    streams: list[Stream]
+    duration_s: float
+    sglang_version: str = ""
+    speculative: bool = False
+    accept_len: float | None = None
+    accept_len_log: float | None = None
+    notes: list[str] = field(default_factory=list)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    @property
+    def ok_streams(self) -> list[Stream]:
+        return [s for s in self.streams if not s.error]
+
+    @property
+    def errors(self) -> list[str]:
+        return [s.error for s in self.streams if s.error]
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(s.tokens for s in self.ok_streams)
+
+    def per_request_tok_s(self) -> list[float]:
+        return [v for v in (s.decode_tok_s for s in self.ok_streams) if v is not None]
+
+    @property
+    def tok_s(self) -> Stats:
+        return Stats.of(self.per_request_tok_s())
+
+    @property
+    def total_tok_s(self) -> float | None:
+        return self.output_tokens / self.duration_s if self.duration_s > 0 and self.ok_streams else None
+
+    @property
+    def ttft(self) -> Stats:
+        return Stats.of([s.ttft_s for s in self.ok_streams if s.ttft_s is not None])
+
+    @property
+    def itl(self) -> Stats:
+        return Stats.of([v for s in self.ok_streams for v in s.itl_s()])
+
+    @property
+    def accept_len_client(self) -> float | None:
+        """Completion tokens per verify round, as the server's meta_info counts them."""
+        verify = sum(s.verify_ct for s in self.ok_streams)
+        return self.output_tokens / verify if verify else None
+
+    def row(self, sweep_id: str = "") -> dict[str, Any]:
+        """The ledger row (bench_results columns)."""
+        speeds = self.per_request_tok_s()
+        tok, ttft, itl, t = self.tok_s, self.ttft, self.itl, self.target
+        return {
+            "run_id": self.run_id,
+            "sweep_id": sweep_id,
+            "host": t.host,
+            "address": t.address,
+            "port": t.port,
+            "profile": t.profile,
+            "digest": t.digest,
+            "plan_digest": t.plan_digest,
+            "speculative": int(self.speculative),
+            "sglang_version": self.sglang_version,
+            "git_commit": git_commit(),
+            "result": "ok" if self.ok_streams else "failed",
+            "diagnosis": "; ".join(sorted(set(self.errors)))[:500],
+            "requests": self.settings.requests,
+            "concurrency": self.settings.concurrency,
+            "max_tokens": self.settings.max_tokens,
+            "errors": len(self.errors),
+            "output_tokens": self.output_tokens,
+            "duration_s": self.duration_s,
+            "tok_s": tok.mean,
+            "tok_s_p50": tok.p50,
+            "tok_s_min": min(speeds, default=None),
+            "tok_s_max": max(speeds, default=None),
+            "total_tok_s": self.total_tok_s,
+            **{f"ttft_{k}_s": getattr(ttft, k) for k in ("mean", "p50", "p90", "p99")},
+            **{f"itl_{k}_s": getattr(itl, k) for k in ("mean", "p50", "p90", "p99")},
+            "accept_len": self.accept_len,
+            "accept_len_log": self.accept_len_log,
+            "accept_len_client": self.accept_len_client,
+            "notes": "; ".join(self.notes),
+        }
+
+
+def git_commit() -> str:
+    """The tool's commit, so a result can be traced to the code that measured it."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
+
+
+def record(result: BenchResult, sweep_id: str = "") -> int:
+    return ledger.record_bench(result.row(sweep_id))
+
+
+# --- talking to the server ------------------------------------------------------------------
+
+
+def _headers(target: Target) -> dict[str, str]:
+    return {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+
+
+def server_info(target: Target, timeout_s: float = 10.0) -> dict[str, Any]:
+    """`/get_server_info`: SGLang's version, its resolved arguments and internal_states."""
+    url = f"{target.url}/get_server_info"
+    try:
+        resp = httpx.get(url, headers=_headers(target), timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise BenchError(f"{target.host}: cannot reach {url}: {exc}") from None
+    if resp.status_code == 401:
+        raise BenchError(f"{target.host}: the server wants an API key: give --profile with its api_key")
+    if resp.status_code != 200:
+        raise BenchError(f"{target.host}: {url} answered {resp.status_code}: {resp.text[:200]}")
+    try:
+        info = resp.json()
+    except ValueError:
+        raise BenchError(f"{target.host}: {url} did not answer JSON: {resp.text[:200]}") from None
+    return info if isinstance(info, dict) else {}
+
+
+async def _stream(client: httpx.AsyncClient, target: Target, prompt: str, max_tokens: int) -> Stream:
+    """One streamed /generate request, timed chunk by chunk."""
+    body = {
+        "text": prompt,
+        "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True},
+        "stream": True,
+    }
+    stream = Stream(sent=time.perf_counter())
+    try:
+        async with client.stream("POST", "/generate", json=body, headers=_headers(target)) as resp:
+            if resp.status_code != 200:
+                text = (await resp.aread()).decode(errors="replace")
+                stream.error = f"HTTP {resp.status_code}: {text[:200]}"
+            else:
+                await _read_events(resp, stream)
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        stream.error = f"{type(exc).__name__}: {exc}"[:300]
+    stream.done = time.perf_counter()
+    if not stream.error and not stream.events:
+        stream.error = "the stream ended without a token"
+    return stream
+
+
+async def _read_events(resp: httpx.Response, stream: Stream) -> None:
+    """SGLang's SSE: `data: {text, meta_info}` with cumulative counts, then `data: [DONE]`."""
+    async for line in resp.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        now = time.perf_counter()
+        meta = json.loads(data)["meta_info"]
+        tokens = int(meta["completion_tokens"])
+        stream.verify_ct = int(meta.get("spec_verify_ct") or 0)
+        if tokens > stream.tokens:
+            stream.events.append((now, tokens))
+
+
+async def _streams(
+    target: Target, settings: Settings, count: int, max_tokens: int, progress: Callable[[int], None]
+) -> list[Stream]:
+    """`count` requests, at most `settings.concurrency` at a time, prompts taken in turn."""
+    gate = asyncio.Semaphore(settings.concurrency)
+    limits = httpx.Limits(max_connections=settings.concurrency)
+    timeout = httpx.Timeout(settings.timeout_s, connect=10.0)
+    async with httpx.AsyncClient(base_url=target.url, timeout=timeout, limits=limits) as client:
+
+        async def one(i: int) -> Stream:
+            async with gate:
+                stream = await _stream(
+                    client, target, settings.prompts[i % len(settings.prompts)], max_tokens
+                )
+            progress(1)
+            return stream
+
+        return list(await asyncio.gather(*(one(i) for i in range(count))))
+
+
+def run(
+    target: Target,
+    settings: Settings = Settings(),
+    on_progress: Callable[[str, int, int], None] | None = None,
+    log_messages: Callable[[float], list[str]] | None = None,
+) -> BenchResult:
+    """Warm up, then measure; `on_progress(phase, done, total)` after each request.
+
+    `log_messages(since_epoch)` gives the server's log lines since the measurement began,
+    for the accept-length cross-check (None: no log to read, e.g. a server outside any inventory).
+    """
+    info = server_info(target)
+    report = on_progress or (lambda phase, done, total: None)
+    counts = {"warm-up": 0, "measure": 0}
+
+    def tick(phase: str, total: int) -> Callable[[int], None]:
+        def step(n: int) -> None:
+            counts[phase] += n
+            report(phase, counts[phase], total)
+
+        return step
+
+    asyncio.run(_streams(target, settings, settings.warmup, settings.warmup_tokens, tick("warm-up", 0)))
+    began_epoch, began = time.time(), time.perf_counter()
+    streams = asyncio.run(
+        _streams(target, settings, settings.requests, settings.max_tokens, tick("measure", settings.requests))
+    )
+    duration = time.perf_counter() - began
+    after = server_info(target)
+    result = BenchResult(target, settings, streams, duration, sglang_version=str(info.get("version", "")))
+    result.speculative = bool(after.get("speculative_algorithm"))
+    result.accept_len = accept_from_server_info(after) or (None if result.speculative else 1.0)
+    if log_messages is not None and result.speculative:
+        result.accept_len_log = accept_from_log(log_messages(began_epoch))
+    result.notes += _notes(result)
+    if not result.ok_streams:
+        raise BenchError(f"{target.host}: every request failed: {'; '.join(sorted(set(result.errors)))}")
+    return result
+
+
+def _notes(result: BenchResult) -> list[str]:
+    """What a reader of the numbers should know: disagreeing sources, a different deployment."""
+    notes = []
+    t, server, logged = result.target, result.accept_len, result.accept_len_log
+    if t.plan_digest and t.digest and t.plan_digest != t.digest:
+        notes.append(
+            f"deployed digest {t.digest} ({t.profile or 'unknown profile'}) differs from the given "
+            f"profile's plan digest {t.plan_digest}: bench measured what runs"
+        )
+    if result.speculative and result.accept_len_log is None and server is not None:
+        notes.append("no `accept len` line in the server log to cross-check the accept length")
+    if server is not None and logged is not None and abs(server - logged) > ACCEPT_TOLERANCE * server:
+        notes.append(f"accept length: server_info says {server:.2f}, the log says {logged:.2f}")
+    if result.errors:
+        notes.append(f"{len(result.errors)} of {len(result.streams)} requests failed")
+    return notes
+
+
+# --- finding the server -------------------------------------------------------------------
+
+
+def load_prompts(path: Path) -> tuple[str, ...]:
+    """One prompt per line; a .jsonl file holds strings or objects with "prompt" or "text"."""
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"--prompts {path}: {exc}") from None
+    if path.suffix == ".jsonl":
+        lines = [_jsonl_prompt(path, n, line) for n, line in enumerate(lines, 1)]
+    if not lines:
+        raise InputError(f"--prompts {path}: no prompts in the file")
+    return tuple(lines)
+
+
+def _jsonl_prompt(path: Path, number: int, line: str) -> str:
+    try:
+        item = json.loads(line)
+    except ValueError as exc:
+        raise InputError(f"--prompts {path}:{number}: not JSON: {exc}") from None
+    text = item.get("prompt", item.get("text")) if isinstance(item, dict) else item
+    if not isinstance(text, str):
+        raise InputError(f'--prompts {path}:{number}: give a string or {{"prompt": "..."}}')
+    return text
+
+
+def host_address(inventory: Path, host: str) -> str:
+    """Where the host is reached: its `ansible_host`, by Ansible's own inventory code."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    entry = InventoryManager(loader=DataLoader(), sources=[str(inventory)]).get_host(host)
+    return str(entry.vars.get("ansible_host") or host) if entry else host
+
+
+def find_target(
+    inventory: Path,
+    limit: str | None = None,
+    profile_ref: str | None = None,
+    unit_name: str = "sglang.service",
+) -> Target:
+    """The node serving HTTP (the first host selected), what runs there, and its port."""
+    from orchestrator.runner import run_playbook
+    from orchestrator.verify.run import inventory_hosts
+
+    hosts = inventory_hosts(inventory, limit)
+    if not hosts:
+        raise InputError(f"no host of {inventory} matched{f' --limit {limit}' if limit else ''}")
+    host = hosts[0]
+    plan = plan_mod.build(profile_mod.load(profile_ref)) if profile_ref else None
+    play = run_playbook("status.yml", inventory, {"orch_unit_name": unit_name}, limit=host)
+    run = play.hosts.get(host)
+    probe = (run.result_of("sglang_probe") if run else None) or {}
+    if run is None or (run.failed and run.failed.kind == "unreachable"):
+        raise BenchError(f"{host}: unreachable, cannot read what it runs")
+    state = probe.get("state", {}).get("ActiveState", "?")
+    if state != "active":
+        raise BenchError(f"{host}: {unit_name} is {state}; deploy a profile first")
+    port = _unit_port(probe.get("unit", "")) or (plan.port if plan else None)
+    if port is None:
+        raise BenchError(f"{host}: no --port in the deployed unit; give --profile")
+    return Target(
+        host=host,
+        address=host_address(inventory, host),
+        port=port,
+        profile=probe.get("profile", ""),
+        digest=probe.get("digest", ""),
+        plan_digest=plan.digest if plan else "",
+        api_key=_api_key(profile_mod.load(profile_ref)) if profile_ref else "",
+    )
+
+
+def _unit_port(unit: str) -> int | None:
+    if not unit:
+        return None
+    argv, _ = plan_mod.parse_unit(unit)
+    port = plan_mod.flags_of(argv).get("--port")
+    return int(port) if port and str(port).isdigit() else 30000  # SGLang's default port
+
+
+def _api_key(prof: profile_mod.Profile) -> str:
+    """The profile's API key, read on this machine as deploy reads it."""
+    ref = prof.api_key
+    if ref is None:
+        return ""
+    if ref.file:
+        path = Path(ref.file).expanduser()
+        if not path.is_file():
+            raise InputError(f"api_key.file: {path} does not exist on this machine")
+        return path.read_text().strip()
+    key = os.environ.get(ref.env or "", "")
+    if not key:
+        raise InputError(f"api_key.env: ${ref.env} is not set on this machine")
+    return key
+
+
+def journal_messages(
+    inventory: Path, host: str, unit_name: str = "sglang.service"
+) -> Callable[[float], list[str]]:
+    """A reader of the host's unit journal since a time, with the logs engine."""
+
+    def read(since_epoch: float) -> list[str]:
+        from orchestrator import logs
+
+        since = datetime.fromtimestamp(since_epoch, UTC)
+        batch = logs.read(inventory, unit_name=unit_name, lines=2000, limit=host)
+        return [line.message for line in batch.lines if line.time >= since]
+
+    return read

@@ -1,0 +1,393 @@
+"""`bench`, `sweep`, `results`: the tuning loop's commands, the one place their output is decided.
+
+Kept out of __main__.py so the commands are added with `cli.add_command(...)`; like logs_cli,
+it cannot import __main__'s helpers (that module imports this one), so it holds its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator import bench as bench_mod
+from orchestrator import ledger
+from orchestrator import sweep as sweep_mod
+from orchestrator.errors import InputError, OrchestratorError, ProfileError
+from orchestrator.paths import state_dir
+from orchestrator.runner import TaskEvent
+
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Expected errors become a message and their exit code; anything else a saved traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ProfileError as exc:
+            for problem in exc.problems:
+                err.print(str(problem), markup=False)
+            sys.exit(exc.exit_code)
+        except OrchestratorError as exc:
+            err.print(f"error: {exc}", markup=False)
+            sys.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception:
+            path = state_dir() / "crash" / f"{time.strftime('%Y%m%d-%H%M%S')}.log"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(traceback.format_exc())
+            err.print(f"internal error: {sys.exc_info()[1]!r}; traceback saved to {path}", markup=False)
+            sys.exit(1)
+
+    return wrapper
+
+
+def _running_lab() -> Path:
+    """bench measures what runs: without -i, the lab that is up; never one brought up to be empty."""
+    from orchestrator.lab import hosts as lab_hosts
+
+    seen = lab_hosts.status()
+    if not seen.healthy or seen.inventory is None:
+        raise InputError("no inventory given and no lab is up: pass -i INVENTORY")
+    return seen.inventory
+
+
+def _lab_up() -> Path:
+    """sweep deploys, so like deploy it brings the lab up when no inventory is given."""
+    from orchestrator.lab import hosts as lab_hosts
+
+    return lab_hosts.up(progress=lambda line: err.print(line, style="dim", markup=False)).inventory
+
+
+inventory_option = click.option(
+    "-i",
+    "--inventory",
+    type=click.Path(exists=True, dir_okay=True, path_type=Path),
+    help="Ansible inventory (YAML or INI). Default: the local lab.",
+)
+limit_option = click.option(
+    "--limit", "-l", metavar="PATTERN", help="Only hosts matching this pattern; the first one serves HTTP."
+)
+
+
+def load_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The load a bench puts on the server (shared by bench and sweep)."""
+    options = [
+        click.option("--requests", "-n", type=click.IntRange(1, 100000), default=16, show_default=True),
+        click.option("--concurrency", "-c", type=click.IntRange(1, 1024), default=1, show_default=True),
+        click.option(
+            "--max-tokens",
+            type=click.IntRange(2, 1_000_000),
+            default=256,
+            show_default=True,
+            help="Per request.",
+        ),
+        click.option("--warmup", type=click.IntRange(0, 1000), default=2, show_default=True),
+        click.option(
+            "--prompts",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help='One prompt per line (.jsonl: strings or {"prompt": ...}).',
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _settings(requests: int, concurrency: int, max_tokens: int, warmup: int, prompts: Path | None):
+    chosen = bench_mod.load_prompts(prompts) if prompts else bench_mod.DEFAULT_PROMPTS
+    return bench_mod.Settings(requests, concurrency, max_tokens, warmup, prompts=chosen)
+
+
+@contextmanager
+def _progress() -> Iterator[tuple[Callable[[str, int, int], None], Callable[[str], None], Callable]]:
+    """A progress line on stderr: the phase, and a bar for the requests of a bench."""
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+    task = bar.add_task("starting", total=None)
+    state = {"phase": ""}
+
+    def on_progress(phase: str, done: int, total: int) -> None:
+        bar.update(task, description=f"{state['phase']} {phase}".strip(), completed=done, total=total or None)
+
+    def on_phase(text: str) -> None:
+        state["phase"] = text
+        err.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {text}", highlight=False)
+        bar.update(task, description=text, completed=0, total=None)
+
+    def on_event(ev: TaskEvent) -> None:
+        from orchestrator.deploy import STEPS
+
+        if ev.kind == "start" and ev.role in STEPS:
+            bar.update(task, description=f"{state['phase']}: {ev.host} {STEPS[ev.role]}")
+
+    with bar:
+        yield on_progress, on_phase, on_event
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.1f}"
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def bench_table(r: bench_mod.BenchResult) -> Table:
+    t = r.target
+    title = (
+        f"bench {t.profile or '?'} on {t.host} ({t.url}, digest {t.digest or '?'}, SGLang {r.sglang_version})"
+    )
+    table = Table(title=title, title_justify="left")
+    for col in ("metric", "mean", "p50", "p90", "p99"):
+        table.add_column(col, justify="right" if col != "metric" else "left")
+    tok = r.tok_s
+    table.add_row("decode tok/s per request", *(_num(v) for v in (tok.mean, tok.p50, tok.p90, tok.p99)))
+    table.add_row("TTFT ms", *(_ms(v) for v in (r.ttft.mean, r.ttft.p50, r.ttft.p90, r.ttft.p99)))
+    table.add_row("inter-token latency ms", *(_ms(v) for v in (r.itl.mean, r.itl.p50, r.itl.p90, r.itl.p99)))
+    table.add_section()
+    table.add_row("total output tok/s", _num(r.total_tok_s), "", "", "")
+    accept = (
+        f"{_num(r.accept_len, 2)} (log {_num(r.accept_len_log, 2)}, client {_num(r.accept_len_client, 2)})"
+    )
+    table.add_row("accept length", accept, "", "", "")
+    errors = f"{len(r.errors)} of {len(r.streams)}"
+    table.add_row("errors", f"[red]{errors}[/]" if r.errors else errors, "", "", "")
+    settings = f"{r.settings.requests} x {r.settings.max_tokens} tokens, concurrency {r.settings.concurrency}"
+    table.add_row("requests", settings, "", "", "")
+    table.add_row("output tokens / wall", f"{r.output_tokens} / {r.duration_s:.1f} s", "", "", "")
+    return table
+
+
+@click.command()
+@click.option("--profile", "-p", "profile_ref", metavar="NAME|PATH", help="Expected profile (checked).")
+@inventory_option
+@limit_option
+@load_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@handle_errors
+def bench(
+    profile_ref: str | None,
+    inventory: Path | None,
+    limit: str | None,
+    requests: int,
+    concurrency: int,
+    max_tokens: int,
+    warmup: int,
+    prompts: Path | None,
+    as_json: bool,
+) -> None:
+    """Measure the deployed server: decode tok/s, TTFT, inter-token latency, accept length, errors.
+
+    Runs against the first host of the inventory (or --limit), records a row in the ledger.
+    """
+    settings = _settings(requests, concurrency, max_tokens, warmup, prompts)
+    inv = inventory or _running_lab()
+    target = bench_mod.find_target(inv, limit, profile_ref)
+    log = bench_mod.journal_messages(inv, target.host)
+    if as_json:
+        result = bench_mod.run(target, settings, None, log)
+    else:
+        with _progress() as (on_progress, on_phase, _):
+            on_phase(f"bench {target.profile or '?'} on {target.host}")
+            result = bench_mod.run(target, settings, on_progress, log)
+    row_id = bench_mod.record(result)
+    if as_json:
+        click.echo(json.dumps({"ledger_id": row_id, **result.row()}, indent=2))
+        return
+    out.print(bench_table(result))
+    for note in result.notes:
+        err.print(Text(f"note: {note}", style="yellow"))
+
+
+def ranking_table(entries: list[sweep_mod.Entry], baseline: str, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("rank", "profile", "tok/s", "min..max", "runs", "speed-up", "accept len", "note"):
+        table.add_column(
+            col, justify="right" if col in ("tok/s", "speed-up", "accept len", "runs") else "left"
+        )
+    for rank, e in enumerate(entries, 1):
+        if not e.ok:
+            table.add_row(
+                "-", e.profile, "-", "-", "0", "-", "-", Text(f"failed: {e.diagnosis}", style="red")
+            )
+            continue
+        speedup = f"{e.speedup:.3f}x" if e.speedup is not None else "-"
+        span = f"{min(e.tok_s):.1f}..{max(e.tok_s):.1f}"
+        name = f"{e.profile} (baseline)" if e.profile == baseline else e.profile
+        note = Text(e.warning, style="bold yellow")
+        table.add_row(
+            str(rank), name, f"{e.mean:.1f}", span, str(len(e.tok_s)), speedup, _num(e.accept_len, 2), note
+        )
+    return table
+
+
+@click.command()
+@click.argument("profiles", nargs=-1, required=True, metavar="PROFILE...")
+@click.option("--baseline", metavar="NAME", help="Speed-ups are against this profile (swept too).")
+@click.option(
+    "--repeat", type=click.IntRange(1, 100), default=1, show_default=True, help="Benches per profile."
+)
+@click.option("--leave", metavar="NAME", help="Deploy this profile at the end instead of the fastest.")
+@inventory_option
+@limit_option
+@load_options
+@click.option("--json", "as_json", is_flag=True, help="Print the ranking as JSON.")
+@handle_errors
+def sweep(
+    profiles: tuple[str, ...],
+    baseline: str | None,
+    repeat: int,
+    leave: str | None,
+    inventory: Path | None,
+    limit: str | None,
+    requests: int,
+    concurrency: int,
+    max_tokens: int,
+    warmup: int,
+    prompts: Path | None,
+    as_json: bool,
+) -> None:
+    """Deploy, bench and record each profile; rank them; leave the fastest (or --leave) deployed."""
+    settings = _settings(requests, concurrency, max_tokens, warmup, prompts)
+    sweep_mod.check_profiles([*profiles, *([baseline] if baseline else []), *([leave] if leave else [])])
+    inv = inventory or _lab_up()
+    with _progress() as (on_progress, on_phase, on_event):
+        report = sweep_mod.sweep(
+            profiles,
+            inv,
+            limit=limit,
+            baseline=baseline,
+            repeat=repeat,
+            leave=leave,
+            settings=settings,
+            on_event=on_event,
+            on_progress=on_progress,
+            on_phase=on_phase,
+        )
+    if as_json:
+        click.echo(json.dumps(_sweep_json(report), indent=2))
+    else:
+        out.print(ranking_table(report.entries, report.baseline, f"sweep {report.sweep_id} on {inv}"))
+        if report.left_ok:
+            out.print(f"left deployed: {report.left}")
+        else:
+            err.print(Text(f"not restored: {report.left or '-'}: {report.left_message}", style="red"))
+    sys.exit(0 if report.left_ok and all(e.ok for e in report.entries) else 1)
+
+
+def _sweep_json(report: sweep_mod.SweepReport) -> dict[str, Any]:
+    entries = [
+        {
+            "profile": e.profile,
+            "ok": e.ok,
+            "tok_s": e.tok_s,
+            "mean_tok_s": e.mean,
+            "speedup": e.speedup,
+            "accept_len": e.accept_len,
+            "warning": e.warning,
+            "diagnosis": e.diagnosis,
+        }
+        for e in report.entries
+    ]
+    return {
+        "sweep_id": report.sweep_id,
+        "baseline": report.baseline,
+        "ranking": entries,
+        "left": report.left,
+        "left_ok": report.left_ok,
+        "left_message": report.left_message,
+    }
+
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """`30m`, `2h`, `7d` ago, or a local date/time (`2026-11-29`, `2026-11-29 14:00`), as epoch seconds."""
+    match = _RELATIVE.match(text.strip())
+    if match:
+        return (now if now is not None else time.time()) - float(match.group(1)) * _UNIT_S[match.group(2)]
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise InputError(f"--since {text!r}: give 30m, 2h, 7d or a date such as 2026-11-29 14:00") from None
+
+
+def results_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title=f"bench results ({ledger.path()})", title_justify="left")
+    heads = ("time", "host", "profile", "digest", "SGLang", "tok/s", "total tok/s", "TTFT p50 ms")
+    heads += ("ITL p50 ms", "accept len", "errors", "commit", "diagnosis / notes")
+    for col in heads:
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        failed = r["result"] != "ok"
+        table.add_row(
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])),
+            r["host"],
+            r["profile"],
+            r["digest"],
+            r["sglang_version"],
+            "[red]failed[/]" if failed else _num(r["tok_s"]),
+            _num(r["total_tok_s"]),
+            _ms(r["ttft_p50_s"]),
+            _ms(r["itl_p50_s"]),
+            _num(r["accept_len"], 2),
+            str(r["errors"]),
+            r["git_commit"][:10],
+            Text(r["diagnosis"] or r["notes"], style="red" if failed else "yellow"),
+        )
+    return table
+
+
+@click.command()
+@click.option("--profile", "-p", "profile", metavar="NAME", help="Only this profile.")
+@click.option("--since", metavar="WHEN", help="30m, 2h, 7d, or a date/time such as 2026-11-29 14:00.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
+)
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Also draw tok/s to FILE.png.")
+@click.option("--baseline", metavar="NAME", default="baseline", show_default=True, help="Line on the plot.")
+@handle_errors
+def results(profile: str | None, since: str | None, fmt: str, plot: Path | None, baseline: str) -> None:
+    """Bench results from the ledger, oldest first: as a table, CSV (every column) or JSON."""
+    rows = [dict(r) for r in ledger.bench_results(profile, parse_since(since) if since else None)]
+    if fmt == "csv":
+        click.echo(ledger.to_csv(rows), nl=False)
+    elif fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        out.print(results_table(rows))
+    if plot is not None:
+        from orchestrator.plot import plot as draw
+
+        if not rows:
+            raise InputError("no results to plot: run bench or sweep first, or widen --since/--profile")
+        drawn = draw(sweep_mod.ranking(rows, baseline), baseline, plot)
+        err.print(f"plot: {plot} ({len(drawn)} profiles)", markup=False)

@@ -1,0 +1,203 @@
+"""sweep: deploy each profile, bench it, record it; then put the best one back.
+
+Engine layer: never prints. `sweep()` returns a `SweepReport`; `ranking()` turns ledger-shaped
+rows into the ranked entries the CLI shows. Deploys go through `deploy.deploy()`, so a sweep
+has every safety a deploy has (lock, GPU idle check, health wait, rollback of a failed host).
+"""
+
+from __future__ import annotations
+
+import statistics
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator import bench as bench_mod
+from orchestrator import deploy as deploy_mod
+from orchestrator import ledger
+from orchestrator import plan as plan_mod
+from orchestrator import profile as profile_mod
+from orchestrator.errors import InputError, OrchestratorError
+from orchestrator.runner import TaskEvent
+
+#: A speculative profile accepting no more than this many tokens per round gains nothing
+#: from its drafter: the round costs more than a plain decode step and yields one token.
+DRAFTER_FLOOR = 1.05
+DRAFTER_WARNING = "drafter not helping: check algorithm and drafter"
+
+
+@dataclass
+class Entry:
+    """One profile's outcome over its repeats, ready to rank."""
+
+    profile: str
+    ok: bool
+    speculative: bool = False
+    tok_s: list[float] = field(default_factory=list)
+    accept_len: float | None = None
+    diagnosis: str = ""
+    speedup: float | None = None
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.tok_s) if self.tok_s else None
+
+    @property
+    def warning(self) -> str:
+        weak = self.speculative and self.accept_len is not None and self.accept_len <= DRAFTER_FLOOR
+        return DRAFTER_WARNING if weak else ""
+
+
+def ranking(rows: Iterable[Mapping[str, Any]], baseline: str | None) -> list[Entry]:
+    """Entries per profile, fastest first (failed ones last), speed-up against `baseline`'s mean."""
+    entries: dict[str, Entry] = {}
+    for r in rows:
+        e = entries.setdefault(r["profile"], Entry(r["profile"], ok=False))
+        e.speculative = e.speculative or bool(r["speculative"])
+        if r["result"] == "ok" and r["tok_s"] is not None:
+            e.ok = True
+            e.tok_s.append(float(r["tok_s"]))
+            if r["accept_len"] is not None:
+                e.accept_len = float(r["accept_len"])
+        elif r["diagnosis"]:
+            e.diagnosis = str(r["diagnosis"])
+    base = entries.get(baseline or "")
+    base_mean = base.mean if base else None
+    for e in entries.values():
+        if base_mean and e.mean is not None:
+            e.speedup = e.mean / base_mean
+        if e.ok:
+            e.diagnosis = ""
+    return sorted(entries.values(), key=lambda e: (not e.ok, -(e.mean or 0.0)))
+
+
+@dataclass
+class SweepReport:
+    sweep_id: str
+    profiles: list[str]
+    baseline: str
+    entries: list[Entry]
+    left: str = ""
+    left_ok: bool = False
+    left_message: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def check_profiles(profiles: Sequence[str]) -> list[str]:
+    """Every profile validated before any host is touched; their names, in order, once each."""
+    names: list[str] = []
+    for ref in profiles:
+        prof = profile_mod.load(ref)
+        plan_mod.build(prof)
+        if ref not in names:
+            names.append(ref)
+    if not names:
+        raise InputError("give at least one profile to sweep")
+    return names
+
+
+def _failure(report: deploy_mod.DeployReport) -> str:
+    """The first failed host's diagnosis, with where it was rolled back to."""
+    bad = next((h for h in report.hosts if not h.ok), None)
+    if bad is None:
+        return "deploy failed"
+    text = f"{bad.host}: {bad.diagnosis or bad.message or bad.step}"
+    if bad.rolled_back_to:
+        text += f" (rolled back to {bad.rolled_back_to})"
+    return text
+
+
+def _one_profile(
+    ref: str, inventory: Path, limit: str | None, settings: bench_mod.Settings, repeat: int, ctx: _Context
+) -> None:
+    """Deploy one profile and bench it `repeat` times; a failure becomes a ledger row, not an exception."""
+    prof = profile_mod.load(ref)
+    spec = prof.speculative.algorithm is not None
+    base_row = {"sweep_id": ctx.sweep_id, "profile": prof.name, "speculative": int(spec)}
+    ctx.refs[prof.name] = ref
+    ctx.phase(f"deploy {prof.name}")
+    report = deploy_mod.deploy(ref, inventory, deploy_mod.Options(limit=limit), ctx.on_event)
+    if not report.ok:
+        host = report.hosts[0].host if report.hosts else ""
+        _record_failure(base_row, report.run_id, host, _failure(report), report.digest)
+        return
+    for k in range(repeat):
+        ctx.phase(f"bench {prof.name}" + (f" ({k + 1}/{repeat})" if repeat > 1 else ""))
+        try:
+            target = bench_mod.find_target(inventory, limit, ref)
+            log = bench_mod.journal_messages(inventory, target.host)
+            result = bench_mod.run(target, settings, ctx.on_progress, log)
+        except OrchestratorError as exc:
+            _record_failure(base_row, uuid.uuid4().hex[:12], "", f"bench failed: {exc}")
+            continue
+        bench_mod.record(result, ctx.sweep_id)
+
+
+def _record_failure(base: dict[str, Any], run_id: str, host: str, why: str, digest: str = "") -> None:
+    row = {"run_id": run_id, "host": host, "result": "failed", "diagnosis": why}
+    row |= {"digest": digest, "plan_digest": digest, "git_commit": bench_mod.git_commit()}
+    ledger.record_bench(base | row)
+
+
+@dataclass
+class _Context:
+    sweep_id: str
+    on_event: Callable[[TaskEvent], None] | None
+    on_progress: Callable[[str, int, int], None] | None
+    on_phase: Callable[[str], None] | None
+    #: profile name -> the reference it was given as (a name, or a file outside profiles/)
+    refs: dict[str, str] = field(default_factory=dict)
+
+    def phase(self, text: str) -> None:
+        if self.on_phase:
+            self.on_phase(text)
+
+
+def sweep(
+    profiles: Sequence[str],
+    inventory: Path,
+    *,
+    limit: str | None = None,
+    baseline: str | None = None,
+    repeat: int = 1,
+    leave: str | None = None,
+    settings: bench_mod.Settings | None = None,
+    on_event: Callable[[TaskEvent], None] | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+) -> SweepReport:
+    """For each profile: deploy, bench, record. Then deploy the best healthy one (or `leave`).
+
+    The baseline is swept first when it is not among the profiles; default: `baseline` if it
+    is listed, else the first profile.
+    """
+    names = check_profiles(profiles)
+    if baseline and baseline not in names:
+        names = check_profiles([baseline, *names])
+    base = baseline or ("baseline" if "baseline" in names else names[0])
+    if leave:
+        check_profiles([leave])
+    ctx = _Context(uuid.uuid4().hex[:12], on_event, on_progress, on_phase)
+    for ref in names:
+        _one_profile(ref, inventory, limit, settings or bench_mod.Settings(), repeat, ctx)
+    rows = [r for r in ledger.bench_results() if r["sweep_id"] == ctx.sweep_id]
+    report = SweepReport(ctx.sweep_id, names, profile_mod.load(base).name, [])
+    report.entries = ranking(rows, report.baseline)
+    _leave(report, inventory, limit, leave, ctx)
+    return report
+
+
+def _leave(report: SweepReport, inventory: Path, limit: str | None, leave: str | None, ctx: _Context) -> None:
+    """Deploy the profile to leave running: `leave`, else the fastest healthy one."""
+    best = next((e.profile for e in report.entries if e.ok), None)
+    ref = leave or ctx.refs.get(best or "", best)
+    report.left = profile_mod.load(ref).name if ref else ""
+    if not report.left:
+        report.left_message = "no profile was healthy: nothing restored"
+        return
+    ctx.phase(f"restore {report.left}")
+    done = deploy_mod.deploy(ref or report.left, inventory, deploy_mod.Options(limit=limit), ctx.on_event)
+    report.left_ok = done.ok
+    report.left_message = "" if done.ok else _failure(done)

@@ -1,0 +1,132 @@
+"""The ledger's bench results: migrated from an older file, two writers at once, CSV, and the plot."""
+
+from __future__ import annotations
+
+import csv
+import io
+import multiprocessing
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from orchestrator import ledger
+from orchestrator.plot import plot
+from orchestrator.sweep import ranking
+
+
+@pytest.fixture(autouse=True)
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+def ok_row(profile: str, tok_s: float, accept: float, **more: object) -> dict:
+    spec = int(profile != "baseline")
+    return {"run_id": "r", "host": "lab2", "profile": profile, "result": "ok", "tok_s": tok_s} | {
+        "accept_len": accept,
+        "speculative": spec,
+        **more,
+    }
+
+
+def test_a_version_1_ledger_is_migrated_and_keeps_its_deploys(state: Path) -> None:
+    db = ledger.path()
+    db.parent.mkdir(parents=True)
+    old = sqlite3.connect(db)
+    old.executescript(ledger.MIGRATIONS[0] + "; PRAGMA user_version=1;")
+    old.execute(
+        "INSERT INTO deploys (run_id, time, host, unit_name, profile, digest, action, result, restarted,"
+        " duration_s) VALUES ('x', 1.0, 'lab1', 'sglang.service', 'cg_5tok', 'abc', 'deploy', 'healthy',"
+        " 1, 2.0)"
+    )
+    old.commit()
+    old.close()
+    ledger.record_bench(ok_row("cg_5tok", 82.3, 2.12))
+    with ledger.connect() as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(ledger.MIGRATIONS) == 2
+    assert [r["profile"] for r in ledger.history()] == ["cg_5tok"]
+    assert [r["tok_s"] for r in ledger.bench_results()] == [82.3]
+
+
+def test_filters_unknown_columns_and_csv_export() -> None:
+    ledger.record_bench(ok_row("baseline", 90.0, 1.0, time=1000.0))
+    ledger.record_bench(ok_row("cg_5tok", 82.3, 2.12, time=2000.0, notes='a "quoted", note'))
+    assert [r["profile"] for r in ledger.bench_results(since=1500.0)] == ["cg_5tok"]
+    assert [r["profile"] for r in ledger.bench_results(profile="baseline")] == ["baseline"]
+    with pytest.raises(ValueError, match="tok_per_s"):
+        ledger.record_bench({"tok_per_s": 1.0})
+    parsed = list(csv.DictReader(io.StringIO(ledger.to_csv(ledger.bench_results()))))
+    assert [(r["profile"], float(r["tok_s"])) for r in parsed] == [("baseline", 90.0), ("cg_5tok", 82.3)]
+    assert parsed[1]["notes"] == 'a "quoted", note'
+    assert parsed[0]["accept_len_log"] == ""  # NULL stays empty, not "None"
+    assert set(ledger.BENCH_COLUMNS) < set(parsed[0])
+
+
+def _write_rows(db: str, writer: int, count: int) -> None:
+    for i in range(count):
+        ledger.record_bench(ok_row(f"w{writer}", float(i), 1.0), db=Path(db))
+
+
+def test_two_writers_at_once_lose_nothing(state: Path) -> None:
+    db = state / "ledger.sqlite"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_write_rows, args=(str(db), w, 150)) for w in (1, 2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    rows = ledger.bench_results(db=db)
+    assert sorted({r["profile"] for r in rows}) == ["w1", "w2"] and len(rows) == 300
+
+
+def test_plot_is_a_png_with_one_bar_per_profile_spanning_its_repeats(tmp_path: Path) -> None:
+    import matplotlib.image
+
+    for tok_s in (89.0, 90.0, 91.0):
+        ledger.record_bench(ok_row("baseline", tok_s, 1.0))
+    for tok_s in (82.0, 82.6):
+        ledger.record_bench(ok_row("cg_5tok", tok_s, 2.12))
+    ledger.record_bench(ok_row("cg_2step", 85.6, 2.19))
+    ledger.record_bench(
+        {"run_id": "f", "host": "lab2", "profile": "oom", "result": "failed"}
+        | {
+            "diagnosis": "CUDA out of memory",
+        }
+    )
+    png = tmp_path / "tok_s.png"
+    drawn = plot(ranking(ledger.bench_results(), "baseline"), "baseline", png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    height, width, _ = matplotlib.image.imread(png).shape
+    assert width > height > 300
+    spans = [(b.profile, b.low, b.high, b.accept_len) for b in drawn]
+    assert spans == [
+        ("baseline", 89.0, 91.0, 1.0),
+        ("cg_2step", 85.6, 85.6, 2.19),
+        ("cg_5tok", 82.0, 82.6, 2.12),
+    ]
+
+
+def test_results_command_prints_table_csv_json_and_plots(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from orchestrator.bench_cli import results
+
+    ledger.record_bench(ok_row("baseline", 90.0, 1.0, git_commit="abcdef1234567890"))
+    ledger.record_bench(ok_row("cg_5tok", 82.3, 2.12))
+    runner = CliRunner()
+    table = runner.invoke(results, [])
+    assert table.exit_code == 0 and "cg_5tok" in table.output and "82.3" in table.output
+    as_csv = runner.invoke(results, ["--format", "csv", "--profile", "cg_5tok"])
+    assert as_csv.output.splitlines()[0].startswith("id,run_id,sweep_id,time,host")
+    assert len(as_csv.output.splitlines()) == 2
+    as_json = json.loads(runner.invoke(results, ["--format", "json", "--since", "1h"]).output)
+    assert [r["profile"] for r in as_json] == ["baseline", "cg_5tok"]
+    png = tmp_path / "plot.png"
+    plotted = runner.invoke(results, ["--format", "csv", "--plot", str(png)])
+    assert plotted.exit_code == 0 and png.read_bytes()[:4] == b"\x89PNG"
+    bad = runner.invoke(results, ["--since", "last week"])
+    assert bad.exit_code == 2 and "--since 'last week'" in bad.output

@@ -1,0 +1,58 @@
+"""sweep's control flow with deploy and bench replaced by fakes: a failed start is recorded and
+skipped, the fastest healthy profile (or --leave) is deployed last. The lab test runs it for real."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator import bench, ledger, sweep
+from orchestrator import deploy as deploy_mod
+
+SPEEDS = {"baseline": 90.0, "cg_5tok": 82.3, "cg_2step": 85.6}
+
+
+@pytest.fixture
+def fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path))
+    deployed: list[str] = []
+
+    def deploy(ref, inventory, options, on_event):
+        deployed.append(ref)
+        ok = ref in SPEEDS
+        host = deploy_mod.HostReport("lab2", ok, True, ok, 1.0, "d", "", "health" if not ok else "record")
+        if not ok:
+            host.diagnosis, host.rolled_back_to = "CUDA out of memory: OutOfMemoryError", "cg_2step (abc)"
+        return deploy_mod.DeployReport(ref, "d", False, [host], "", "run")
+
+    def run(target, settings, on_progress, log):
+        rate = SPEEDS[deployed[-1]]
+        s = bench.Stream(0.0, [(0.1, 1), (0.1 + 100 / rate, 101)], 1.2, verify_ct=50)
+        return bench.BenchResult(target, settings, [s], 1.2, "0.5.9", deployed[-1] != "baseline", 2.0)
+
+    monkeypatch.setattr(deploy_mod, "deploy", deploy)
+    monkeypatch.setattr(bench, "find_target", lambda inv, limit, ref: bench.Target("lab2", "a", 1, ref))
+    monkeypatch.setattr(bench, "journal_messages", lambda inv, host: None)
+    monkeypatch.setattr(bench, "run", run)
+    return deployed
+
+
+def test_a_failed_profile_is_recorded_and_the_fastest_is_left(fakes: list[str]) -> None:
+    report = sweep.sweep(["cg_5tok", "cg_2step", "cg_16tok"], Path("inv"), baseline="baseline", repeat=2)
+    assert fakes == ["baseline", "cg_5tok", "cg_2step", "cg_16tok", "baseline"]
+    assert [e.profile for e in report.entries] == ["baseline", "cg_2step", "cg_5tok", "cg_16tok"]
+    assert [len(e.tok_s) for e in report.entries] == [2, 2, 2, 0]
+    assert report.entries[1].speedup == pytest.approx(85.6 / 90)
+    assert "CUDA out of memory" in report.entries[-1].diagnosis
+    assert "rolled back to cg_2step" in report.entries[-1].diagnosis
+    assert (report.left, report.left_ok, fakes[-1]) == ("baseline", True, "baseline")
+    rows = ledger.bench_results()
+    assert {r["sweep_id"] for r in rows} == {report.sweep_id} and len(rows) == 7
+
+
+def test_leave_names_the_profile_to_end_on(fakes: list[str]) -> None:
+    report = sweep.sweep(["cg_5tok", "cg_2step"], Path("inv"), leave="cg_5tok")
+    assert fakes == ["cg_5tok", "cg_2step", "cg_5tok"]
+    assert report.baseline == "cg_5tok"  # no `baseline` among them: the first one
+    assert (report.left, report.left_ok) == ("cg_5tok", True)
