@@ -134,6 +134,8 @@ class ServerArgs:
     context_length: int | None
     nnodes: int
     node_rank: int
+    dist_init_addr: str | None  # HOST:PORT of node rank 0's rendezvous (torch's TCPStore)
+    dist_timeout: float | None  # seconds; None: the stand-in's dist_timeout_s knob
     decode_log_interval: int
 
     def as_dict(self) -> dict[str, object]:
@@ -181,6 +183,7 @@ def resolve(ns: argparse.Namespace) -> ServerArgs:
     mem = _get(ns, "mem_fraction_static")
     model_path = str(_get(ns, "model_path"))
     no_cg = bool(_get(ns, "disable_cuda_graph"))
+    dist_timeout = _get(ns, "dist_timeout")
     return ServerArgs(
         raw=ns,
         model_path=model_path,
@@ -203,6 +206,8 @@ def resolve(ns: argparse.Namespace) -> ServerArgs:
         context_length=_int(_get(ns, "context_length")),
         nnodes=_int(_get(ns, "nnodes"), 1) or 1,
         node_rank=_int(_get(ns, "node_rank"), 0) or 0,
+        dist_init_addr=_get(ns, "dist_init_addr"),  # type: ignore[arg-type]
+        dist_timeout=None if dist_timeout is None else float(str(dist_timeout)),
         decode_log_interval=_int(_get(ns, "decode_log_interval"), 40) or 40,
     )
 

@@ -25,6 +25,7 @@ STANDIN_DEFAULTS: dict[str, object] = {
     "hang": False,
     "crash_after_s": None,
     "warmup_error": None,
+    "dist_timeout_s": 30.0,
 }
 
 #: Target architectures whose MTP layers serve as drafter when no draft path is given.

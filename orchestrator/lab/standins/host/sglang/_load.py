@@ -11,6 +11,7 @@ import time
 
 from nvidia_standin import registry
 
+from sglang import _dist
 from sglang._common import SRT, config_error, die, log
 from sglang._startup import MAX_FRACTION, MIN_KV_MIB, Runtime, gib
 
@@ -31,12 +32,12 @@ def stamp(rank: str = "") -> str:
     return f"[{time.strftime('%Y-%m-%d %H:%M:%S')}{' ' + rank if rank else ''}]"
 
 
-def fail(frames: list, error: str) -> None:
-    """A scheduler (TP0) exception, as the real server prints it before killing itself."""
+def fail(frames: list, error: str, rank: str = "TP0") -> None:
+    """A scheduler exception, as the real server prints it before killing itself."""
     die(
         [SCHED_FRAME, *frames],
         f"{error}\n{stamp()} {SIGQUIT}",
-        f"{stamp('TP0')} Scheduler hit an exception: ",
+        f"{stamp(rank)} Scheduler hit an exception: ",
     )
 
 
@@ -68,7 +69,7 @@ def load_weights(rt: Runtime, seconds: float) -> float:
     """Weights per GPU, after the load time; dies when other holders left too little room."""
     weights = float(rt.model.knob("weights_mib_total")) / rt.args.tp_size
     gpu, free = tightest_gpu(rt)
-    log(f"Load weight begin. avail mem={gib(free - CONTEXT_MIB)} GB", "TP0")
+    log(f"Load weight begin. avail mem={gib(free - CONTEXT_MIB)} GB", rt.tp_label)
     time.sleep(seconds)
     if weights + CONTEXT_MIB > free:
         frame = (
@@ -77,14 +78,14 @@ def load_weights(rt: Runtime, seconds: float) -> float:
             "load_weights_and_postprocess",
             "model.load_weights(weights)",
         )
-        fail([frame], oom_text(rt, gpu, min(weights, 2048), free - CONTEXT_MIB, CONTEXT_MIB))
+        fail([frame], oom_text(rt, gpu, min(weights, 2048), free - CONTEXT_MIB, CONTEXT_MIB), rt.tp_label)
     registry.register(rt.gpus, int(weights + CONTEXT_MIB))
     arch = (rt.model.architectures or ["?"])[0]
     log(
         f"Load weight end. type={arch}, dtype=torch.bfloat16, "
         f"avail mem={gib(free - weights - CONTEXT_MIB)} GB, "
         f"mem usage={gib(weights)} GB.",
-        "TP0",
+        rt.tp_label,
     )
     return weights
 
@@ -105,10 +106,12 @@ def init_draft_worker(rt: Runtime) -> None:
             [frame],
             "OSError: None is not a local folder and is not a valid model identifier listed on "
             "'https://huggingface.co/models'",
+            rt.tp_label,
         )
     if rt.drafter is None:
-        fail([frame], config_error(str(path)))
-    log(f"Load weight end. type={rt.drafter.architectures[0]}, dtype=torch.bfloat16 (draft model)", "TP0")
+        fail([frame], config_error(str(path)), rt.tp_label)
+    arch = rt.drafter.architectures[0]
+    log(f"Load weight end. type={arch}, dtype=torch.bfloat16 (draft model)", rt.tp_label)
 
 
 def allocate_pool(rt: Runtime, weights: float) -> None:
@@ -119,25 +122,27 @@ def allocate_pool(rt: Runtime, weights: float) -> None:
             "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
             f"Current value: mem_fraction_static={rt.mem_fraction}"
         )
-        fail([RUNNER_FRAME], msg)
+        fail([RUNNER_FRAME], msg, rt.tp_label)
     if need > free:
         own = weights + CONTEXT_MIB
         text = oom_text(rt, gpu, need - own, free - own, own)
         fail(
             [RUNNER_FRAME],
             f"{text}\nRuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+            rt.tp_label,
         )
     registry.register(rt.gpus, int(need))
     tokens = int((need - weights) * 1024 / 70)  # ~70 KiB of MLA cache per token
-    log(f"KV Cache is allocated. #tokens: {tokens}, KV size: {gib(need - weights)} GB", "TP0")
-    log(f"Memory pool end. avail mem={gib(rt.gpu_cfg.total_mib - need)} GB", "TP0")
+    log(f"KV Cache is allocated. #tokens: {tokens}, KV size: {gib(need - weights)} GB", rt.tp_label)
+    log(f"Memory pool end. avail mem={gib(rt.gpu_cfg.total_mib - need)} GB", rt.tp_label)
 
 
 def capture_graphs(rt: Runtime, seconds: float) -> None:
     """Graph capture runs the drafter too: a too-big fraction or a wrong drafter dies here."""
     left = rt.gpu_cfg.total_mib * (1 - rt.mem_fraction)
     if rt.args.cuda_graph:
-        log(f"Capture cuda graph begin. This can take up to several minutes. avail mem={gib(left)} GB", "TP0")
+        begin = f"Capture cuda graph begin. This can take up to several minutes. avail mem={gib(left)} GB"
+        log(begin, rt.tp_label)
     time.sleep(seconds)
     mismatch = rt.args.algorithm == "EAGLE3" and rt.drafter is not None and not rt.drafter.is_eagle3
     if rt.mem_fraction > MAX_FRACTION:
@@ -146,7 +151,7 @@ def capture_graphs(rt: Runtime, seconds: float) -> None:
             oom += "\n\nDuring handling of the above exception, another exception occurred:\n\n" + (
                 f"Exception: Capture cuda graph failed: {oom.split(': ', 1)[1]}\n{GRAPH_HINTS}"
             )
-        fail([GRAPH_FRAME], oom)
+        fail([GRAPH_FRAME], oom, rt.tp_label)
     if mismatch:
         hidden = rt.model.hidden_size
         drafter_in = 2 * hidden
@@ -154,24 +159,26 @@ def capture_graphs(rt: Runtime, seconds: float) -> None:
         error = f"RuntimeError: mat1 and mat2 shapes cannot be multiplied {shapes}"
         if rt.args.cuda_graph:
             error = f"Exception: Capture cuda graph failed: {error.split(': ', 1)[1]}\n{GRAPH_HINTS}"
-        fail([GRAPH_FRAME], error)
+        fail([GRAPH_FRAME], error, rt.tp_label)
     if rt.args.cuda_graph:
         log(
             f"Capture cuda graph end. Time elapsed: {seconds:.2f} s. mem usage=0.80 GB. "
             f"avail mem={gib(left - 820)} GB.",
-            "TP0",
+            rt.tp_label,
         )
 
 
-def load(rt: Runtime) -> None:
-    """The load delay of the target's standin.json, spent the way the real server spends it."""
+def load(rt: Runtime) -> _dist.Group | None:
+    """The load delay of the target's standin.json, spent the way the real server spends it;
+    with several nodes, after all of them met (the group is returned to watch while serving)."""
     delay = float(rt.model.knob("load_delay_s"))
-    log("Init torch distributed begin.", "TP0")
+    log("Init torch distributed begin.", rt.tp_label)
     registry.register(rt.gpus, CONTEXT_MIB)
     if rt.model.knob("hang"):
         while True:  # an NCCL init that never returns: no output, no port, until killed
             time.sleep(3600)
-    log(f"Init torch distributed ends. mem usage={gib(CONTEXT_MIB)} GB", "TP0")
+    group = _dist.join(rt)
+    log(f"Init torch distributed ends. mem usage={gib(CONTEXT_MIB)} GB", rt.tp_label)
     weights = load_weights(rt, delay * 0.6)
     init_draft_worker(rt)
     allocate_pool(rt, weights)
@@ -181,5 +188,6 @@ def load(rt: Runtime) -> None:
         f"max_running_requests={rt.args.max_running_requests}, "
         f"context_len={rt.args.context_length or 262144}, "
         f"available_gpu_mem={gib(rt.gpu_cfg.total_mib * (1 - rt.mem_fraction))} GB",
-        "TP0",
+        rt.tp_label,
     )
+    return group

@@ -52,6 +52,11 @@ class Runtime:
     gpu_cfg: registry.GpuConfig
     mem_fraction: float
 
+    @property
+    def tp_label(self) -> str:
+        """This node's first TP rank, as its log lines name it: TP0 on node rank 0."""
+        return f"TP{self.args.node_rank * len(self.gpus)}"
+
 
 def gib(mib: float) -> str:
     return f"{mib * TORCH_GIB_PER_MIB:.2f}"

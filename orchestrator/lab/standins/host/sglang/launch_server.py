@@ -4,6 +4,7 @@ It accepts exactly the flags of the installed version (from that version's real 
 starts like the real server (checks, then a load delay with the port closed, then a short
 warm-up answering 503), serves SGLang's HTTP API at the speed the model in sglang._speed
 gives, holds its GPU memory in the lab's registry, and fails the way SGLang fails.
+With --nnodes > 1 the nodes meet at --dist-init-addr first (sglang._dist).
 Knobs: the model dir's standin.json, or SGLANG_STANDIN_<KEY> environment variables.
 """
 
@@ -17,7 +18,7 @@ import time
 
 from nvidia_standin import registry
 
-from sglang import _args, _load, _startup
+from sglang import _args, _dist, _load, _startup
 from sglang._common import log
 from sglang._engine import Engine
 from sglang._http import Server
@@ -62,12 +63,18 @@ def warm_up(rt: _startup.Runtime, engine: Engine) -> None:
         os._exit(1)
 
 
-def serve(rt: _startup.Runtime) -> None:
+def serve(rt: _startup.Runtime, group: _dist.Group | None) -> None:
+    """Node rank 0 opens the port once every node has loaded; the others hold their GPUs
+    while the group's watcher threads end the process if a peer dies."""
     engine = Engine(rt)
     if rt.args.node_rank > 0:
+        if group is not None:
+            group.loaded()
         log(f"Node rank {rt.args.node_rank} holds its GPUs; only node rank 0 serves HTTP.")
         while True:
             time.sleep(3600)
+    if group is not None:
+        group.wait_loaded()
     server = bind(rt, engine)
     log(f"INFO:     Started server process [{os.getpid()}]")
     log("INFO:     Waiting for application startup.")
@@ -89,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         rt = _startup.prepare(args)
         shown = ", ".join(f"{k}={v!r}" for k, v in args.as_dict().items())
         log(f"server_args=ServerArgs({shown})")
-        _load.load(rt)
-        serve(rt)
+        serve(rt, _load.load(rt))
     finally:
         registry.unregister()
     return 0
