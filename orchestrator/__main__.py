@@ -286,6 +286,33 @@ def _show(run: Callable[..., Any], title: str, as_json: bool, check: bool = Fals
 
 
 @cli.command()
+@click.option(
+    "--profile", "-p", "profile_ref", metavar="NAME|PATH", required=True, help="Profile name or file."
+)
+@inventory_option
+@limit_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def preflight(profile_ref: str, inventory: Path | None, limit: str | None, as_json: bool) -> None:
+    """Read-only checks a deploy makes before stopping anything: SGLang version and flags, model and
+    drafter, GPUs for TP x DP, the port, log space. One line per problem per host."""
+    from orchestrator import deploy as deploy_mod
+
+    profile_mod.load(profile_ref)
+    results = deploy_mod.preflight(profile_ref, _inventory(inventory), limit)
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in results], indent=2))
+    else:
+        for r in results:
+            if r.ok:
+                summary = f"ok (SGLang {r.sglang_version}, {r.gpus} GPUs, {r.elapsed_s:.1f} s)"
+                out.print(f"{r.host}: {summary}", markup=False)
+            for problem in r.problems:
+                out.print(f"{r.host}: {problem}", style="red", markup=False)
+    sys.exit(0 if results and all(r.ok for r in results) else 1)
+
+
+@cli.command()
 @inventory_option
 @limit_option
 @unit_option

@@ -26,6 +26,7 @@ from orchestrator.runner import HostRun, TaskEvent, run_playbook
 
 #: Roles in play order, with the step name users see.
 STEPS = {
+    "sglang_preflight": "preflight",
     "sglang_probe": "probe",
     "sglang_stop": "stop",
     "gpu_idle": "GPUs idle",
@@ -60,6 +61,9 @@ class HostReport:
     elapsed_s: float = 0.0
     diagnosis: str = ""
     killed: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    #: Whether this run stopped the host's server (only then is a rollback owed).
+    stopped: bool = False
     last_good: dict[str, Any] = field(default_factory=dict)
     rolled_back_to: str = ""
     rollback_error: str = ""
@@ -174,6 +178,26 @@ def unit_plan_vars(unit_name: str, profile: str, unit: str, health_timeout_s: in
     )
 
 
+def preflight_vars(prof: profile_mod.Profile, plan: Plan) -> dict[str, Any]:
+    """What the host must offer for this plan (roles/sglang_preflight)."""
+    s, spec = prof.server, prof.speculative
+    return {
+        "python": s.python,
+        "sglang_version": s.sglang_version,
+        "flags": sorted({a.split("=", 1)[0] for a in plan.argv[3:] if a.startswith("--")}),
+        "model_path": s.model_path,
+        "draft_model_path": spec.draft_model_path or "",
+        "algorithm": spec.algorithm or "",
+        "gpus_needed": s.tp_size * s.dp_size,
+        "port": s.port,
+        "unit_name": plan.unit_name,
+    }
+
+
+#: (host, plan digest) pairs that passed preflight in this process: a sweep's repeats skip them.
+_PREFLIGHT_PASSED: set[tuple[str, str]] = set()
+
+
 def _lock(run_id: str, ttl_s: float, wait_s: float) -> dict[str, Any]:
     who = f"{getpass.getuser()}@{socket.gethostname()} (pid {os.getpid()})"
     return {
@@ -224,6 +248,9 @@ def _host_report(run: HostRun, digest: str, check: bool) -> HostReport:
         killed=[k for e in run.events if e.role == "gpu_idle" for k in e.result.get("killed", [])],
         last_good=probe.get("last_good") or {},
     )
+    report.stopped = any(e.role == "sglang_stop" and e.kind in ("ok", "changed") for e in run.events)
+    preflight = run.result_of("sglang_preflight", "Check") or {}
+    report.problems = preflight.get("problems", [])
     if failed:
         report.diagnosis = _diagnosis(report, health)
     return report
@@ -244,6 +271,10 @@ def _is_step(e: TaskEvent) -> bool:
 
 
 def _diagnosis(report: HostReport, health: dict[str, Any]) -> str:
+    if report.step == "preflight" and report.problems:
+        return f"preflight: {len(report.problems)} problem(s), nothing was stopped: " + "; ".join(
+            report.problems
+        )
     if report.step == "health" and health:
         return str(classify(report.journal, health.get("unit_state"), health.get("reason", "")))
     first = report.message.strip().splitlines()[0] if report.message.strip() else "no message"
@@ -307,6 +338,8 @@ def deploy(
         "orch_lock": _lock(run_id, ttl, options.lock_wait_s),
         "orch_force_restart": options.force_restart,
         "orch_kill_gpu_holders": options.kill_gpu_holders,
+        "orch_preflight": preflight_vars(prof, plan),
+        "orch_preflight_done": sorted(h for h, d in _PREFLIGHT_PASSED if d == plan.digest),
     }
     if options.serial:
         extra["orch_serial"] = options.serial
@@ -327,6 +360,9 @@ def deploy(
             f"no host of {inventory} matched{f' --limit {options.limit}' if options.limit else ''}"
         )
     reports = [_host_report(run, plan.digest, options.check) for run in play.hosts.values()]
+    for run in play.hosts.values():
+        if any(e.role == "sglang_preflight" and e.kind == "ok" for e in run.events):
+            _PREFLIGHT_PASSED.add((run.host, plan.digest))
     reports = sorted(reports + _not_started(inventory, options.limit, play.hosts), key=_host)
     report = DeployReport(prof.name, plan.digest, options.check, reports, str(play.artifacts), run_id)
     if options.check:
@@ -334,7 +370,7 @@ def deploy(
     for r in reports:
         _record(run_id, r, plan, "deploy")
     if options.rollback:
-        broken = [r for r in reports if not r.ok and r.step in ROLLBACK_STEPS]
+        broken = [r for r in reports if not r.ok and r.stopped]
         rollback_hosts(inventory, broken, plan.unit_name, svc.health_timeout_s, run_id, plan.digest, on_event)
     return report
 
@@ -350,10 +386,6 @@ def _not_started(inventory: Path, limit: str | None, seen: dict[str, HostRun]) -
     missing = [h for h in inventory_hosts(inventory, limit) if h not in seen]
     why = "not started: an earlier batch failed past --max-fail-percent; this host was not touched"
     return [HostReport(h, False, False, False, None, "", "", "not started", diagnosis=why) for h in missing]
-
-
-#: Failures after these steps leave the old server stopped: roll back to the last good unit.
-ROLLBACK_STEPS = ("stop", "GPUs idle", "write unit", "start", "health")
 
 
 def _record(run_id: str, r: HostReport, plan: Plan, action: str) -> None:
@@ -529,3 +561,41 @@ def stop(inventory: Path, *, unit_name: str = "sglang.service", limit: str | Non
             )
         )
     return sorted(reports, key=lambda r: r.host)
+
+
+@dataclass
+class PreflightResult:
+    host: str
+    ok: bool
+    problems: list[str]
+    sglang_version: str = ""
+    gpus: int = 0
+    elapsed_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def preflight(profile_ref: str, inventory: Path, limit: str | None = None) -> list[PreflightResult]:
+    """Every read-only check a deploy of this profile makes before stopping anything, on every host."""
+    prof = profile_mod.load(profile_ref)
+    plan = plan_mod.build(prof)
+    play = run_playbook(
+        "preflight.yml", inventory, {"orch_preflight": preflight_vars(prof, plan)}, limit=limit
+    )
+    results = []
+    for run in play.hosts.values():
+        res = run.result_of("sglang_preflight", "Check") or {}
+        failed = run.failed
+        problems = res.get("problems") or ([failed.result.get("msg", "failed")] if failed else [])
+        results.append(
+            PreflightResult(
+                run.host,
+                not problems,
+                problems,
+                res.get("sglang_version", ""),
+                res.get("gpus", 0),
+                round((run.finished or time.monotonic()) - run.started, 2),
+            )
+        )
+    return sorted(results, key=lambda r: r.host)

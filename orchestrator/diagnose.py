@@ -49,7 +49,8 @@ CLASSES: list[tuple[str, str, re.Pattern[str]]] = [
         "nccl",
         "NCCL error or timeout",
         re.compile(
-            r"(NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|NCCL WARN|"
+            r"(NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|NCCL WARN|DistStoreError|"
+            r"waiting for clients|"
             r"Watchdog caught collective operation timeout|DistNetworkError|dist init.*time(d)? ?out|"
             r"Timed out (waiting|initializing).*(process group|rank|store))",
             re.I,

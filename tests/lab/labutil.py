@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -29,9 +30,9 @@ def deploy_json(lab, *args: str) -> tuple[int, dict]:
 
 
 def ssh(host, *command: str) -> str:
-    done = subprocess.run(
-        lab_hosts.ssh_argv(host.address, *command), capture_output=True, text=True, timeout=30
-    )
+    """Run a command on a lab host: one string is a shell line, several are an argv (quoted for it)."""
+    line = command[0] if len(command) == 1 else shlex.join(command)
+    done = subprocess.run(lab_hosts.ssh_argv(host.address, line), capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, f"{command}: {done.stderr}"
     return done.stdout
 

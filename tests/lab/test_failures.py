@@ -41,7 +41,8 @@ def provoke(lab, host, fault: str, profile_ref: str, *args: str) -> tuple[dict, 
     took = time.monotonic() - start
     assert rc == 1, report
     (h,) = report["hosts"]
-    SUMMARY.append((fault, took, h["diagnosis"], h["rolled_back_to"] or h["rollback_error"] or "-"))
+    # Detected in: the host's own time in the failed play, before any rollback.
+    SUMMARY.append((fault, h["elapsed_s"], h["diagnosis"], h["rolled_back_to"] or h["rollback_error"] or "-"))
     return h, took
 
 
@@ -131,6 +132,7 @@ def test_foreign_gpu_process_fails_before_the_stop(lab, host):
     assert f"PID {pid} /usr/bin/python3 2000 MiB" in h["diagnosis"], h["diagnosis"]
     assert h["step"] == "GPUs idle" and took < 30
     assert service(host) == before  # never stopped, so nothing to roll back
+    assert not h["rolled_back_to"] and not h["stopped"]
 
 
 def test_kill_gpu_holders_kills_exactly_the_holder(lab, host):
