@@ -148,10 +148,9 @@ def test_busy_gpu_fails_naming_the_holder_before_stopping_anything(lab, first):
         ssh(first, "systemctl", "stop", "foreign-gpu-hold.service")
     assert rc == 1
     (h,) = report["hosts"]
-    assert h["step"] == "GPUs idle"
-    assert h["message"].startswith("GPUs held outside sglang.service: "), h["message"]
+    assert h["step"] == "preflight"
     # nvidia-smi names a process by its argv[0]: gpu-hold is a python3 script
-    assert f"GPU 3 is used by PID {pid} /usr/bin/python3 4000 MiB" in h["message"], h["message"]
+    assert f"GPU 3 is used by PID {pid} /usr/bin/python3 4000 MiB, outside sglang.service" in h["message"]
     assert service(first) == before  # the running server was not stopped
 
 

@@ -129,8 +129,8 @@ def test_foreign_gpu_process_fails_before_the_stop(lab, host):
         h, took = provoke(lab, host, "foreign GPU process", "cg_2step")
     finally:
         ssh(host, "systemctl", "stop", "foreign-holder.service")
-    assert f"PID {pid} /usr/bin/python3 2000 MiB" in h["diagnosis"], h["diagnosis"]
-    assert h["step"] == "GPUs idle" and took < 30
+    assert f"GPU 0 is used by PID {pid} /usr/bin/python3 2000 MiB, outside sglang.service" in h["diagnosis"]
+    assert h["step"] == "preflight" and took < 30
     assert service(host) == before  # never stopped, so nothing to roll back
     assert not h["rolled_back_to"] and not h["stopped"]
 

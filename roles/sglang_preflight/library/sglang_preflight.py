@@ -28,6 +28,7 @@ options:
   log_dir: {description: Where the journal writes., type: str, default: /var/log}
   min_free_mib: {description: Free space the logs need., type: int, default: 1024}
   nvidia_smi: {description: The nvidia-smi executable., type: str, default: nvidia-smi}
+  allow_gpu_holders: {description: Foreign GPU holders are no problem (killed)., type: bool, default: false}
 """
 
 RETURN = r"""
@@ -114,6 +115,28 @@ def gpu_count(module: AnsibleModule, nvidia_smi: str) -> tuple[int, str]:
     return len([line for line in out.splitlines() if line.strip()]), ""
 
 
+def foreign_gpu_holders(module: AnsibleModule, nvidia_smi: str, unit: str) -> list[str]:
+    """Processes outside our unit that hold a GPU: the deploy would stop our server and then
+    find the GPUs busy, so they fail it now, while the server still runs."""
+    fields = "--query-compute-apps=pid,process_name,used_memory,gpu_uuid"
+    rc, out, _ = module.run_command([nvidia_smi, fields, "--format=csv,noheader,nounits"])
+    rc2, gpus, _ = module.run_command([nvidia_smi, "--query-gpu=index,uuid", "--format=csv,noheader"])
+    if rc or rc2:
+        return []
+    index = dict(reversed([c.strip() for c in line.split(",")]) for line in gpus.splitlines() if "," in line)
+    holders = []
+    for line in filter(str.strip, out.splitlines()):
+        pid, name, mib, uuid = (c.strip() for c in line.split(","))
+        try:
+            with open(f"/proc/{pid}/cgroup") as fh:
+                if f"/{unit}" in fh.read():
+                    continue
+        except OSError:
+            pass
+        holders.append(f"GPU {index.get(uuid, '?')} is used by PID {pid} {name} {mib} MiB")
+    return holders
+
+
 def listeners(port: int) -> set[str]:
     """Socket inodes listening on `port` (TCP, IPv4 and IPv6)."""
     inodes = set()
@@ -192,6 +215,7 @@ def main() -> None:
             "log_dir": {"type": "str", "default": "/var/log"},
             "min_free_mib": {"type": "int", "default": 1024},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+            "allow_gpu_holders": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -235,6 +259,9 @@ def main() -> None:
         problems.append(error)
     elif p["gpus_needed"] > gpus:
         problems.append(f"TP x DP = {p['gpus_needed']} GPUs needed, nvidia-smi reports {gpus} on this host")
+    if not error and not p["allow_gpu_holders"]:
+        for holder in foreign_gpu_holders(module, p["nvidia_smi"], p["unit_name"]):
+            problems.append(f"{holder}, outside {p['unit_name']} (--kill-gpu-holders kills it)")
     problem = port_problem(p["port"], p["unit_name"])
     if problem:
         problems.append(problem)

@@ -1,0 +1,107 @@
+"""bench and sweep on the lab: the numbers are the stand-in's model's, and a sweep ranks, records
+and restores as a user relies on. Speeds are printed; only the issue's 3% agreement is asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from labutil import orchestrator, ssh, write_profile
+from orchestrator import ledger
+from orchestrator import plan as plan_mod
+from orchestrator import profile as profile_mod
+from orchestrator.paths import ROOT
+
+pytestmark = pytest.mark.lab
+
+AGREE = 0.03
+LOAD = ["--requests", "3", "--max-tokens", "128", "--warmup", "1"]
+
+
+def speed_model():
+    """The stand-in's own speed model (sglang/_speed.py), to predict what the lab must measure."""
+    path = ROOT / "orchestrator/lab/standins/host/sglang/_speed.py"
+    spec = importlib.util.spec_from_file_location("lab_standin_speed", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def predicted(profile: str) -> tuple[float, float]:
+    """(tok/s, accept length) the stand-in gives `profile` on a lab host (base 90 tok/s)."""
+    speed, prof = speed_model(), profile_mod.load(profile)
+    s = prof.speculative
+    settings = speed.SpecSettings(s.num_steps, s.eagle_topk, s.num_draft_tokens) if s.algorithm else None
+    model = speed.decode_model(speed.BASE_TOK_S, settings, prof.server.cuda_graph)
+    return model.tok_s, model.accept_len
+
+
+def run_json(*args: str, ok: bool = True, timeout: float = 300) -> dict:
+    done = orchestrator(*args, "--json", timeout=timeout)
+    if ok:
+        assert done.returncode == 0, f"rc {done.returncode}\n{done.stdout}\n{done.stderr}"
+    try:
+        return json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"rc {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}") from None
+
+
+def test_bench_reports_the_standins_speed_and_accept_length(lab) -> None:
+    inv = str(lab.inventory)
+    run_json("deploy", "--profile", "cg_5tok", "-i", inv, "--limit", "lab3")
+    row = run_json("bench", "--profile", "cg_5tok", "-i", inv, "--limit", "lab3", *LOAD)
+    tok_s, accept = predicted("cg_5tok")
+    print(
+        f"\nlab3 cg_5tok: bench {row['tok_s']:.2f} tok/s (total {row['total_tok_s']:.2f}), stand-in model "
+        f"{tok_s:.2f}; accept {row['accept_len']} (log {row['accept_len_log']}, "
+        f"client {row['accept_len_client']:.3f}), model {accept:.4f}"
+    )
+    assert (row["host"], row["address"], row["port"]) == ("lab3", "10.213.0.13", 30000)
+    assert row["tok_s"] == pytest.approx(tok_s, rel=AGREE)
+    assert row["accept_len"] == pytest.approx(accept, abs=1e-3)
+    assert row["accept_len_log"] == pytest.approx(accept, abs=0.01)
+    plan_digest = plan_mod.build(profile_mod.load("cg_5tok")).digest
+    assert (row["profile"], row["digest"], row["plan_digest"]) == ("cg_5tok", plan_digest, plan_digest)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert (row["sglang_version"], row["git_commit"], row["errors"]) == ("0.5.9", head.stdout.strip(), 0)
+    assert row["notes"] == ""
+    stored = {r["id"]: dict(r) for r in ledger.bench_results(profile="cg_5tok")}[row["ledger_id"]]
+    assert stored["tok_s"] == row["tok_s"]
+
+    other = run_json("bench", "--profile", "baseline", "-i", inv, "--limit", "lab3", "--requests", "1")
+    assert other["profile"] == "cg_5tok"  # bench measures what runs, and says so
+    assert "differs from the given profile's plan digest" in other["notes"]
+
+
+def test_sweep_ranks_as_the_model_predicts_records_a_failure_and_leaves_the_best(lab, tmp_path) -> None:
+    broken = write_profile(
+        tmp_path,
+        "cg_5tok_oom",
+        "description: cg_5tok with too much static memory: dies in CUDA graph capture\n"
+        "extends: cg_5tok\nserver:\n  mem_fraction_static: 0.97\n",
+    )
+    inv = str(lab.inventory)
+    load = ["--requests", "2", "--max-tokens", "96", "--warmup", "1"]
+    report = run_json(
+        "sweep", "baseline", "cg_5tok", "cg_2step", broken, "-i", inv, "--limit", "lab2", *load, ok=False
+    )
+    ranked = [(e["profile"], e["mean_tok_s"], e["speedup"], e["accept_len"]) for e in report["ranking"]]
+    print("\nsweep on lab2:", *(f"{p}: {t} tok/s, x{s}, accept {a}" for p, t, s, a in ranked), sep="\n  ")
+    healthy = [e["profile"] for e in report["ranking"] if e["ok"]]
+    assert healthy == sorted(["baseline", "cg_5tok", "cg_2step"], key=lambda p: -predicted(p)[0])
+    for e in report["ranking"][:3]:
+        assert e["mean_tok_s"] == pytest.approx(predicted(e["profile"])[0], rel=AGREE)
+    failed = report["ranking"][-1]
+    assert (failed["profile"], failed["ok"]) == ("cg_5tok_oom", False)
+    assert "CUDA out of memory" in failed["diagnosis"] and "rolled back to" in failed["diagnosis"]
+    rows = [r for r in ledger.bench_results() if r["sweep_id"] == report["sweep_id"]]
+    assert sorted(r["result"] for r in rows) == ["failed", "ok", "ok", "ok"]
+    assert (report["left"], report["left_ok"]) == (healthy[0], True)
+    unit = ssh(next(h for h in lab.hosts if h.name == "lab2"), "cat", "/etc/systemd/system/sglang.service")
+    assert f"# profile: {healthy[0]}" in unit
