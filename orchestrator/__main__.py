@@ -18,6 +18,7 @@ from rich.text import Text
 
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
+from orchestrator.bench_cli import bench, results, sweep
 from orchestrator.errors import InputError, OrchestratorError, ProfileError
 from orchestrator.lab.cli import lab
 from orchestrator.logs_cli import logs
@@ -477,6 +478,9 @@ def verify(profile_ref: str | None, inventory: Path | None, limit: str | None) -
 
 logs.callback = handle_errors(logs.callback)
 cli.add_command(logs)
+cli.add_command(bench)
+cli.add_command(sweep)
+cli.add_command(results)
 cli.add_command(lab)
 
 
