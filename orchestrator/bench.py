@@ -54,6 +54,10 @@ DEFAULT_PROMPTS = (
 )
 #: Accept lengths from the server and from its log further apart than this get a note.
 ACCEPT_TOLERANCE = 0.05
+#: Newest journal entries read for the cross-check: decode lines come every 40 rounds, so the
+#: newest 200 hold several. Not more: above about 250 entries the logs play came back empty on
+#: the lab (journalctl's JSON through ansible-runner's events), silently.
+LOG_LINES = 200
 ACCEPT_LINE = re.compile(r"accept len: ([0-9]+(?:\.[0-9]+)?)")
 
 
@@ -507,6 +511,20 @@ def find_target(
     )
 
 
+def deployed_target(inventory: Path, limit: str | None, profile_ref: str) -> Target:
+    """The server right after a healthy deploy of `profile_ref`: what runs is its plan, so no
+    probe is needed (sweep saves a play per bench)."""
+    from orchestrator.verify.run import inventory_hosts
+
+    hosts = inventory_hosts(inventory, limit)
+    if not hosts:
+        raise InputError(f"no host of {inventory} matched{f' --limit {limit}' if limit else ''}")
+    prof = profile_mod.load(profile_ref)
+    plan = plan_mod.build(prof)
+    address = host_address(inventory, hosts[0])
+    return Target(hosts[0], address, plan.port, prof.name, plan.digest, plan.digest, _api_key(prof))
+
+
 def _unit_port(unit: str) -> int | None:
     if not unit:
         return None
@@ -540,7 +558,7 @@ def journal_messages(
         from orchestrator import logs
 
         since = datetime.fromtimestamp(since_epoch, UTC)
-        batch = logs.read(inventory, unit_name=unit_name, lines=2000, limit=host)
+        batch = logs.read(inventory, unit_name=unit_name, lines=LOG_LINES, limit=host)
         return [line.message for line in batch.lines if line.time >= since]
 
     return read

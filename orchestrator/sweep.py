@@ -126,7 +126,7 @@ def _one_profile(
     for k in range(repeat):
         ctx.phase(f"bench {prof.name}" + (f" ({k + 1}/{repeat})" if repeat > 1 else ""))
         try:
-            target = bench_mod.find_target(inventory, limit, ref)
+            target = bench_mod.deployed_target(inventory, limit, ref)
             log = bench_mod.journal_messages(inventory, target.host)
             result = bench_mod.run(target, settings, ctx.on_progress, log)
         except OrchestratorError as exc:

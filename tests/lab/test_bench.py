@@ -19,7 +19,9 @@ from orchestrator.paths import ROOT
 pytestmark = pytest.mark.lab
 
 AGREE = 0.03
-LOAD = ["--requests", "3", "--max-tokens", "128", "--warmup", "1"]
+#: Small loads keep the tests short (at 90 tok/s 64 tokens take 0.7 s); the stand-in keeps
+#: each stream's speed under concurrency, so two at once cost the time of one.
+LOAD = ["--requests", "2", "--concurrency", "2", "--max-tokens", "96", "--warmup", "1"]
 
 
 def speed_model():
@@ -42,8 +44,8 @@ def predicted(profile: str) -> tuple[float, float]:
     return model.tok_s, model.accept_len
 
 
-def run_json(*args: str, ok: bool = True, timeout: float = 300) -> dict:
-    done = orchestrator(*args, "--json", timeout=timeout)
+def run_json(name: str, *args: str, ok: bool = True, timeout: float = 300) -> dict:
+    done = orchestrator(name, *args, "--json", timeout=timeout)
     if ok:
         assert done.returncode == 0, f"rc {done.returncode}\n{done.stdout}\n{done.stderr}"
     try:
@@ -74,25 +76,26 @@ def test_bench_reports_the_standins_speed_and_accept_length(lab) -> None:
     stored = {r["id"]: dict(r) for r in ledger.bench_results(profile="cg_5tok")}[row["ledger_id"]]
     assert stored["tok_s"] == row["tok_s"]
 
-    other = run_json("bench", "--profile", "baseline", "-i", inv, "--limit", "lab3", "--requests", "1")
-    assert other["profile"] == "cg_5tok"  # bench measures what runs, and says so
-    assert "differs from the given profile's plan digest" in other["notes"]
-
 
 def test_sweep_ranks_as_the_model_predicts_records_a_failure_and_leaves_the_best(lab, tmp_path) -> None:
     broken = write_profile(
         tmp_path,
         "cg_5tok_oom",
-        "description: cg_5tok with too much static memory: dies in CUDA graph capture\n"
+        "description: cg_5tok with too much static memory, dies in CUDA graph capture\n"
         "extends: cg_5tok\nserver:\n  mem_fraction_static: 0.97\n",
     )
     inv = str(lab.inventory)
-    load = ["--requests", "2", "--max-tokens", "96", "--warmup", "1"]
-    report = run_json(
-        "sweep", "baseline", "cg_5tok", "cg_2step", broken, "-i", inv, "--limit", "lab2", *load, ok=False
-    )
-    ranked = [(e["profile"], e["mean_tok_s"], e["speedup"], e["accept_len"]) for e in report["ranking"]]
-    print("\nsweep on lab2:", *(f"{p}: {t} tok/s, x{s}, accept {a}" for p, t, s, a in ranked), sep="\n  ")
+    load = ["--requests", "2", "--concurrency", "2", "--max-tokens", "64", "--warmup", "1"]
+    # The fastest (baseline) last: the restore at the end finds it running and changes nothing.
+    profiles = ["cg_5tok", "cg_2step", broken, "baseline"]
+    report = run_json("sweep", *profiles, "-i", inv, "--limit", "lab2", *load, ok=False)
+    print("\nsweep on lab2 (tok/s, speed-up, accept length; model tok/s):")
+    for e in report["ranking"]:
+        if e["ok"]:
+            numbers = f"{e['mean_tok_s']:.2f}, x{e['speedup']:.3f}, {e['accept_len']:.2f}"
+            print(f"  {e['profile']}: {numbers}; {predicted(e['profile'])[0]:.2f}")
+        else:
+            print(f"  {e['profile']}: failed: {e['diagnosis'][:100]}")
     healthy = [e["profile"] for e in report["ranking"] if e["ok"]]
     assert healthy == sorted(["baseline", "cg_5tok", "cg_2step"], key=lambda p: -predicted(p)[0])
     for e in report["ranking"][:3]:
@@ -102,6 +105,9 @@ def test_sweep_ranks_as_the_model_predicts_records_a_failure_and_leaves_the_best
     assert "CUDA out of memory" in failed["diagnosis"] and "rolled back to" in failed["diagnosis"]
     rows = [r for r in ledger.bench_results() if r["sweep_id"] == report["sweep_id"]]
     assert sorted(r["result"] for r in rows) == ["failed", "ok", "ok", "ok"]
+    for r in rows:  # each bench read the accept length from the server and its journal
+        if r["result"] == "ok" and r["speculative"]:
+            assert r["accept_len_log"] == pytest.approx(predicted(r["profile"])[1], abs=0.01)
     assert (report["left"], report["left_ok"]) == (healthy[0], True)
     unit = ssh(next(h for h in lab.hosts if h.name == "lab2"), "cat", "/etc/systemd/system/sglang.service")
     assert f"# profile: {healthy[0]}" in unit

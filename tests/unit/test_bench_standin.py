@@ -12,6 +12,7 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -80,7 +81,9 @@ def measure(lab: LoggedLab, *args: str) -> tuple[bench.BenchResult, float]:
     server, log = lab.start_logged(*args)
     target = bench.Target("local", "127.0.0.1", server.port)
     result = bench.run(target, SETTINGS, log_messages=lambda since: log.read_text().splitlines())
-    plain = [plain_client_tok_s(server.port, p, SETTINGS.max_tokens) for p in SETTINGS.prompts[:2]]
+    prompts = SETTINGS.prompts[:2]
+    with ThreadPoolExecutor(len(prompts)) as pool:  # at once, as bench runs them
+        plain = list(pool.map(lambda p: plain_client_tok_s(server.port, p, SETTINGS.max_tokens), prompts))
     return result, sum(plain) / len(plain)
 
 

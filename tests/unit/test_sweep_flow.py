@@ -32,7 +32,7 @@ def fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return bench.BenchResult(target, settings, [s], 1.2, "0.5.9", deployed[-1] != "baseline", 2.0)
 
     monkeypatch.setattr(deploy_mod, "deploy", deploy)
-    monkeypatch.setattr(bench, "find_target", lambda inv, limit, ref: bench.Target("lab2", "a", 1, ref))
+    monkeypatch.setattr(bench, "deployed_target", lambda inv, limit, ref: bench.Target("lab2", "a", 1, ref))
     monkeypatch.setattr(bench, "journal_messages", lambda inv, host: None)
     monkeypatch.setattr(bench, "run", run)
     return deployed
