@@ -98,7 +98,9 @@ def extravars(unit_name: str, lines: int, since: str | None, cursors: dict[str, 
     A first read uses --reverse: with --since, journalctl's -n alone keeps the *oldest* N.
     A read after a cursor goes forward, so nothing between two rounds is skipped.
     """
-    base = ["journalctl", "-u", unit_name, "-o", "json", "--no-pager"]
+    # Only the fields we print (the cursor and timestamps always come along): a journal entry
+    # is ~30 fields, and ansible-runner drops a task result over MAX_EVENT_RES (700 kB) whole.
+    base = ["journalctl", "-u", unit_name, "-o", "json", "--output-fields=MESSAGE,_PID", "--no-pager"]
     window = ["--since", since] if since else []
     return {
         "orch_logs_first_argv": [*base, "--reverse", "-n", str(lines), *window],
@@ -117,6 +119,9 @@ def _host_batch(run: HostRun, newest_first: bool) -> tuple[list[LogLine], str | 
     result = next((e.result for e in run.events if e.task == TASK and e.kind == "ok"), None)
     if result is None:
         return [], None, HostFailure(run.host, "the journal task did not run", False)
+    if "stdout" not in result:
+        why = "journal output larger than ansible-runner passes on (MAX_EVENT_RES); ask for fewer --lines"
+        return [], None, HostFailure(run.host, why, False)
     try:
         lines, cursor = parse_journal(run.host, result.get("stdout", ""), newest_first=newest_first)
     except (ValueError, KeyError, TypeError) as exc:

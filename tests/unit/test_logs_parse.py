@@ -82,7 +82,7 @@ def test_merge_keeps_each_hosts_order_when_its_clock_steps_back():
 
 def test_extravars_first_read_is_reversed_and_follow_goes_forward():
     ev = logs.extravars("sglang.service", 5, "10 min ago", {"lab3": "s=1"})
-    base = ["journalctl", "-u", "sglang.service", "-o", "json", "--no-pager"]
+    base = ["journalctl", "-u", "sglang.service", "-o", "json", "--output-fields=MESSAGE,_PID", "--no-pager"]
     assert ev["orch_logs_first_argv"] == [*base, "--reverse", "-n", "5", "--since", "10 min ago"]
     assert ev["orch_logs_next_argv"] == [*base, "-n", str(logs.FOLLOW_BATCH), "--since", "10 min ago"]
     assert ev["orch_logs_cursors"] == {"lab3": "s=1"}
