@@ -2,57 +2,24 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.bench_cli import bench, results, sweep
-from orchestrator.errors import InputError, OrchestratorError, ProfileError
+from orchestrator.console import err, handle_errors, out
+from orchestrator.errors import InputError, ProfileError
 from orchestrator.lab.cli import lab
 from orchestrator.logs_cli import logs
-from orchestrator.paths import state_dir
-
-# Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default.
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Expected errors become a message and their exit code; anything else a saved traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except ProfileError as exc:
-            for problem in exc.problems:
-                err.print(str(problem), markup=False)
-            sys.exit(exc.exit_code)
-        except OrchestratorError as exc:
-            err.print(f"error: {exc}", markup=False)
-            sys.exit(exc.exit_code)
-        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
-            raise
-        except Exception:
-            path = state_dir() / "crash" / f"{time.strftime('%Y%m%d-%H%M%S')}.log"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(traceback.format_exc())
-            err.print(f"internal error: {sys.exc_info()[1]!r}; traceback saved to {path}", markup=False)
-            sys.exit(1)
-
-    return wrapper
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import re
 import statistics
 import subprocess
@@ -40,6 +39,7 @@ import httpx
 from orchestrator import ledger
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
+from orchestrator.deploy import api_key
 from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.paths import ROOT
 
@@ -507,7 +507,7 @@ def find_target(
         profile=probe.get("profile", ""),
         digest=probe.get("digest", ""),
         plan_digest=plan.digest if plan else "",
-        api_key=_api_key(profile_mod.load(profile_ref)) if profile_ref else "",
+        api_key=api_key(profile_mod.load(profile_ref)) if profile_ref else "",
     )
 
 
@@ -522,7 +522,7 @@ def deployed_target(inventory: Path, limit: str | None, profile_ref: str) -> Tar
     prof = profile_mod.load(profile_ref)
     plan = plan_mod.build(prof)
     address = host_address(inventory, hosts[0])
-    return Target(hosts[0], address, plan.port, prof.name, plan.digest, plan.digest, _api_key(prof))
+    return Target(hosts[0], address, plan.port, prof.name, plan.digest, plan.digest, api_key(prof))
 
 
 def _unit_port(unit: str) -> int | None:
@@ -531,22 +531,6 @@ def _unit_port(unit: str) -> int | None:
     argv, _ = plan_mod.parse_unit(unit)
     port = plan_mod.flags_of(argv).get("--port")
     return int(port) if port and str(port).isdigit() else 30000  # SGLang's default port
-
-
-def _api_key(prof: profile_mod.Profile) -> str:
-    """The profile's API key, read on this machine as deploy reads it."""
-    ref = prof.api_key
-    if ref is None:
-        return ""
-    if ref.file:
-        path = Path(ref.file).expanduser()
-        if not path.is_file():
-            raise InputError(f"api_key.file: {path} does not exist on this machine")
-        return path.read_text().strip()
-    key = os.environ.get(ref.env or "", "")
-    if not key:
-        raise InputError(f"api_key.env: ${ref.env} is not set on this machine")
-    return key
 
 
 def journal_messages(

@@ -6,12 +6,10 @@ it cannot import __main__'s helpers (that module imports this one), so it holds 
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -19,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -27,38 +24,9 @@ from rich.text import Text
 from orchestrator import bench as bench_mod
 from orchestrator import ledger
 from orchestrator import sweep as sweep_mod
-from orchestrator.errors import InputError, OrchestratorError, ProfileError
-from orchestrator.paths import state_dir
+from orchestrator.console import err, handle_errors, out
+from orchestrator.errors import InputError
 from orchestrator.runner import TaskEvent
-
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Expected errors become a message and their exit code; anything else a saved traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except ProfileError as exc:
-            for problem in exc.problems:
-                err.print(str(problem), markup=False)
-            sys.exit(exc.exit_code)
-        except OrchestratorError as exc:
-            err.print(f"error: {exc}", markup=False)
-            sys.exit(exc.exit_code)
-        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
-            raise
-        except Exception:
-            path = state_dir() / "crash" / f"{time.strftime('%Y%m%d-%H%M%S')}.log"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(traceback.format_exc())
-            err.print(f"internal error: {sys.exc_info()[1]!r}; traceback saved to {path}", markup=False)
-            sys.exit(1)
-
-    return wrapper
 
 
 def _running_lab() -> Path:

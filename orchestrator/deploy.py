@@ -107,8 +107,8 @@ def health_url(plan: Plan, host: str) -> str:
     return f"http://{target}:{plan.port}{plan.health_path}"
 
 
-def _secret_config(prof: profile_mod.Profile) -> str:
-    """The --config YAML holding the API key, read from the control machine's file or variable."""
+def api_key(prof: profile_mod.Profile) -> str:
+    """The profile's API key, read from the control machine's file or variable ("" if none)."""
     ref = prof.api_key
     if ref is None:
         return ""
@@ -116,11 +116,18 @@ def _secret_config(prof: profile_mod.Profile) -> str:
         path = Path(ref.file).expanduser()
         if not path.is_file():
             raise InputError(f"api_key.file: {path} does not exist on this machine")
-        key = path.read_text().strip()
-    else:
-        key = os.environ.get(ref.env or "", "")
-        if not key:
-            raise InputError(f"api_key.env: ${ref.env} is not set on this machine")
+        return path.read_text().strip()
+    key = os.environ.get(ref.env or "", "")
+    if not key:
+        raise InputError(f"api_key.env: ${ref.env} is not set on this machine")
+    return key
+
+
+def _secret_config(prof: profile_mod.Profile) -> str:
+    """The --config YAML holding the API key, for SGLang to read on the host."""
+    key = api_key(prof)
+    if not key:
+        return ""
     escaped = key.replace("\\", "\\\\").replace('"', '\\"')
     return f'api-key: "{escaped}"\n'
 
