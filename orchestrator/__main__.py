@@ -184,6 +184,21 @@ limit_option = click.option(
     type=click.IntRange(0, 100),
     help="Start no further batch once more than this percent of a batch failed (implies --serial 1).",
 )
+@click.option(
+    "--no-preflight",
+    is_flag=True,
+    help="Skip the read-only checks before a restart (to debug a failing start).",
+)
+@click.option(
+    "--canary", is_flag=True, help="Deploy and bench the first host; the rest only if tok/s held up."
+)
+@click.option(
+    "--canary-margin",
+    type=click.FloatRange(0, 1),
+    default=0.05,
+    show_default=True,
+    help="Largest tok/s drop (fraction) the canary may show against the profile it replaced.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @handle_errors
 def deploy(
@@ -197,6 +212,9 @@ def deploy(
     lock_wait: float,
     serial: str | None,
     max_fail_percent: int | None,
+    no_preflight: bool,
+    canary: bool,
+    canary_margin: float,
     as_json: bool,
 ) -> None:
     """Stop, check GPUs idle, write the unit, start, wait for health: only where something changed.
@@ -215,12 +233,34 @@ def deploy(
         lock_wait_s=lock_wait,
         serial=_serial(serial),
         max_fail_percent=max_fail_percent,
+        preflight=not no_preflight,
     )
     inv = _inventory(inventory)
     title = f"{'check' if check else 'deploy'} {prof.name} -> {inv}"
+    if canary and not check:
+        _show(lambda on_event: _canary(profile_ref, inv, options, canary_margin, on_event), title, as_json)
+        return
     _show(
         lambda on_event: deploy_mod.deploy(profile_ref, inv, options, on_event), title, as_json, check, prof
     )
+
+
+def _canary(profile_ref: str, inv: Path, options: Any, margin: float, on_event: Any) -> Any:
+    """The canary's verdict on stderr, then the usual report (failed when it was rejected)."""
+    from orchestrator import bench as bench_mod
+    from orchestrator.canary import canary_deploy
+
+    settings = bench_mod.Settings(requests=4, max_tokens=128, warmup=1)
+    verdict, report = canary_deploy(profile_ref, inv, options, margin, settings, on_event)
+    before = f"{verdict.before_tok_s:.1f}" if verdict.before_tok_s is not None else "-"
+    after = f"{verdict.after_tok_s:.1f}" if verdict.after_tok_s is not None else "-"
+    word = "accepted" if verdict.accepted else "REJECTED"
+    err.print(f"canary {verdict.host}: {before} -> {after} tok/s: {word}: {verdict.reason}", markup=False)
+    if not verdict.accepted:
+        for h in report.hosts:
+            h.ok = False
+            h.diagnosis = h.diagnosis or f"canary rejected: {verdict.reason}"
+    return report
 
 
 def _serial(value: str | None) -> str | None:

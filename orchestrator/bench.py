@@ -466,12 +466,11 @@ def _jsonl_prompt(path: Path, number: int, line: str) -> str:
 
 
 def host_address(inventory: Path, host: str) -> str:
-    """Where the host is reached: its `ansible_host`, by Ansible's own inventory code."""
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
+    """Where the host is reached: its `ansible_host` (host or group variable)."""
+    from orchestrator.inventory import hosts
 
-    entry = InventoryManager(loader=DataLoader(), sources=[str(inventory)]).get_host(host)
-    return str(entry.vars.get("ansible_host") or host) if entry else host
+    found = [h.address for h in hosts(inventory, host) if h.name == host]
+    return found[0] if found else host
 
 
 def find_target(

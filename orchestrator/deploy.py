@@ -64,6 +64,8 @@ class HostReport:
     problems: list[str] = field(default_factory=list)
     #: Whether this run stopped the host's server (only then is a rollback owed).
     stopped: bool = False
+    #: When the server process exited during the health wait (systemd's realtime stamp), if it did.
+    exited_at: str = ""
     last_good: dict[str, Any] = field(default_factory=dict)
     rolled_back_to: str = ""
     rollback_error: str = ""
@@ -180,9 +182,18 @@ def unit_plan_vars(unit_name: str, profile: str, unit: str, health_timeout_s: in
         port=int(flags.get("--port", 30000)),
     )
     bind = flags.get("--host", "127.0.0.1")
-    return plan_vars(
-        recorded, bind=bind, health_timeout_s=health_timeout_s, interval_s=0.25, gpus=list(range(tp * dp))
+    nnodes = int(flags.get("--nnodes") or 1)
+    vars_ = plan_vars(
+        recorded,
+        bind=bind,
+        health_timeout_s=health_timeout_s,
+        interval_s=0.25,
+        gpus=list(range(tp * dp // nnodes)),
     )
+    if nnodes > 1:  # every rank of a multi-node server waits on rank 0's endpoint
+        rank0 = flags.get("--dist-init-addr", "127.0.0.1").rsplit(":", 1)[0]
+        vars_["health_url"] = f"http://{rank0}:{recorded.port}{recorded.health_path}"
+    return vars_
 
 
 def preflight_vars(prof: profile_mod.Profile, plan: Plan) -> dict[str, Any]:
@@ -255,6 +266,7 @@ def _host_report(run: HostRun, digest: str, check: bool) -> HostReport:
         killed=[k for e in run.events if e.role == "gpu_idle" for k in e.result.get("killed", [])],
         last_good=probe.get("last_good") or {},
     )
+    report.exited_at = (health.get("unit_state") or {}).get("ExecMainExitTimestamp", "") if failed else ""
     report.stopped = any(e.role == "sglang_stop" and e.kind in ("ok", "changed") for e in run.events)
     preflight = run.result_of("sglang_preflight", "Check") or {}
     report.problems = preflight.get("problems", [])
@@ -324,6 +336,47 @@ class Options:
     serial: str | None = None
     #: Stop starting new batches once more than this percent of a batch failed.
     max_fail_percent: int | None = None
+    #: Run the read-only checks before a restart (off only to provoke or debug a failing start).
+    preflight: bool = True
+
+
+def multinode_hosts(prof: profile_mod.Profile, inventory: Path, limit: str | None) -> list[Any] | None:
+    """The ranks of a multi-node server, in inventory order; None for a fleet of replicas.
+
+    The kind comes from the profile, or from the hosts' `orchestrator_deployment` variable.
+    """
+    from orchestrator import inventory as inventory_mod
+
+    selected = inventory_mod.hosts(inventory, limit)
+    kinds = {h.vars.get("orchestrator_deployment", prof.deployment.kind) for h in selected}
+    if "multinode" not in kinds:
+        return None
+    if len(kinds) > 1:
+        raise InputError("the selected hosts mix fleet and multinode deployments; --limit one group")
+    gpus = prof.server.tp_size * prof.server.dp_size
+    if len(selected) < 2 or gpus % len(selected):
+        raise InputError(
+            f"a multinode server needs 2 or more hosts that split TP x DP = {gpus} GPUs evenly; "
+            f"{len(selected)} selected: {', '.join(h.name for h in selected)}"
+        )
+    return selected
+
+
+def _multinode_plans(prof: profile_mod.Profile, ranks: list[Any], secret: str) -> dict[str, dict[str, Any]]:
+    """Per-rank plans: --nnodes from the group size, --node-rank from the order, rank 0's address;
+    every rank waits on rank 0's /health, the only HTTP endpoint."""
+    addr = f"{ranks[0].address}:{prof.deployment.dist_init_port}"
+    per_node = prof.server.tp_size * prof.server.dp_size // len(ranks)
+    plans = {}
+    for rank, host in enumerate(ranks):
+        plan = plan_mod.build(prof, plan_mod.Node(rank, len(ranks), addr))
+        vars_ = profile_plan_vars(prof, plan, secret)
+        vars_["gpus"] = list(range(per_node))
+        vars_["health_url"] = f"http://{ranks[0].address}:{prof.server.port}{plan.health_path}"
+        vars_["preflight"] = {**preflight_vars(prof, plan), "gpus_needed": per_node}
+        vars_["rank"] = rank
+        plans[host.name] = vars_
+    return plans
 
 
 def deploy(
@@ -339,18 +392,26 @@ def deploy(
     run_id = uuid.uuid4().hex[:12]
     svc = prof.service
     ttl = svc.stop_timeout_s + 60 + svc.health_timeout_s + 120
+    ranks = multinode_hosts(prof, inventory, options.limit)
+    default = {**profile_plan_vars(prof, plan, secret), "preflight": preflight_vars(prof, plan)}
+    plans = _multinode_plans(prof, ranks, secret) if ranks else {}
+    if not options.preflight:
+        for vars_ in (default, *plans.values()):
+            vars_.pop("preflight", None)
+    digest_of = lambda host: plans[host]["digest"] if host in plans else plan.digest  # noqa: E731
     extra = {
-        "orch_plan": profile_plan_vars(prof, plan, secret),
+        "orch_plan": default,
+        "orch_plans": plans,
         "orch_run_id": run_id,
         "orch_lock": _lock(run_id, ttl, options.lock_wait_s),
         "orch_force_restart": options.force_restart,
         "orch_kill_gpu_holders": options.kill_gpu_holders,
-        "orch_preflight": preflight_vars(prof, plan),
-        "orch_preflight_done": sorted(h for h, d in _PREFLIGHT_PASSED if d == plan.digest),
+        "orch_preflight_done": sorted(h for h, d in _PREFLIGHT_PASSED if d == digest_of(h)),
+        "orch_group_fatal": bool(ranks),  # one rank failing fails the whole server, before more changes
     }
-    if options.serial:
+    if options.serial and not ranks:
         extra["orch_serial"] = options.serial
-    if options.max_fail_percent is not None:
+    if options.max_fail_percent is not None and not ranks:
         extra["orch_max_fail_percent"] = options.max_fail_percent
         extra.setdefault("orch_serial", 1)  # a limit on failures means nothing if all hosts start at once
     play = run_playbook(
@@ -366,20 +427,50 @@ def deploy(
         raise InputError(
             f"no host of {inventory} matched{f' --limit {options.limit}' if options.limit else ''}"
         )
-    reports = [_host_report(run, plan.digest, options.check) for run in play.hosts.values()]
+    reports = [_host_report(run, digest_of(run.host), options.check) for run in play.hosts.values()]
     for run in play.hosts.values():
         if any(e.role == "sglang_preflight" and e.kind == "ok" for e in run.events):
-            _PREFLIGHT_PASSED.add((run.host, plan.digest))
+            _PREFLIGHT_PASSED.add((run.host, digest_of(run.host)))
     reports = sorted(reports + _not_started(inventory, options.limit, play.hosts), key=_host)
+    if ranks:
+        _group_diagnosis(reports, plans)
     report = DeployReport(prof.name, plan.digest, options.check, reports, str(play.artifacts), run_id)
     if options.check:
         return report
     for r in reports:
-        _record(run_id, r, plan, "deploy")
+        host_plan = plan if r.host not in plans else _plan_from_vars(plans[r.host], plan)
+        _record(run_id, r, host_plan, "deploy")
     if options.rollback:
         broken = [r for r in reports if not r.ok and r.stopped]
         rollback_hosts(inventory, broken, plan.unit_name, svc.health_timeout_s, run_id, plan.digest, on_event)
     return report
+
+
+def _plan_from_vars(vars_: dict[str, Any], base: Plan) -> Plan:
+    return Plan(
+        base.profile,
+        base.sglang_version,
+        base.unit_name,
+        base.argv,
+        base.environment,
+        vars_["unit"],
+        base.port,
+    )
+
+
+def _group_diagnosis(reports: list[HostReport], plans: dict[str, dict[str, Any]]) -> None:
+    """A multi-node server fails as one: every rank's report names the rank that died first."""
+    failed = [r for r in reports if not r.ok and r.host in plans]
+    if not failed:
+        return
+    dead = [r for r in failed if r.exited_at]
+    first = min(dead, key=lambda r: r.exited_at) if dead else failed[0]
+    rank = plans[first.host]["rank"]
+    why = first.diagnosis or f"failed at {first.step}"
+    for r in reports:
+        if r.host in plans:
+            r.ok = False
+            r.diagnosis = f"group failed: node rank {rank} ({first.host}) failed first: {why}"
 
 
 def _host(r: HostReport) -> str:

@@ -260,9 +260,34 @@ def render_unit(profile: Profile, argv: list[str], environment: dict[str, str]) 
     )
 
 
-def build(profile: Profile) -> Plan:
-    """The plan of a validated profile."""
+@dataclass(frozen=True)
+class Node:
+    """One host's place in a multi-node server."""
+
+    rank: int
+    nnodes: int
+    dist_init_addr: str  # HOST:PORT of node rank 0
+
+
+def node_argv(profile: Profile, node: Node) -> list[str]:
+    version = profile.server.sglang_version
+    return [
+        str(sglang_flags.flag("nnodes", version)),
+        str(node.nnodes),
+        str(sglang_flags.flag("node_rank", version)),
+        str(node.rank),
+        str(sglang_flags.flag("dist_init_addr", version)),
+        node.dist_init_addr,
+    ]
+
+
+def build(profile: Profile, node: Node | None = None) -> Plan:
+    """The plan of a validated profile (for one node of a multi-node server, when given)."""
     argv = build_argv(profile)
+    if node is not None:
+        extra = len(profile.server.extra_args)
+        cut = len(argv) - extra
+        argv = [*argv[:cut], *node_argv(profile, node), *argv[cut:]]
     environment = build_environment(profile)
     return Plan(
         profile=profile.name,

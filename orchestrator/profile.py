@@ -152,6 +152,22 @@ class ApiKey(_Model):
         return self
 
 
+class Deployment(_Model):
+    """How the hosts a deploy selects serve: each its own server, or one server spread over all.
+
+    An inventory group can say the same with the variable `orchestrator_deployment: multinode`.
+    """
+
+    kind: Literal["fleet", "multinode"] = Field(
+        "fleet",
+        description="fleet: every host runs its own replica; multinode: one SGLang server over all "
+        "selected hosts (--nnodes from their count, --node-rank from their order).",
+    )
+    dist_init_port: int = Field(
+        5757, ge=1, le=65535, description="Port on node rank 0 for --dist-init-addr (multinode)."
+    )
+
+
 class Profile(_Model):
     """One named SGLang deployment."""
 
@@ -166,6 +182,7 @@ class Profile(_Model):
     )
     service: Service = Field(default_factory=Service)
     api_key: ApiKey | None = Field(None, description="API key by reference: {file: PATH} or {env: NAME}.")
+    deployment: Deployment = Field(default_factory=lambda: Deployment())
 
 
 # --- Loading ------------------------------------------------------------------------

@@ -84,14 +84,10 @@ def verify(profile_ref: str, inventory: Path, limit: str | None = None) -> list[
 
 
 def inventory_hosts(inventory: Path, limit: str | None) -> list[str]:
-    """Host names an Ansible pattern selects, by Ansible's own code (testinfra knows no patterns)."""
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
+    """Host names an Ansible pattern selects (testinfra knows no patterns)."""
+    from orchestrator.inventory import host_names
 
-    manager = InventoryManager(loader=DataLoader(), sources=[str(inventory)])
-    if limit:
-        manager.subset(limit)
-    return [host.name for host in manager.get_hosts("all")]
+    return host_names(inventory, limit)
 
 
 @contextlib.contextmanager

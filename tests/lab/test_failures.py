@@ -126,7 +126,12 @@ def test_foreign_gpu_process_fails_before_the_stop(lab, host):
     )
     try:
         pid = service_pid(host, "foreign-holder.service")
-        h, took = provoke(lab, host, "foreign GPU process", "cg_2step")
+        start = time.monotonic()
+        rc, report = deploy_json(lab, "--profile", "cg_2step", "--limit", host.name)
+        took = time.monotonic() - start
+        assert rc == 1, report
+        (h,) = report["hosts"]
+        SUMMARY.append(("foreign GPU process", h["elapsed_s"], h["diagnosis"], "- (nothing was stopped)"))
     finally:
         ssh(host, "systemctl", "stop", "foreign-holder.service")
     assert f"GPU 0 is used by PID {pid} /usr/bin/python3 2000 MiB, outside sglang.service" in h["diagnosis"]

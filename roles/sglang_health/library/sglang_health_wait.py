@@ -33,11 +33,17 @@ import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 
-PROPS = "ActiveState,SubState,MainPID,NRestarts,ExecMainStatus,ExecMainCode,Result,InvocationID"
+PROPS = (
+    "ActiveState,SubState,MainPID,NRestarts,ExecMainStatus,ExecMainCode,Result,InvocationID,"
+    "ExecMainExitTimestamp"
+)
 
 
 def unit_state(module: AnsibleModule, unit: str) -> dict[str, str]:
-    rc, out, err = module.run_command(["systemctl", "show", unit, f"--property={PROPS}"])
+    # Microseconds in UTC: a multi-node deploy compares these across hosts to find who died first.
+    rc, out, err = module.run_command(
+        ["systemctl", "show", unit, f"--property={PROPS}", "--timestamp=us+utc"]
+    )
     if rc != 0:
         module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)

@@ -1,0 +1,74 @@
+"""deploy --canary: one host first, benched before and after; the rest only if it is not slower.
+
+A profile that starts fine can still be slower (a drafter that does not help, graphs off);
+the canary catches that on one replica, and puts that replica back when it is rejected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from orchestrator import bench as bench_mod
+from orchestrator import deploy as deploy_mod
+from orchestrator.errors import InputError
+from orchestrator.inventory import host_names
+from orchestrator.runner import TaskEvent
+
+
+@dataclass
+class Canary:
+    host: str
+    before_tok_s: float | None
+    after_tok_s: float | None
+    margin: float
+    accepted: bool
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _tok_s(inventory: Path, host: str, settings: bench_mod.Settings, profile_ref: str | None) -> float | None:
+    target = bench_mod.find_target(inventory, host, profile_ref)
+    result = bench_mod.run(target, settings)
+    bench_mod.record(result)
+    return result.tok_s.mean
+
+
+def canary_deploy(
+    profile_ref: str,
+    inventory: Path,
+    options: deploy_mod.Options,
+    margin: float,
+    settings: bench_mod.Settings,
+    on_event: Callable[[TaskEvent], None] | None = None,
+) -> tuple[Canary, deploy_mod.DeployReport]:
+    """Deploy and bench the first selected host; roll out to the others only if tok/s held up."""
+    hosts = host_names(inventory, options.limit)
+    if not hosts:
+        raise InputError(
+            f"no host of {inventory} matched{f' --limit {options.limit}' if options.limit else ''}"
+        )
+    host, rest = hosts[0], hosts[1:]
+    try:
+        before = _tok_s(inventory, host, settings, None)
+    except bench_mod.BenchError:
+        before = None  # nothing served there yet: nothing to compare against
+    first = deploy_mod.deploy(profile_ref, inventory, replace(options, limit=host), on_event)
+    if not first.ok:
+        return Canary(host, before, None, margin, False, "the canary deploy failed"), first
+    after = _tok_s(inventory, host, settings, profile_ref)
+    if before and after is not None and after < before * (1 - margin):
+        deploy_mod.rollback(inventory, limit=host, on_event=on_event)
+        why = f"{after:.1f} tok/s is more than {margin:.0%} below the previous {before:.1f} tok/s"
+        why += "; canary rolled back, no other host touched"
+        return Canary(host, before, after, margin, False, why), first
+    canary = Canary(host, before, after, margin, True, "tok/s held up")
+    if not rest:
+        return canary, first
+    others = deploy_mod.deploy(profile_ref, inventory, replace(options, limit=",".join(rest)), on_event)
+    merged = replace(others, hosts=sorted(first.hosts + others.hosts, key=lambda r: r.host))
+    return canary, merged

@@ -1,0 +1,103 @@
+"""A multi-node SGLang server (one server over two lab hosts) restarted and failed as one."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import yaml
+
+from labutil import cmdline, deploy_json, service, service_pid, ssh, write_profile
+from orchestrator import plan, profile
+
+pytestmark = pytest.mark.lab
+
+PROFILE = "cg_5tok_2node"
+
+
+@pytest.fixture
+def ranks(lab):
+    if len(lab.hosts) < 3:
+        pytest.skip("needs 3 lab hosts (ranks on the 2nd and 3rd)")
+    return list(lab.hosts[1:3])
+
+
+def limit(ranks) -> str:
+    return ",".join(h.name for h in ranks)
+
+
+def health(host) -> int | str:
+    try:
+        return urllib.request.urlopen(f"http://{host.address}:30000/health", timeout=3).status
+    except urllib.error.URLError as exc:
+        return str(exc.reason)
+
+
+def test_two_node_server_has_its_ranks_and_one_http_endpoint(lab, ranks):
+    rc, report = deploy_json(lab, "--profile", PROFILE, "--limit", limit(ranks))
+    assert rc == 0, report
+    for rank, host in enumerate(ranks):
+        argv = cmdline(host, service(host)["MainPID"])
+        flags = plan.flags_of(argv)
+        assert flags["--nnodes"] == "2" and flags["--node-rank"] == str(rank)
+        assert flags["--dist-init-addr"] == f"{ranks[0].address}:5757"
+    assert health(ranks[0]) == 200
+    assert "refused" in str(health(ranks[1])).lower()  # only node rank 0 serves HTTP
+    rc, again = deploy_json(lab, "--profile", PROFILE, "--limit", limit(ranks))
+    assert rc == 0 and not any(h["restarted"] for h in again["hosts"])
+
+
+def test_killing_rank_1_mid_start_fails_the_group_and_rolls_it_back(lab, ranks, tmp_path):
+    rc, _ = deploy_json(lab, "--profile", PROFILE, "--limit", limit(ranks))
+    assert rc == 0
+    good = {h.name: cmdline(h, service(h)["MainPID"]) for h in ranks}
+    slow = write_profile(
+        tmp_path,
+        "slow_2node",
+        yaml.safe_dump({"extends": PROFILE, "env": {"SGLANG_STANDIN_LOAD_DELAY_S": "6"}}),
+    )
+    old_pid = service(ranks[1])["MainPID"]
+
+    def kill_rank_1() -> None:
+        pid = service_pid(ranks[1], "sglang.service", timeout_s=60, not_pid=old_pid)
+        time.sleep(1.5)
+        ssh(ranks[1], "kill", "-9", pid)
+
+    killer = threading.Thread(target=kill_rank_1)
+    killer.start()
+    rc, report = deploy_json(lab, "--profile", slow, "--limit", limit(ranks))
+    killer.join()
+    assert rc == 1
+    by_host = {h["host"]: h for h in report["hosts"]}
+    for h in ranks:
+        diagnosis = by_host[h.name]["diagnosis"]
+        assert diagnosis.startswith(
+            f"group failed: node rank 1 ({ranks[1].name}) failed first: killed by a signal"
+        )
+        assert by_host[h.name]["rolled_back_to"].startswith(PROFILE), by_host[h.name]
+    for h in ranks:
+        assert cmdline(h, service(h)["MainPID"]) == good[h.name]
+    assert health(ranks[0]) == 200
+
+
+def test_a_profile_rank_count_that_does_not_split_the_gpus_is_bad_input(lab, ranks):
+    from labutil import orchestrator
+
+    done = orchestrator(
+        "deploy",
+        "-i",
+        str(lab.inventory),
+        "--profile",
+        PROFILE,
+        "--limit",
+        ",".join(h.name for h in lab.hosts[:3]),
+    )
+    assert done.returncode == 2
+    assert "split TP x DP = 8 GPUs evenly" in done.stderr
+
+
+def test_the_shipped_two_node_profile_is_valid():
+    assert profile.load(PROFILE).deployment.kind == "multinode"
