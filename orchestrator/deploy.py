@@ -407,8 +407,9 @@ def deploy(
         "orch_force_restart": options.force_restart,
         "orch_kill_gpu_holders": options.kill_gpu_holders,
         "orch_preflight_done": sorted(h for h, d in _PREFLIGHT_PASSED if d == digest_of(h)),
-        "orch_group_fatal": bool(ranks),  # one rank failing fails the whole server, before more changes
     }
+    if ranks:
+        extra["orch_max_fail_percent"] = 0  # one rank failing ends every rank's play: the server is one
     if options.serial and not ranks:
         extra["orch_serial"] = options.serial
     if options.max_fail_percent is not None and not ranks:
