@@ -118,7 +118,8 @@ def test_server_that_dies_fails_fast_with_its_journal(lab, first, tmp_path):
         "extends: cg_5tok\nserver: {model_path: /data/models/missing}\nservice: {health_timeout_s: 300}\n",
     )
     start = time.monotonic()
-    rc, report = deploy_json(lab, "--profile", broken, "--limit", first.name)
+    # past preflight (which would refuse the missing path before the stop): this is about the start
+    rc, report = deploy_json(lab, "--profile", broken, "--limit", first.name, "--no-preflight")
     took = time.monotonic() - start
     assert rc == 1
     (h,) = report["hosts"]
