@@ -16,18 +16,10 @@ import json
 import statistics
 import subprocess
 import sys
-import time
+
+from _timing import timed
 
 from orchestrator.lab import hosts as lab_hosts
-
-
-def timed(argv: list[str]) -> float:
-    start = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True)
-    took = time.monotonic() - start
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return took
 
 
 def standin_delay(host: lab_hosts.LabHost) -> float:

@@ -11,24 +11,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
-import time
+
+from _timing import timed
 
 from orchestrator.lab import hosts as lab_hosts
 
 SIZES = (1, 2, 4, 6)
-
-
-def timed(argv: list[str]) -> float:
-    start = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True)
-    took = time.monotonic() - start
-    if done.returncode != 0:
-        sys.exit(
-            f"{' '.join(argv)} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-        )
-    return took
 
 
 def main() -> None:

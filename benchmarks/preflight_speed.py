@@ -8,20 +8,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
-import time
+
+from _timing import timed
 
 from orchestrator.lab import hosts as lab_hosts
-
-
-def timed(argv: list[str]) -> float:
-    start = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True)
-    took = time.monotonic() - start
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return took
 
 
 def main() -> None:
