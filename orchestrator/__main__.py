@@ -16,7 +16,7 @@ from rich.text import Text
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.bench_cli import bench, results, sweep
-from orchestrator.console import err, handle_errors, out
+from orchestrator.console import err, handle_errors, inventory_or_lab, inventory_or_running_lab, out
 from orchestrator.errors import InputError, ProfileError
 from orchestrator.lab.cli import lab
 from orchestrator.logs_cli import logs
@@ -118,19 +118,6 @@ def profiles() -> None:
 def schema() -> None:
     """Print the JSON Schema of a profile file, for editors to complete and check."""
     click.echo(json.dumps(profile_mod.Profile.model_json_schema(), indent=2))
-
-
-def _inventory(path: Path | None) -> Path:
-    """The given inventory, or the lab's (brought up when needed): the README's main command."""
-    if path is not None:
-        from orchestrator.runner import check_inventory
-
-        check_inventory(path)  # a broken file is bad input (exit 2), found before any play or lab
-        return path
-    from orchestrator.lab import hosts as lab_hosts
-
-    state = lab_hosts.up(progress=lambda line: err.print(line, style="dim", markup=False))
-    return state.inventory
 
 
 inventory_option = click.option(
@@ -235,7 +222,7 @@ def deploy(
         max_fail_percent=max_fail_percent,
         preflight=not no_preflight,
     )
-    inv = _inventory(inventory)
+    inv = inventory_or_lab(inventory)
     title = f"{'check' if check else 'deploy'} {prof.name} -> {inv}"
     if canary and not check:
         _show(lambda on_event: _canary(profile_ref, inv, options, canary_margin, on_event), title, as_json)
@@ -307,7 +294,7 @@ def preflight(profile_ref: str, inventory: Path | None, limit: str | None, as_js
     from orchestrator import deploy as deploy_mod
 
     profile_mod.load(profile_ref)
-    results = deploy_mod.preflight(profile_ref, _inventory(inventory), limit)
+    results = deploy_mod.preflight(profile_ref, inventory_or_lab(inventory), limit)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in results], indent=2))
     else:
@@ -335,7 +322,7 @@ def rollback(
     """Put each host back on its previous healthy unit (or PROFILE's), start it, wait for health."""
     from orchestrator import deploy as deploy_mod
 
-    inv = _inventory(inventory)
+    inv = inventory_or_lab(inventory)
     title = f"rollback{f' to {to_profile}' if to_profile else ''} -> {inv}"
     _show(lambda on_event: deploy_mod.rollback(inv, unit_name, limit, to_profile, on_event), title, as_json)
 
@@ -392,7 +379,7 @@ def status(inventory: Path | None, limit: str | None, unit_name: str, as_json: b
     """Per host: deployed profile and digest, unit state, MainPID, uptime, health, GPU memory held."""
     from orchestrator import deploy as deploy_mod
 
-    rows = deploy_mod.status(_inventory(inventory), unit_name=unit_name, limit=limit)
+    rows = deploy_mod.status(inventory_or_lab(inventory), unit_name=unit_name, limit=limit)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in rows], indent=2))
         return
@@ -438,12 +425,7 @@ def stop(inventory: Path | None, limit: str | None, unit_name: str) -> None:
     """Stop the server and confirm the GPUs are released."""
     from orchestrator import deploy as deploy_mod
 
-    if inventory is None:
-        from orchestrator.lab import hosts as lab_hosts
-
-        if not lab_hosts.status().healthy:
-            raise InputError("no inventory given and no lab is up: nothing to stop")
-    reports = deploy_mod.stop(_inventory(inventory), unit_name=unit_name, limit=limit)
+    reports = deploy_mod.stop(inventory_or_running_lab(inventory), unit_name=unit_name, limit=limit)
     for r in reports:
         if r.ok:
             out.print(f"{r.host}: stopped, GPUs released ({r.elapsed_s:.1f} s)")
@@ -464,7 +446,7 @@ def verify(profile_ref: str | None, inventory: Path | None, limit: str | None) -
     from orchestrator import deploy as deploy_mod
     from orchestrator.verify.run import verify as run_verify
 
-    inv = _inventory(inventory)
+    inv = inventory_or_lab(inventory)
     if profile_ref is None:
         deployed = {r.profile for r in deploy_mod.status(inv, limit=limit)}
         if len(deployed) != 1 or "" in deployed:

@@ -24,27 +24,9 @@ from rich.text import Text
 from orchestrator import bench as bench_mod
 from orchestrator import ledger
 from orchestrator import sweep as sweep_mod
-from orchestrator.console import err, handle_errors, out
+from orchestrator.console import err, handle_errors, inventory_or_lab, inventory_or_running_lab, out
 from orchestrator.errors import InputError
 from orchestrator.runner import TaskEvent
-
-
-def _running_lab() -> Path:
-    """bench measures what runs: without -i, the lab that is up; never one brought up to be empty."""
-    from orchestrator.lab import hosts as lab_hosts
-
-    seen = lab_hosts.status()
-    if not seen.healthy or seen.inventory is None:
-        raise InputError("no inventory given and no lab is up: pass -i INVENTORY")
-    return seen.inventory
-
-
-def _lab_up() -> Path:
-    """sweep deploys, so like deploy it brings the lab up when no inventory is given."""
-    from orchestrator.lab import hosts as lab_hosts
-
-    return lab_hosts.up(progress=lambda line: err.print(line, style="dim", markup=False)).inventory
-
 
 inventory_option = click.option(
     "-i",
@@ -175,7 +157,7 @@ def bench(
     Runs against the first host of the inventory (or --limit), records a row in the ledger.
     """
     settings = _settings(requests, concurrency, max_tokens, warmup, prompts)
-    inv = inventory or _running_lab()
+    inv = inventory_or_running_lab(inventory)
     target = bench_mod.find_target(inv, limit, profile_ref)
     log = bench_mod.journal_messages(inv, target.host)
     if as_json:
@@ -244,7 +226,7 @@ def sweep(
     """Deploy, bench and record each profile; rank them; leave the fastest (or --leave) deployed."""
     settings = _settings(requests, concurrency, max_tokens, warmup, prompts)
     sweep_mod.check_profiles([*profiles, *([baseline] if baseline else []), *([leave] if leave else [])])
-    inv = inventory or _lab_up()
+    inv = inventory_or_lab(inventory)
     with _progress() as (on_progress, on_phase, on_event):
         report = sweep_mod.sweep(
             profiles,

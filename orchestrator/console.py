@@ -11,6 +11,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -48,3 +49,30 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(1)
 
     return wrapper
+
+
+def inventory_or_lab(path: Path | None) -> Path:
+    """The given inventory (checked: a broken file is bad input, exit 2, before any play), else the
+    lab's, brought up when needed: what commands that deploy use."""
+    if path is not None:
+        from orchestrator.runner import check_inventory
+
+        check_inventory(path)
+        return path
+    from orchestrator.lab import hosts as lab_hosts
+
+    return lab_hosts.up(progress=lambda line: err.print(line, style="dim", markup=False)).inventory
+
+
+def inventory_or_running_lab(path: Path | None) -> Path:
+    """The given inventory, else the lab that is up: commands that only read or stop never bring
+    one up just to find it empty."""
+    if path is not None:
+        return inventory_or_lab(path)
+    from orchestrator.errors import InputError
+    from orchestrator.lab import hosts as lab_hosts
+
+    seen = lab_hosts.status()
+    if not seen.healthy or seen.inventory is None:
+        raise InputError("no inventory given and no lab is up: pass -i INVENTORY")
+    return seen.inventory

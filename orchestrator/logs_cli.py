@@ -15,24 +15,13 @@ from rich.console import Console
 from rich.text import Text
 
 from orchestrator import logs as logs_mod
-from orchestrator.errors import InputError, OrchestratorError
+from orchestrator.console import inventory_or_running_lab
+from orchestrator.errors import OrchestratorError
 from orchestrator.runner import PlayCanceled
 
 # Log text is printed as data: no markup, no emoji codes, no highlighting, no wrapping at 80 columns.
 out = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
-
-
-def _inventory(path: Path | None) -> Path:
-    """The given inventory, else the running lab's; reading logs never brings a lab up."""
-    if path is not None:
-        return path
-    from orchestrator.lab import hosts as lab_hosts
-
-    seen = lab_hosts.status()
-    if not seen.healthy or seen.inventory is None:
-        raise InputError("no inventory given and no lab is up: pass -i INVENTORY")
-    return seen.inventory
 
 
 def format_line(line: logs_mod.LogLine, width: int) -> Iterable[Text]:
@@ -89,7 +78,7 @@ def logs(
     """The unit's journal from each host, merged in time order, each line prefixed by its host."""
     printer = _Printer()
     try:
-        inv = _inventory(inventory)
+        inv = inventory_or_running_lab(inventory)
         if follow:
             batches = logs_mod.follow(inv, unit_name=unit_name, lines=lines, since=since, limit=limit)
             _follow(printer, batches)
