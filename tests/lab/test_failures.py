@@ -272,46 +272,16 @@ def test_api_key_never_leaks(lab, host, tmp_path):
     key = "sk-orch-" + secrets.token_hex(12)
     ref = broken(tmp_path, "with_key", api_key={"env": "ORCH_TEST_API_KEY"})
     env = {**os.environ, "ORCH_TEST_API_KEY": key}
-    done = subprocess.run(
-        [
-            "python3",
-            "-m",
-            "orchestrator",
-            "deploy",
-            "-i",
-            str(lab.inventory),
-            "--limit",
-            host.name,
-            "-p",
-            ref,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+
+    def deploy(*extra: str) -> subprocess.CompletedProcess[str]:
+        argv = ["python3", "-m", "orchestrator", "deploy", "-i", str(lab.inventory), "--limit", host.name]
+        return subprocess.run(
+            [*argv, "-p", ref, *extra], capture_output=True, text=True, timeout=300, env=env
+        )
+
+    done = deploy()  # the human-readable output, then the same deploy as JSON
     assert done.returncode == 0, done.stdout + done.stderr
-    report = json.loads(
-        subprocess.run(
-            [
-                "python3",
-                "-m",
-                "orchestrator",
-                "deploy",
-                "-i",
-                str(lab.inventory),
-                "--limit",
-                host.name,
-                "-p",
-                ref,
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-        ).stdout
-    )
+    report = json.loads(deploy("--json").stdout)
     # The server got the key: unauthenticated generation is refused, the key is accepted.
     url = f"http://{host.address}:30000/v1/models"
     with pytest.raises(urllib.error.HTTPError) as refused:
