@@ -5,6 +5,9 @@
 - deploy overhead: command start to healthy, minus the stand-in's own load delay and
   warm-up (goal: 3 s or less on one host).
 
+It also replays the no-op's own ansible-playbook command (argv, cwd and environment from the
+run's artifacts) without orchestrator around it: the share of the no-op that is Ansible's.
+
 Usage: python3 benchmarks/deploy_speed.py [--repeat N] [--profile NAME]
 Needs the lab (brought up if it is not).
 """
@@ -16,10 +19,13 @@ import json
 import statistics
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from _timing import timed
 
 from orchestrator.lab import hosts as lab_hosts
+from orchestrator.paths import state_dir
 
 
 def standin_delay(host: lab_hosts.LabHost) -> float:
@@ -32,6 +38,17 @@ def standin_delay(host: lab_hosts.LabHost) -> float:
     ).stdout
     knobs = json.loads(raw)
     return float(knobs.get("load_delay_s", 1.0)) + float(knobs.get("warmup_s", 0.5))
+
+
+def replay_last_play() -> float:
+    """Seconds the newest deploy's ansible-playbook takes when run again exactly as it ran."""
+    newest = max((state_dir() / "runs").glob("*-deploy-*"), key=lambda p: p.stat().st_mtime)
+    command = json.loads(next(Path(newest, "artifacts").glob("*/command")).read_text())
+    start = time.monotonic()
+    done = subprocess.run(command["command"], cwd=command["cwd"], env=command["env"], capture_output=True)
+    if done.returncode != 0:
+        sys.exit(f"replaying {newest} failed ({done.returncode}): {done.stdout[-2000:]!r}")
+    return time.monotonic() - start
 
 
 def main() -> None:
@@ -49,17 +66,19 @@ def main() -> None:
     timed(deploy)  # bring the host to the profile first
 
     ping = ["ansible", host.name, "-i", inv, "-m", "ansible.builtin.ping"]
-    pings, noops, fulls = [], [], []
+    pings, noops, plays, fulls = [], [], [], []
     for _ in range(args.repeat):
         pings.append(timed(ping))
         noops.append(timed(deploy))
+        plays.append(replay_last_play())
         fulls.append(timed([*deploy, "--force-restart"]))
     delay = standin_delay(host)
-    ping_s, noop_s, full_s = (statistics.median(x) for x in (pings, noops, fulls))
+    ping_s, noop_s, play_s, full_s = (statistics.median(x) for x in (pings, noops, plays, fulls))
 
     print(f"host {host.name}, profile {args.profile}, median of {args.repeat} runs each")
     print(f"{'ansible -m ping':<40} {ping_s:6.2f} s")
     print(f"{'no-op deploy':<40} {noop_s:6.2f} s   {noop_s / ping_s:4.2f}x ping (goal <= 1.5x)")
+    print(f"{'  its ansible-playbook alone':<40} {play_s:6.2f} s   {play_s / ping_s:4.2f}x ping")
     print(f"{'deploy with restart (to healthy)':<40} {full_s:6.2f} s")
     print(f"{'  stand-in load delay + warm-up':<40} {delay:6.2f} s")
     print(f"{'  deploy overhead':<40} {full_s - delay:6.2f} s   (goal <= 3 s)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import time
@@ -15,14 +16,35 @@ from rich.text import Text
 
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
-from orchestrator.bench_cli import bench, results, sweep
 from orchestrator.console import err, handle_errors, inventory_or_lab, inventory_or_running_lab, out
 from orchestrator.errors import InputError, ProfileError
-from orchestrator.lab.cli import lab
-from orchestrator.logs_cli import logs
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class LazyGroup(click.Group):
+    """Commands kept in other modules load only when run (or listed): `deploy` need not import
+    the bench client (httpx, asyncio) or the lab. Click's own recipe for lazy subcommands."""
+
+    LAZY = {
+        "logs": "orchestrator.logs_cli:logs",
+        "bench": "orchestrator.bench_cli:bench",
+        "sweep": "orchestrator.bench_cli:sweep",
+        "results": "orchestrator.bench_cli:results",
+        "lab": "orchestrator.lab.cli:lab",
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.LAZY])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.LAZY:
+            return super().get_command(ctx, cmd_name)
+        module, _, attr = self.LAZY[cmd_name].partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(
+    cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(package_name="orchestrator")
 def cli() -> None:
     """Deploy and restart SGLang servers (EAGLE-3 speculative decoding) on GPU hosts.
@@ -463,14 +485,6 @@ def verify(profile_ref: str | None, inventory: Path | None, limit: str | None) -
         table.add_row(c.host, c.check, result, Text(c.message))
     out.print(table)
     sys.exit(0 if all(c.passed for c in checks) else 1)
-
-
-logs.callback = handle_errors(logs.callback)
-cli.add_command(logs)
-cli.add_command(bench)
-cli.add_command(sweep)
-cli.add_command(results)
-cli.add_command(lab)
 
 
 def main() -> None:

@@ -480,10 +480,10 @@ def find_target(
     unit_name: str = "sglang.service",
 ) -> Target:
     """The node serving HTTP (the first host selected), what runs there, and its port."""
+    from orchestrator.inventory import host_names
     from orchestrator.runner import run_playbook
-    from orchestrator.verify.run import inventory_hosts
 
-    hosts = inventory_hosts(inventory, limit)
+    hosts = host_names(inventory, limit)
     if not hosts:
         raise InputError(f"no host of {inventory} matched{f' --limit {limit}' if limit else ''}")
     host = hosts[0]
@@ -513,9 +513,9 @@ def find_target(
 def deployed_target(inventory: Path, limit: str | None, profile_ref: str) -> Target:
     """The server right after a healthy deploy of `profile_ref`: what runs is its plan, so no
     probe is needed (sweep saves a play per bench)."""
-    from orchestrator.verify.run import inventory_hosts
+    from orchestrator.inventory import host_names
 
-    hosts = inventory_hosts(inventory, limit)
+    hosts = host_names(inventory, limit)
     if not hosts:
         raise InputError(f"no host of {inventory} matched{f' --limit {limit}' if limit else ''}")
     prof = profile_mod.load(profile_ref)

@@ -1,7 +1,7 @@
 """`bench`, `sweep`, `results`: the tuning loop's commands, the one place their output is decided.
 
-Kept out of __main__.py so the commands are added with `cli.add_command(...)`; like logs_cli,
-it cannot import __main__'s helpers (that module imports this one), so it holds its own.
+Kept out of __main__.py, which loads this module only when one of these commands runs (its
+LazyGroup): deploy need not import the bench client.
 """
 
 from __future__ import annotations

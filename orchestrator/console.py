@@ -55,9 +55,9 @@ def inventory_or_lab(path: Path | None) -> Path:
     """The given inventory (checked: a broken file is bad input, exit 2, before any play), else the
     lab's, brought up when needed: what commands that deploy use."""
     if path is not None:
-        from orchestrator.runner import check_inventory
+        from orchestrator import inventory
 
-        check_inventory(path)
+        inventory.check(path)
         return path
     from orchestrator.lab import hosts as lab_hosts
 

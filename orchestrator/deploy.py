@@ -348,7 +348,7 @@ def multinode_hosts(prof: profile_mod.Profile, inventory: Path, limit: str | Non
     from orchestrator import inventory as inventory_mod
 
     selected = inventory_mod.hosts(inventory, limit)
-    kinds = {h.vars.get("orchestrator_deployment", prof.deployment.kind) for h in selected}
+    kinds = {h.deployment or prof.deployment.kind for h in selected}
     if "multinode" not in kinds:
         return None
     if len(kinds) > 1:
@@ -432,7 +432,9 @@ def deploy(
     for run in play.hosts.values():
         if any(e.role == "sglang_preflight" and e.kind == "ok" for e in run.events):
             _PREFLIGHT_PASSED.add((run.host, digest_of(run.host)))
-    reports = sorted(reports + _not_started(inventory, options.limit, play.hosts), key=_host)
+    if "orch_serial" in extra:  # only a batched play leaves hosts unstarted
+        reports += _not_started(inventory, options.limit, play.hosts)
+    reports.sort(key=_host)
     if ranks:
         _group_diagnosis(reports, plans)
     report = DeployReport(prof.name, plan.digest, options.check, reports, str(play.artifacts), run_id)
@@ -480,9 +482,9 @@ def _host(r: HostReport) -> str:
 
 def _not_started(inventory: Path, limit: str | None, seen: dict[str, HostRun]) -> list[HostReport]:
     """Hosts the play never reached because an earlier batch failed past --max-fail-percent."""
-    from orchestrator.verify.run import inventory_hosts
+    from orchestrator.inventory import host_names
 
-    missing = [h for h in inventory_hosts(inventory, limit) if h not in seen]
+    missing = [h for h in host_names(inventory, limit) if h not in seen]
     why = "not started: an earlier batch failed past --max-fail-percent; this host was not touched"
     return [HostReport(h, False, False, False, None, "", "", "not started", diagnosis=why) for h in missing]
 

@@ -1,28 +1,91 @@
 """Reading the user's Ansible inventory with Ansible's own code: host order, addresses, variables.
 
 Patterns (`--limit`), groups, group_vars and INI/YAML all mean what they mean to Ansible.
+
+Importing Ansible and parsing costs about 0.3 s, a fifth of a no-op deploy, so what a read
+found is kept in the state directory under a fingerprint of everything it depended on: the
+inventory files, the group_vars/ and host_vars/ beside them, Ansible's config files and
+ANSIBLE_* variables, and Ansible's version. Any change there reads the inventory again.
+Dynamic inventories (scripts, plugin configs such as aws_ec2) are read every time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import stat
+from dataclasses import astuple, dataclass
 from pathlib import Path
-from typing import Any
+
+from orchestrator.errors import InputError
+from orchestrator.paths import PLAYBOOKS_DIR, state_dir
+
+#: Plugins that read a static file: their result depends on nothing but the fingerprinted files.
+STATIC_PLUGINS = frozenset({"yaml", "ini", "toml"})
+#: Entries kept in the cache file (one per inventory and --limit).
+CACHE_ENTRIES = 64
+_FORMAT = 1
 
 
 @dataclass(frozen=True)
 class InventoryHost:
     name: str
     address: str
-    vars: dict[str, Any] = field(default_factory=dict)
+    #: The host's `orchestrator_deployment` variable (fleet or multinode), if set.
+    deployment: str | None = None
 
 
 def hosts(inventory: Path, limit: str | None = None) -> list[InventoryHost]:
-    """The hosts `limit` selects, in inventory order, with their merged host and group variables."""
+    """The hosts `limit` selects, in inventory order.
+
+    Raises InputError when the inventory does not exist, Ansible cannot parse it (naming each
+    plugin's reason), or it holds no host at all; a `limit` matching nothing gives [].
+    """
+    if not inventory.exists():
+        raise InputError(f"inventory {inventory} does not exist")
+    key = _fingerprint(inventory, limit)
+    cached = _cache_get(key) if key else None
+    if cached is not None:
+        return cached
+    selected, plugins = _read(inventory, limit)
+    if key and plugins <= STATIC_PLUGINS:
+        _cache_put(key, selected)
+    return selected
+
+
+def host_names(inventory: Path, limit: str | None = None) -> list[str]:
+    return [h.name for h in hosts(inventory, limit)]
+
+
+def check(inventory: Path) -> None:
+    """Refuse an inventory that Ansible cannot parse or that names no host, before any play.
+
+    ansible-playbook only warns about an unparsable inventory, then plays against the
+    implicit localhost alone: a broken file would read as "no host matched" at best.
+    """
+    hosts(inventory)
+
+
+def _read(inventory: Path, limit: str | None) -> tuple[list[InventoryHost], set[str]]:
+    """Parse with Ansible: the selected hosts, and the plugins that parsed the sources."""
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.vars import host_group_vars
     from ansible.vars.manager import VariableManager
 
+    # Ansible remembers which group_vars/host_vars files exist for the life of the process;
+    # one that reads twice (a sweep, the tests) must see files added in between.
+    host_group_vars.FOUND.clear()
+    host_group_vars.NAK.clear()
+    count, reasons, plugins = _parse_sources(inventory)
+    if count is None:
+        why = "; ".join(reasons) or "no file in it parsed"
+        raise InputError(f"inventory {inventory}: {why}")
+    if count == 0:
+        raise InputError(f"inventory {inventory}: Ansible parsed it but found no hosts in it")
     loader = DataLoader()
     manager = InventoryManager(loader=loader, sources=[str(inventory)])
     if limit:
@@ -31,15 +94,99 @@ def hosts(inventory: Path, limit: str | None = None) -> list[InventoryHost]:
     selected = []
     for host in manager.get_hosts("all"):
         merged = variables.get_vars(host=host, include_hostvars=False)
-        selected.append(InventoryHost(host.name, str(merged.get("ansible_host") or host.name), dict(merged)))
-    return selected
+        address = str(merged.get("ansible_host") or host.name)
+        deployment = merged.get("orchestrator_deployment")
+        selected.append(InventoryHost(host.name, address, None if deployment is None else str(deployment)))
+    return selected, plugins
 
 
-def host_names(inventory: Path, limit: str | None = None) -> list[str]:
-    from ansible.inventory.manager import InventoryManager
+def _parse_sources(source: Path) -> tuple[int | None, list[str], set[str]]:
+    """Hosts in `source` (None: nothing parsed), why each plugin refused it, and which parsed it.
+
+    Asks the enabled plugins in turn, as ansible-core's InventoryManager.parse_source does,
+    because the manager keeps the plugins' reasons to itself and only prints warnings.
+    """
+    from ansible import constants as C
+    from ansible.inventory.data import InventoryData
+    from ansible.inventory.manager import IGNORED
     from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import inventory_loader
 
-    manager = InventoryManager(loader=DataLoader(), sources=[str(inventory)])
-    if limit:
-        manager.subset(limit)
-    return [host.name for host in manager.get_hosts("all")]
+    if source.is_dir():  # like Ansible: the directory parses if any file in it does
+        entries = [p for p in sorted(source.iterdir()) if not IGNORED.search(os.fsencode(p.name))]
+        parts = [_parse_sources(p) for p in entries]
+        counts = [n for n, _, _ in parts if n is not None]
+        reasons = [r for _, why, _ in parts for r in why]
+        return (sum(counts) if counts else None), reasons, {p for _, _, used in parts for p in used}
+    reasons = []
+    for name in C.INVENTORY_ENABLED:
+        plugin = inventory_loader.get(name)
+        try:
+            if not (plugin and plugin.verify_file(str(source))):
+                continue
+            data = InventoryData()
+            plugin.parse(data, DataLoader(), str(source), cache=False)
+            return len(data.hosts), [], {name}
+        except Exception as exc:  # Ansible catches every plugin failure the same way
+            first_line = str(exc).strip().partition("\n")[0]
+            if not any(r.endswith(f": {first_line}") for r in reasons):  # `auto` repeats `yaml`
+                reasons.append(f"{name} plugin: {first_line}")
+    return None, reasons, set()
+
+
+def _fingerprint(inventory: Path, limit: str | None) -> str | None:
+    """A digest of everything Ansible's answer depends on; None when that cannot be known
+    without running something (an executable inventory is a script)."""
+    root = inventory.resolve()
+    files = sorted(root.rglob("*")) if root.is_dir() else [root]
+    if any(p.is_file() and os.access(p, os.X_OK) for p in files):
+        return None
+    beside = {root if root.is_dir() else root.parent, PLAYBOOKS_DIR}
+    for base in sorted(beside):
+        for sub in ("group_vars", "host_vars"):
+            files += [base / sub, *sorted((base / sub).rglob("*"))]
+    ansible_spec = importlib.util.find_spec("ansible")
+    release = (
+        Path(ansible_spec.origin).with_name("release.py") if ansible_spec and ansible_spec.origin else None
+    )
+    configs = [Path("ansible.cfg").resolve(), Path.home() / ".ansible.cfg", Path("/etc/ansible/ansible.cfg")]
+    if os.environ.get("ANSIBLE_CONFIG"):
+        configs.append(Path(os.environ["ANSIBLE_CONFIG"]))
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("ANSIBLE_"))
+    parts = [_FORMAT, str(root), limit, env, [_stat(p) for p in [*files, *configs, release] if p]]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def _stat(path: Path) -> list[object]:
+    try:
+        st = path.stat()
+    except OSError:
+        return [str(path)]
+    return [str(path), st.st_mtime_ns, st.st_size, st.st_ino, stat.S_IMODE(st.st_mode)]
+
+
+def _cache_path() -> Path:
+    return state_dir() / "cache" / "inventory.json"
+
+
+def _cache_get(key: str) -> list[InventoryHost] | None:
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        entry = json.loads(_cache_path().read_text()).get(key)
+        if entry is not None:
+            return [InventoryHost(*row) for row in entry]
+    return None
+
+
+def _cache_put(key: str, selected: list[InventoryHost]) -> None:
+    path = _cache_path()
+    entries: dict[str, list[list[str | None]]] = {}
+    with contextlib.suppress(OSError, ValueError):
+        entries = json.loads(path.read_text())
+    entries.pop(key, None)
+    entries[key] = [list(astuple(h)) for h in selected]
+    kept = dict(list(entries.items())[-CACHE_ENTRIES:])
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(kept))
+        tmp.replace(path)

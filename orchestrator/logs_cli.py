@@ -1,7 +1,7 @@
 """`logs`: the unit's journal from each host, one line per entry, prefixed by its host.
 
-Kept out of __main__.py so the command can be added with `cli.add_command(logs)`; it cannot
-import __main__'s helpers (that module imports this one), so it holds its own small ones.
+Kept out of __main__.py, which loads it only when `logs` runs (its LazyGroup); it prints raw
+journal text, so it holds its own small console helpers.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from orchestrator import logs as logs_mod
-from orchestrator.console import inventory_or_running_lab
+from orchestrator.console import handle_errors, inventory_or_running_lab
 from orchestrator.errors import OrchestratorError
 from orchestrator.runner import PlayCanceled
 
@@ -72,6 +72,7 @@ class _Printer:
 )
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines, about every second, to Ctrl-C.")
 @click.option("--since", metavar="TIME", help='journalctl\'s syntax: "10 min ago", "2026-11-29 13:00".')
+@handle_errors
 def logs(
     inventory: Path | None, limit: str | None, unit_name: str, lines: int, follow: bool, since: str | None
 ) -> None:

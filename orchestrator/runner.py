@@ -20,7 +20,8 @@ from typing import Any
 
 import ansible_runner
 
-from orchestrator.errors import InputError, OrchestratorError
+from orchestrator import inventory as inventory_mod
+from orchestrator.errors import OrchestratorError
 from orchestrator.paths import PLAYBOOKS_DIR, ROLES_DIR, state_dir
 
 #: Runs kept under the state directory's runs/; older ones are removed.
@@ -145,55 +146,6 @@ def _prune_runs(runs: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def check_inventory(inventory: Path) -> None:
-    """Refuse an inventory that Ansible cannot parse or that names no host, before any play.
-
-    ansible-playbook only warns about an unparsable inventory, then plays against the
-    implicit localhost alone: a broken file would read as "no host matched" at best.
-    """
-    if not inventory.exists():
-        raise InputError(f"inventory {inventory} does not exist")
-    hosts, reasons = _parse_inventory(inventory)
-    if hosts is None:
-        why = "; ".join(reasons) or "no file in it parsed"
-        raise InputError(f"inventory {inventory}: {why}")
-    if hosts == 0:
-        raise InputError(f"inventory {inventory}: Ansible parsed it but found no hosts in it")
-
-
-def _parse_inventory(source: Path) -> tuple[int | None, list[str]]:
-    """Hosts in `source` (None: nothing parsed) and why each inventory plugin refused it.
-
-    Asks the enabled plugins in turn, as ansible-core's InventoryManager.parse_source does,
-    because the manager keeps the plugins' reasons to itself and only prints warnings.
-    """
-    from ansible import constants as C
-    from ansible.inventory.data import InventoryData
-    from ansible.inventory.manager import IGNORED
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.plugins.loader import inventory_loader
-
-    if source.is_dir():  # like Ansible: the directory parses if any file in it does
-        entries = [p for p in sorted(source.iterdir()) if not IGNORED.search(os.fsencode(p.name))]
-        parts = [_parse_inventory(p) for p in entries]
-        counts = [n for n, _ in parts if n is not None]
-        return (sum(counts) if counts else None), [r for _, why in parts for r in why]
-    reasons = []
-    for name in C.INVENTORY_ENABLED:
-        plugin = inventory_loader.get(name)
-        try:
-            if not (plugin and plugin.verify_file(str(source))):
-                continue
-            data = InventoryData()
-            plugin.parse(data, DataLoader(), str(source), cache=False)
-            return len(data.hosts), []
-        except Exception as exc:  # Ansible catches every plugin failure the same way
-            first_line = str(exc).strip().partition("\n")[0]
-            if not any(r.endswith(f": {first_line}") for r in reasons):  # `auto` repeats `yaml`
-                reasons.append(f"{name} plugin: {first_line}")
-    return None, reasons
-
-
 def run_playbook(
     playbook: str,
     inventory: Path,
@@ -206,7 +158,7 @@ def run_playbook(
     on_event: Callable[[TaskEvent], None] | None = None,
 ) -> PlayResult:
     """Run playbooks/<playbook> against `inventory`; `env` reaches Ansible's environment only."""
-    check_inventory(inventory)
+    inventory_mod.check(inventory)
     hosts: dict[str, HostRun] = {}
 
     def handle(event: dict[str, Any]) -> bool:

@@ -14,6 +14,7 @@ import pytest
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.deploy import health_url
+from orchestrator.inventory import host_names
 
 TESTS = Path(__file__).with_name("test_deployment.py")
 
@@ -63,7 +64,7 @@ def plan_json(prof: profile_mod.Profile) -> dict[str, object]:
 def verify(profile_ref: str, inventory: Path, limit: str | None = None) -> list[Check]:
     """Every check on every host of `inventory` (or those `limit` names), for this profile's plan."""
     prof = profile_mod.load(profile_ref)
-    names = inventory_hosts(inventory, limit)
+    names = host_names(inventory, limit)  # testinfra knows no Ansible patterns
     if not names:
         return []
     collector = _Collector()
@@ -81,13 +82,6 @@ def verify(profile_ref: str, inventory: Path, limit: str | None = None) -> list[
     with _environ(env), contextlib.redirect_stdout(io.StringIO()):
         pytest.main(args, plugins=[collector])
     return collector.checks
-
-
-def inventory_hosts(inventory: Path, limit: str | None) -> list[str]:
-    """Host names an Ansible pattern selects (testinfra knows no patterns)."""
-    from orchestrator.inventory import host_names
-
-    return host_names(inventory, limit)
 
 
 @contextlib.contextmanager

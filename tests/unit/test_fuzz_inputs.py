@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from orchestrator import inventory, rules, runner
 from orchestrator import profile as profile_mod
-from orchestrator import rules, runner
 from orchestrator.__main__ import cli
 from orchestrator.errors import InputError
 
@@ -402,11 +402,11 @@ def test_unparsable_inventory_exits_2_before_any_play(
 def test_inventory_check_reports_ansibles_reason(workdir: Path) -> None:
     (workdir / "inv-garbage.ini").write_bytes(b"[x\nfoo bar=\n")
     with pytest.raises(InputError, match=r"^inventory .*inv-garbage\.ini: .*ini"):
-        runner.check_inventory(workdir / "inv-garbage.ini")
+        inventory.check(workdir / "inv-garbage.ini")
     with pytest.raises(InputError, match="does not exist"):
-        runner.check_inventory(workdir / "no-such-inventory.yml")
+        inventory.check(workdir / "no-such-inventory.yml")
     (workdir / "inv-good.yml").write_text("all:\n  hosts:\n    gpu-1:\n")
-    runner.check_inventory(workdir / "inv-good.yml")
+    inventory.check(workdir / "inv-good.yml")
 
 
 @pytest.mark.parametrize("ref", ["../../etc/no-such-file", "no/such/file", "missing.yml"])
