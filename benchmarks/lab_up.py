@@ -32,7 +32,7 @@ def timed_down() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=3)
+    parser.add_argument("--hosts", type=int, default=lab_hosts.DEFAULT_HOSTS)
     parser.add_argument("--warm-runs", type=int, default=3)
     args = parser.parse_args()
     if lab_hosts.BRIDGE in os.listdir("/sys/class/net"):

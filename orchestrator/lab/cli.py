@@ -42,7 +42,9 @@ def lab() -> None:
 
 
 @lab.command()
-@click.option("--hosts", default=3, show_default=True, type=click.IntRange(1, lab_hosts.MAX_HOSTS))
+@click.option(
+    "--hosts", default=lab_hosts.DEFAULT_HOSTS, show_default=True, type=click.IntRange(1, lab_hosts.MAX_HOSTS)
+)
 @click.option(
     "--gpus", default=8, show_default=True, type=click.IntRange(1, 64), help="Stand-in GPUs per host."
 )

@@ -65,6 +65,9 @@ BRIDGE = "orchlab0"
 SUBNET = "10.213.0"
 BRIDGE_ADDRESS = f"{SUBNET}.1"
 MAX_HOSTS = 50
+#: Hosts in a lab brought up without --hosts: enough for a 2-node server beside other replicas, and
+#: for a rolling deploy over 4 replicas.
+DEFAULT_HOSTS = 4
 BOOT_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 #: A clean PATH for commands run in a host; the control machine's PATH (pyenv shims...) means nothing there.
@@ -646,7 +649,9 @@ def _state(record: _Record, booted: dict[str, tuple[str, tuple[str, ...]]], reus
 # ---------------------------------------------------------------- public: up, status, down
 
 
-def up(hosts: int = 3, gpus: int = 8, sglang_version: str = "0.5.9", progress: Progress = None) -> LabState:
+def up(
+    hosts: int = DEFAULT_HOSTS, gpus: int = 8, sglang_version: str = "0.5.9", progress: Progress = None
+) -> LabState:
     """Bring up `hosts` lab hosts, or return the running lab unchanged if it already matches.
 
     A record left by a crash (dead processes, half-made hosts) is cleaned up first, then the lab is

@@ -32,11 +32,12 @@ def _why_no_lab() -> str | None:
 
 @pytest.fixture(scope="session")
 def lab() -> Iterator[lab_hosts.LabState]:
-    """The running lab: `ORCH_LAB_HOSTS` hosts (default 3); a healthy lab of that size is reused as is."""
+    """The running lab: `ORCH_LAB_HOSTS` hosts (default: the lab's own, 4); a healthy lab of that size
+    is reused as is."""
     reason = _why_no_lab()
     if reason:
         pytest.skip(reason)
-    wanted = int(os.environ.get("ORCH_LAB_HOSTS", "3"))
+    wanted = int(os.environ.get("ORCH_LAB_HOSTS", lab_hosts.DEFAULT_HOSTS))
     seen = lab_hosts.status()
     if seen.healthy and len(seen.hosts) != wanted:
         pytest.fail(

@@ -21,7 +21,10 @@ def healthy(host) -> bool:
         return False
 
 
-def test_rolling_deploy_never_has_more_than_one_replica_down(lab):
+@pytest.mark.parametrize(("serial", "most_down"), [("1", 1), ("50%", 2)])
+def test_rolling_deploy_over_4_replicas_never_has_more_than_n_down(lab, serial, most_down):
+    if len(lab.hosts) < 4:
+        pytest.skip("needs 4 lab hosts")
     names = ",".join(h.name for h in lab.hosts)
     rc, _ = deploy_json(lab, "--profile", "baseline", "--limit", names)
     assert rc == 0
@@ -36,22 +39,22 @@ def test_rolling_deploy_never_has_more_than_one_replica_down(lab):
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
-        rc, report = deploy_json(lab, "--profile", "cg_5tok", "--limit", names, "--serial", "1")
+        rc, report = deploy_json(lab, "--profile", "cg_5tok", "--limit", names, "--serial", serial)
     finally:
         done.set()
         sampler.join()
     assert rc == 0, report
     assert all(h["restarted"] for h in report["hosts"])
-    assert max(samples) == 1, f"replicas down at once, per sample: {samples}"
+    assert 1 <= max(samples) <= most_down, f"replicas down at once, per sample: {samples}"
     assert len(samples) > 20
 
 
 def test_a_slower_canary_is_rejected_and_the_fleet_stays_on_the_old_profile(lab):
-    fleet = lab.hosts[1:3]
+    fleet = lab.hosts[1:]
     limit = ",".join(h.name for h in fleet)
     rc, _ = deploy_json(lab, "--profile", "baseline", "--limit", limit)
     assert rc == 0
-    untouched = service(fleet[1])
+    untouched = [service(h) for h in fleet[1:]]
     # 16 draft tokens without CUDA graphs: 53.2 tok/s against baseline's 90 in the stand-in's model
     done = orchestrator(
         "deploy", "-i", str(lab.inventory), "--limit", limit, "-p", "eagle3_16tok_nocg", "--canary"
@@ -60,4 +63,4 @@ def test_a_slower_canary_is_rejected_and_the_fleet_stays_on_the_old_profile(lab)
     assert f"canary {fleet[0].name}: " in done.stderr and "REJECTED" in done.stderr, done.stderr
     assert "# profile: baseline" in ssh(fleet[0], "cat", "/etc/systemd/system/sglang.service")
     assert healthy(fleet[0])
-    assert service(fleet[1]) == untouched
+    assert all(service(h) == before for h, before in zip(fleet[1:], untouched, strict=True))

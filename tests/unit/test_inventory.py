@@ -66,7 +66,7 @@ def test_inventory_edit_is_seen(inv: Path) -> None:
     rewrite(inv, inv.read_text().replace("gpu-2", "gpu-3"))
     assert inventory.host_names(inv) == ["gpu-1", "gpu-3"]
     rewrite(inv, "all:\n  hosts:\n    [broken\n")
-    with pytest.raises(InputError, match="hosts.yml"):
+    with pytest.raises(InputError, match=r"hosts\.yml"):
         inventory.hosts(inv)
 
 
