@@ -26,6 +26,7 @@ from _timing import timed
 
 from orchestrator.lab import hosts as lab_hosts
 from orchestrator.paths import state_dir
+from orchestrator.runner import ansible_command
 
 
 def standin_delay(host: lab_hosts.LabHost) -> float:
@@ -65,7 +66,8 @@ def main() -> None:
     deploy += ["--profile", args.profile]
     timed(deploy)  # bring the host to the profile first
 
-    ping = ["ansible", host.name, "-i", inv, "-m", "ansible.builtin.ping"]
+    # The same `ansible` orchestrator's runner would pick (beside this Python; no PATH shim).
+    ping = [ansible_command("ansible"), host.name, "-i", inv, "-m", "ansible.builtin.ping"]
     pings, noops, plays, fulls = [], [], [], []
     for _ in range(args.repeat):
         pings.append(timed(ping))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sysconfig
 import threading
 import time
 import uuid
@@ -100,9 +101,12 @@ class PlayResult:
 
 
 def _settings(forks: int) -> dict[str, str]:
-    """Ansible's own means for speed and quiet: pipelining, SSH multiplexing, forks."""
+    """Ansible's own means for speed and quiet: pipelining, SSH multiplexing, forks, and a
+    strategy (linear, frozen out of GC before workers fork: playbooks/strategy_plugins/)."""
     return {
         "ANSIBLE_ROLES_PATH": str(ROLES_DIR),
+        "ANSIBLE_STRATEGY_PLUGINS": str(PLAYBOOKS_DIR / "strategy_plugins"),
+        "ANSIBLE_STRATEGY": "orchestrator_linear",
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=120s",
         "ANSIBLE_FORKS": str(forks),
@@ -112,6 +116,21 @@ def _settings(forks: int) -> dict[str, str]:
         "ANSIBLE_LOCALHOST_WARNING": "False",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
     }
+
+
+def ansible_command(name: str) -> str:
+    """`ansible-playbook` (or `ansible`) of the ansible-core this Python imports, from this
+    Python's scripts directory, rather than whichever PATH finds first: that may be another
+    installation of another version, or a version manager's shim that costs 0.2 s a run."""
+    ours = Path(sysconfig.get_path("scripts"), name)
+    return str(ours) if os.access(ours, os.X_OK) else name
+
+
+def _path_first_ours(path: str) -> str:
+    """PATH with this Python's scripts directory first, so ansible-runner starts ansible_command()'s
+    ansible-playbook (it looks the bare name up in the PATH it is given)."""
+    ours = sysconfig.get_path("scripts")
+    return os.pathsep.join([ours, *(p for p in path.split(os.pathsep) if p and p != ours)])
 
 
 def _event_kind(event: dict[str, Any]) -> str | None:
@@ -179,6 +198,7 @@ def run_playbook(
     private = _new_run_dir(playbook)
     cmdline = " ".join(["--check --diff" if check else "", f"--limit {limit}" if limit else ""]).strip()
     env_for_run = {**os.environ, **_settings(forks), **(env or {})}
+    env_for_run["PATH"] = _path_first_ours(env_for_run.get("PATH", os.defpath))
     with _interrupts() as interrupted:
         result = ansible_runner.run(
             private_data_dir=str(private),
