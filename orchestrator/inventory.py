@@ -27,6 +27,8 @@ from orchestrator.paths import PLAYBOOKS_DIR, state_dir
 STATIC_PLUGINS = frozenset({"yaml", "ini", "toml"})
 #: Entries kept in the cache file (one per inventory and --limit).
 CACHE_ENTRIES = 64
+#: Files up to this size are fingerprinted by content, larger ones by stat.
+MAX_HASHED = 1 << 20
 _FORMAT = 1
 
 
@@ -153,16 +155,23 @@ def _fingerprint(inventory: Path, limit: str | None) -> str | None:
     if os.environ.get("ANSIBLE_CONFIG"):
         configs.append(Path(os.environ["ANSIBLE_CONFIG"]))
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("ANSIBLE_"))
-    parts = [_FORMAT, str(root), limit, env, [_stat(p) for p in [*files, *configs, release] if p]]
+    parts = [_FORMAT, str(root), limit, env, [_identity(p) for p in [*files, *configs, release] if p]]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
-def _stat(path: Path) -> list[object]:
+def _identity(path: Path) -> list[object]:
+    """What a file holds: its content's digest (inventories and vars files are small; timestamps
+    can miss two writes within a clock tick), or for a large one its stat; a directory or a
+    missing path counts by name, its files by their own entries."""
     try:
         st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            return [str(path), "dir" if stat.S_ISDIR(st.st_mode) else "other"]
+        if st.st_size > MAX_HASHED:
+            return [str(path), st.st_mtime_ns, st.st_size, st.st_ino]
+        return [str(path), hashlib.sha256(path.read_bytes()).hexdigest()]
     except OSError:
         return [str(path)]
-    return [str(path), st.st_mtime_ns, st.st_size, st.st_ino, stat.S_IMODE(st.st_mode)]
 
 
 def _cache_path() -> Path:
