@@ -466,6 +466,7 @@ def stop(inventory: Path | None, limit: str | None, unit_name: str) -> None:
 def verify(profile_ref: str | None, inventory: Path | None, limit: str | None) -> None:
     """Check hosts with testinfra: unit equals the plan, service active, /health 200, argv, env, GPUs."""
     from orchestrator import deploy as deploy_mod
+    from orchestrator.inventory import no_match
     from orchestrator.verify.run import verify as run_verify
 
     inv = inventory_or_lab(inventory)
@@ -476,7 +477,7 @@ def verify(profile_ref: str | None, inventory: Path | None, limit: str | None) -
         profile_ref = deployed.pop()
     checks = run_verify(profile_ref, inv, limit)
     if not checks:
-        raise InputError(f"no host of {inv} matched{f' --limit {limit}' if limit else ''}")
+        raise no_match(inv, limit)
     table = Table(title=f"verify {profile_ref}", title_justify="left")
     for col in ("host", "check", "result", "detail"):
         table.add_column(col, overflow="fold")

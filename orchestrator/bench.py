@@ -465,14 +465,6 @@ def _jsonl_prompt(path: Path, number: int, line: str) -> str:
     return text
 
 
-def host_address(inventory: Path, host: str) -> str:
-    """Where the host is reached: its `ansible_host` (host or group variable)."""
-    from orchestrator.inventory import hosts
-
-    found = [h.address for h in hosts(inventory, host) if h.name == host]
-    return found[0] if found else host
-
-
 def find_target(
     inventory: Path,
     limit: str | None = None,
@@ -480,14 +472,13 @@ def find_target(
     unit_name: str = "sglang.service",
 ) -> Target:
     """The node serving HTTP (the first host selected), what runs there, and its port."""
-    from orchestrator.inventory import host_names
+    from orchestrator.inventory import selected
     from orchestrator.runner import run_playbook
 
-    hosts = host_names(inventory, limit)
-    if not hosts:
-        raise InputError(f"no host of {inventory} matched{f' --limit {limit}' if limit else ''}")
-    host = hosts[0]
-    plan = plan_mod.build(profile_mod.load(profile_ref)) if profile_ref else None
+    first = selected(inventory, limit)[0]
+    host = first.name
+    prof = profile_mod.load(profile_ref) if profile_ref else None
+    plan = plan_mod.build(prof) if prof else None
     play = run_playbook("status.yml", inventory, {"orch_unit_name": unit_name}, limit=host)
     run = play.hosts.get(host)
     probe = (run.result_of("sglang_probe") if run else None) or {}
@@ -501,27 +492,24 @@ def find_target(
         raise BenchError(f"{host}: no --port in the deployed unit; give --profile")
     return Target(
         host=host,
-        address=host_address(inventory, host),
+        address=first.address,
         port=port,
         profile=probe.get("profile", ""),
         digest=probe.get("digest", ""),
         plan_digest=plan.digest if plan else "",
-        api_key=api_key(profile_mod.load(profile_ref)) if profile_ref else "",
+        api_key=api_key(prof) if prof else "",
     )
 
 
 def deployed_target(inventory: Path, limit: str | None, profile_ref: str) -> Target:
     """The server right after a healthy deploy of `profile_ref`: what runs is its plan, so no
     probe is needed (sweep saves a play per bench)."""
-    from orchestrator.inventory import host_names
+    from orchestrator.inventory import selected
 
-    hosts = host_names(inventory, limit)
-    if not hosts:
-        raise InputError(f"no host of {inventory} matched{f' --limit {limit}' if limit else ''}")
+    first = selected(inventory, limit)[0]
     prof = profile_mod.load(profile_ref)
     plan = plan_mod.build(prof)
-    address = host_address(inventory, hosts[0])
-    return Target(hosts[0], address, plan.port, prof.name, plan.digest, plan.digest, api_key(prof))
+    return Target(first.name, first.address, plan.port, prof.name, plan.digest, plan.digest, api_key(prof))
 
 
 def _unit_port(unit: str) -> int | None:

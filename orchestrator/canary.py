@@ -13,8 +13,7 @@ from typing import Any
 
 from orchestrator import bench as bench_mod
 from orchestrator import deploy as deploy_mod
-from orchestrator.errors import InputError
-from orchestrator.inventory import host_names
+from orchestrator.inventory import selected
 from orchestrator.runner import TaskEvent
 
 
@@ -47,11 +46,7 @@ def canary_deploy(
     on_event: Callable[[TaskEvent], None] | None = None,
 ) -> tuple[Canary, deploy_mod.DeployReport]:
     """Deploy and bench the first selected host; roll out to the others only if tok/s held up."""
-    hosts = host_names(inventory, options.limit)
-    if not hosts:
-        raise InputError(
-            f"no host of {inventory} matched{f' --limit {options.limit}' if options.limit else ''}"
-        )
+    hosts = [h.name for h in selected(inventory, options.limit)]
     host, rest = hosts[0], hosts[1:]
     try:
         before = _tok_s(inventory, host, settings, None)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator import inventory as inventory_mod
 from orchestrator import ledger
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
@@ -345,8 +346,6 @@ def multinode_hosts(prof: profile_mod.Profile, inventory: Path, limit: str | Non
 
     The kind comes from the profile, or from the hosts' `orchestrator_deployment` variable.
     """
-    from orchestrator import inventory as inventory_mod
-
     selected = inventory_mod.hosts(inventory, limit)
     kinds = {h.deployment or prof.deployment.kind for h in selected}
     if "multinode" not in kinds:
@@ -425,9 +424,7 @@ def deploy(
         on_event=on_event,
     )
     if not play.hosts:
-        raise InputError(
-            f"no host of {inventory} matched{f' --limit {options.limit}' if options.limit else ''}"
-        )
+        raise inventory_mod.no_match(inventory, options.limit)
     reports = [_host_report(run, digest_of(run.host), options.check) for run in play.hosts.values()]
     for run in play.hosts.values():
         if any(e.role == "sglang_preflight" and e.kind == "ok" for e in run.events):

@@ -62,6 +62,19 @@ def host_names(inventory: Path, limit: str | None = None) -> list[str]:
     return [h.name for h in hosts(inventory, limit)]
 
 
+def selected(inventory: Path, limit: str | None = None) -> list[InventoryHost]:
+    """hosts(), refusing a selection with no host in it (bad input)."""
+    found = hosts(inventory, limit)
+    if not found:
+        raise no_match(inventory, limit)
+    return found
+
+
+def no_match(inventory: Path, limit: str | None) -> InputError:
+    """The error for an inventory, or a --limit, that selects no host."""
+    return InputError(f"no host of {inventory} matched{f' --limit {limit}' if limit else ''}")
+
+
 def check(inventory: Path) -> None:
     """Refuse an inventory that Ansible cannot parse or that names no host, before any play.
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import InputError
+from orchestrator.inventory import no_match
 from orchestrator.runner import HostRun, run_playbook
 
 #: The playbook's one task; its module result holds journalctl's stdout.
@@ -142,7 +142,7 @@ def read(
     known = dict(cursors or {})
     play = run_playbook("logs.yml", inventory, extravars(unit_name, lines, since, known), limit=limit)
     if not play.hosts:
-        raise InputError(f"no host of {inventory} matched{f' --limit {limit}' if limit else ''}")
+        raise no_match(inventory, limit)
     batch = LogBatch(hosts=sorted(play.hosts), lines=[], cursors=known)
     per_host = []
     for host in batch.hosts:
