@@ -14,6 +14,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator import console
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.console import err, handle_errors, inventory_or_lab, inventory_or_running_lab, out
@@ -142,20 +143,9 @@ def schema() -> None:
     click.echo(json.dumps(profile_mod.Profile.model_json_schema(), indent=2))
 
 
-inventory_option = click.option(
-    "-i",
-    "--inventory",
-    type=click.Path(exists=True, dir_okay=True, path_type=Path),
-    help="Ansible inventory (YAML or INI). Default: the local lab, brought up if needed.",
-)
-unit_option = click.option(
-    "--unit", "unit_name", default="sglang.service", show_default=True, help="The systemd unit of the server."
-)
-
-
-limit_option = click.option(
-    "--limit", "-l", metavar="PATTERN", help="Only hosts matching this Ansible pattern."
-)
+inventory_option = console.inventory_option("the local lab, brought up if needed")
+limit_option = console.limit_option()
+unit_option = console.unit_option
 
 
 @cli.command()

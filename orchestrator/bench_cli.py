@@ -22,21 +22,14 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator import bench as bench_mod
-from orchestrator import ledger
+from orchestrator import console, ledger
 from orchestrator import sweep as sweep_mod
 from orchestrator.console import err, handle_errors, inventory_or_lab, inventory_or_running_lab, out
 from orchestrator.errors import InputError
 from orchestrator.runner import TaskEvent
 
-inventory_option = click.option(
-    "-i",
-    "--inventory",
-    type=click.Path(exists=True, dir_okay=True, path_type=Path),
-    help="Ansible inventory (YAML or INI). Default: the local lab.",
-)
-limit_option = click.option(
-    "--limit", "-l", metavar="PATTERN", help="Only hosts matching this pattern; the first one serves HTTP."
-)
+inventory_option = console.inventory_option("the local lab")
+limit_option = console.limit_option("Only hosts matching this pattern; the first one serves HTTP.")
 
 
 def load_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -51,6 +51,27 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def inventory_option(default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`-i/--inventory`; `default` says what the command uses without one."""
+    return click.option(
+        "-i",
+        "--inventory",
+        type=click.Path(exists=True, dir_okay=True, path_type=Path),
+        help=f"Ansible inventory (YAML or INI). Default: {default}.",
+    )
+
+
+def limit_option(
+    help_text: str = "Only hosts matching this Ansible pattern.",
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option("--limit", "-l", metavar="PATTERN", help=help_text)
+
+
+unit_option = click.option(
+    "--unit", "unit_name", default="sglang.service", show_default=True, help="The systemd unit of the server."
+)
+
+
 def inventory_or_lab(path: Path | None) -> Path:
     """The given inventory (checked: a broken file is bad input, exit 2, before any play), else the
     lab's, brought up when needed: what commands that deploy use."""

@@ -15,8 +15,13 @@ from rich.console import Console
 from rich.text import Text
 
 from orchestrator import logs as logs_mod
-from orchestrator.console import handle_errors, inventory_or_running_lab
-from orchestrator.errors import OrchestratorError
+from orchestrator.console import (
+    handle_errors,
+    inventory_option,
+    inventory_or_running_lab,
+    limit_option,
+    unit_option,
+)
 from orchestrator.runner import PlayCanceled
 
 # Log text is printed as data: no markup, no emoji codes, no highlighting, no wrapping at 80 columns.
@@ -57,16 +62,9 @@ class _Printer:
 
 
 @click.command()
-@click.option(
-    "-i",
-    "--inventory",
-    type=click.Path(exists=True, dir_okay=True, path_type=Path),
-    help="Ansible inventory (YAML or INI). Default: the local lab, when it is up.",
-)
-@click.option("--limit", "-l", metavar="PATTERN", help="Only hosts matching this Ansible pattern.")
-@click.option(
-    "--unit", "unit_name", default="sglang.service", show_default=True, help="The systemd unit of the server."
-)
+@inventory_option("the local lab, when it is up")
+@limit_option()
+@unit_option
 @click.option(
     "--lines", "-n", type=click.IntRange(min=0), default=40, show_default=True, help="Last N lines per host."
 )
@@ -78,15 +76,11 @@ def logs(
 ) -> None:
     """The unit's journal from each host, merged in time order, each line prefixed by its host."""
     printer = _Printer()
-    try:
-        inv = inventory_or_running_lab(inventory)
-        if follow:
-            batches = logs_mod.follow(inv, unit_name=unit_name, lines=lines, since=since, limit=limit)
-            _follow(printer, batches)
-        printer.show(logs_mod.read(inv, unit_name=unit_name, lines=lines, since=since, limit=limit))
-    except OrchestratorError as exc:
-        err.print(f"error: {exc}")
-        sys.exit(exc.exit_code)
+    inv = inventory_or_running_lab(inventory)
+    if follow:
+        batches = logs_mod.follow(inv, unit_name=unit_name, lines=lines, since=since, limit=limit)
+        _follow(printer, batches)
+    printer.show(logs_mod.read(inv, unit_name=unit_name, lines=lines, since=since, limit=limit))
     sys.exit(1 if printer.failed else 0)
 
 
