@@ -361,14 +361,22 @@ def multinode_hosts(prof: profile_mod.Profile, inventory: Path, limit: str | Non
     return selected
 
 
-def _multinode_plans(prof: profile_mod.Profile, ranks: list[Any], secret: str) -> dict[str, dict[str, Any]]:
-    """Per-rank plans: --nnodes from the group size, --node-rank from the order, rank 0's address;
-    every rank waits on rank 0's /health, the only HTTP endpoint."""
+def _rank_plans(prof: profile_mod.Profile, ranks: list[Any]) -> dict[str, Plan]:
+    """Per-rank plans: --nnodes from the group size, --node-rank from the order, rank 0's address."""
     addr = f"{ranks[0].address}:{prof.deployment.dist_init_port}"
+    nodes = (plan_mod.Node(rank, len(ranks), addr) for rank in range(len(ranks)))
+    return {h.name: plan_mod.build(prof, node) for h, node in zip(ranks, nodes, strict=True)}
+
+
+def _multinode_plans(
+    prof: profile_mod.Profile, ranks: list[Any], rank_plans: dict[str, Plan], secret: str
+) -> dict[str, dict[str, Any]]:
+    """Each rank's plan as the playbook's vars: every rank waits on rank 0's /health, the only
+    HTTP endpoint, and checks its own share of the GPUs."""
     per_node = prof.server.tp_size * prof.server.dp_size // len(ranks)
     plans = {}
     for rank, host in enumerate(ranks):
-        plan = plan_mod.build(prof, plan_mod.Node(rank, len(ranks), addr))
+        plan = rank_plans[host.name]
         vars_ = profile_plan_vars(prof, plan, secret)
         vars_["gpus"] = list(range(per_node))
         vars_["health_url"] = f"http://{ranks[0].address}:{prof.server.port}{plan.health_path}"
@@ -393,11 +401,12 @@ def deploy(
     ttl = svc.stop_timeout_s + 60 + svc.health_timeout_s + 120
     ranks = multinode_hosts(prof, inventory, options.limit)
     default = {**profile_plan_vars(prof, plan, secret), "preflight": preflight_vars(prof, plan)}
-    plans = _multinode_plans(prof, ranks, secret) if ranks else {}
+    rank_plans = _rank_plans(prof, ranks) if ranks else {}
+    plans = _multinode_plans(prof, ranks, rank_plans, secret) if ranks else {}
     if not options.preflight:
         for vars_ in (default, *plans.values()):
             vars_.pop("preflight", None)
-    digest_of = lambda host: plans[host]["digest"] if host in plans else plan.digest  # noqa: E731
+    digest_of = lambda host: rank_plans.get(host, plan).digest  # noqa: E731
     extra = {
         "orch_plan": default,
         "orch_plans": plans,
@@ -438,24 +447,11 @@ def deploy(
     if options.check:
         return report
     for r in reports:
-        host_plan = plan if r.host not in plans else _plan_from_vars(plans[r.host], plan)
-        _record(run_id, r, host_plan, "deploy")
+        _record(run_id, r, rank_plans.get(r.host, plan), "deploy")
     if options.rollback:
         broken = [r for r in reports if not r.ok and r.stopped]
         rollback_hosts(inventory, broken, plan.unit_name, svc.health_timeout_s, run_id, plan.digest, on_event)
     return report
-
-
-def _plan_from_vars(vars_: dict[str, Any], base: Plan) -> Plan:
-    return Plan(
-        base.profile,
-        base.sglang_version,
-        base.unit_name,
-        base.argv,
-        base.environment,
-        vars_["unit"],
-        base.port,
-    )
 
 
 def _group_diagnosis(reports: list[HostReport], plans: dict[str, dict[str, Any]]) -> None:
