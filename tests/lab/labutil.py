@@ -9,9 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from orchestrator.lab import hosts as lab_hosts
 
 UNIT = "/etc/systemd/system/sglang.service"
+#: The known good profile that failure and preflight tests start from (and roll back to).
+GOOD = "cg_5tok"
 
 
 def orchestrator(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -55,6 +59,19 @@ def write_profile(tmp_path: Path, name: str, text: str) -> str:
     path = tmp_path / f"{name}.yml"
     path.write_text(text)
     return str(path)
+
+
+def variant(tmp_path: Path, name: str, **sections) -> str:
+    """A profile file extending GOOD with `sections` changed."""
+    return write_profile(tmp_path, name, yaml.safe_dump({"extends": GOOD, **sections}))
+
+
+def on_good(lab):
+    """The lab's first host, deployed healthy on GOOD."""
+    h = lab.hosts[0]
+    rc, report = deploy_json(lab, "--profile", GOOD, "--limit", h.name)
+    assert rc == 0, report
+    return h
 
 
 def service_pid(host, unit: str, timeout_s: float = 5, not_pid: str = "0") -> str:

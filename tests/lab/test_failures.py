@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labutil import cmdline, deploy_json, service, service_pid, ssh, write_profile
+from labutil import GOOD, cmdline, deploy_json, on_good, service, service_pid, ssh, variant
 from orchestrator import plan, profile
 
 pytestmark = pytest.mark.lab
@@ -19,20 +19,11 @@ pytestmark = pytest.mark.lab
 #: One row per fault for the summary test: fault, detected in s, diagnosis, rolled back.
 SUMMARY: list[tuple[str, float, str, str]] = []
 
-GOOD = "cg_5tok"
-
 
 @pytest.fixture
 def host(lab):
     """lab1, running the known good profile before each fault."""
-    h = lab.hosts[0]
-    rc, report = deploy_json(lab, "--profile", GOOD, "--limit", h.name)
-    assert rc == 0, report
-    return h
-
-
-def broken(tmp_path: Path, name: str, **sections) -> str:
-    return write_profile(tmp_path, name, yaml.safe_dump({"extends": GOOD, **sections}))
+    return on_good(lab)
 
 
 def provoke(lab, host, fault: str, profile_ref: str, *args: str) -> tuple[dict, float]:
@@ -58,7 +49,7 @@ def assert_rolled_back(h: dict, host) -> None:
 
 def test_bad_flag(lab, host, tmp_path):
     # A 0.5.23 profile on a 0.5.9 host: --cuda-graph-max-bs-decode is not a 0.5.9 flag.
-    ref = broken(tmp_path, "newer_flags", server={"sglang_version": "0.5.23", "cuda_graph_max_bs": 16})
+    ref = variant(tmp_path, "newer_flags", server={"sglang_version": "0.5.23", "cuda_graph_max_bs": 16})
     h, took = provoke(lab, host, "bad flag", ref)
     assert h["diagnosis"].startswith("unknown or wrong flag"), h["diagnosis"]
     assert "--cuda-graph-max-bs-decode" in h["diagnosis"] or "--tp-size" in h["diagnosis"]
@@ -68,7 +59,7 @@ def test_bad_flag(lab, host, tmp_path):
 
 def test_missing_model_path(lab, host, tmp_path):
     h, took = provoke(
-        lab, host, "missing model path", broken(tmp_path, "nomodel", server={"model_path": "/data/x"})
+        lab, host, "missing model path", variant(tmp_path, "nomodel", server={"model_path": "/data/x"})
     )
     assert h["diagnosis"].startswith("model or draft model path missing"), h["diagnosis"]
     assert "/data/x" in h["diagnosis"] and took < 30
@@ -76,14 +67,14 @@ def test_missing_model_path(lab, host, tmp_path):
 
 
 def test_cuda_oom_from_mem_fraction(lab, host, tmp_path):
-    h, took = provoke(lab, host, "CUDA OOM", broken(tmp_path, "oom", server={"mem_fraction_static": 0.97}))
+    h, took = provoke(lab, host, "CUDA OOM", variant(tmp_path, "oom", server={"mem_fraction_static": 0.97}))
     assert h["diagnosis"].startswith("CUDA out of memory"), h["diagnosis"]
     assert took < 30
     assert_rolled_back(h, host)
 
 
 def test_port_taken_by_another_process(lab, host, tmp_path):
-    ref = broken(tmp_path, "port", server={"port": 30007})
+    ref = variant(tmp_path, "port", server={"port": 30007})
     ssh(host, "systemd-run", "--unit=squatter", "python3", "-m", "http.server", "30007")
     try:
         h, took = provoke(lab, host, "port in use", ref)
@@ -95,7 +86,7 @@ def test_port_taken_by_another_process(lab, host, tmp_path):
 
 
 def test_server_killed_mid_start(lab, host, tmp_path):
-    ref = broken(tmp_path, "slow", env={"SGLANG_STANDIN_LOAD_DELAY_S": "8"})
+    ref = variant(tmp_path, "slow", env={"SGLANG_STANDIN_LOAD_DELAY_S": "8"})
     result: dict = {}
 
     def kill_when_started() -> None:
@@ -114,7 +105,7 @@ def test_server_killed_mid_start(lab, host, tmp_path):
 
 
 def test_never_healthy_fails_at_the_timeout(lab, host, tmp_path):
-    ref = broken(tmp_path, "hang", env={"SGLANG_STANDIN_HANG": "1"}, service={"health_timeout_s": 6})
+    ref = variant(tmp_path, "hang", env={"SGLANG_STANDIN_HANG": "1"}, service={"health_timeout_s": 6})
     h, took = provoke(lab, host, "never healthy", ref)
     assert h["diagnosis"].startswith("alive but never healthy before the timeout"), h["diagnosis"]
     assert 6 <= took < 40
@@ -205,7 +196,7 @@ def test_unreachable_host_is_reported_and_others_carry_on(lab, tmp_path):
 
 
 def test_concurrent_deploys_never_interleave(lab, host, tmp_path):
-    slow = broken(tmp_path, "slow_good", env={"SGLANG_STANDIN_LOAD_DELAY_S": "4"})
+    slow = variant(tmp_path, "slow_good", env={"SGLANG_STANDIN_LOAD_DELAY_S": "4"})
     results: dict[str, tuple[int, dict]] = {}
 
     def run(name: str, ref: str, *args: str) -> None:
@@ -244,7 +235,7 @@ def test_max_fail_percent_stops_before_touching_later_hosts(lab, tmp_path):
     rc, _ = deploy_json(lab, "--profile", GOOD)
     assert rc == 0
     before = {h.name: service(h) for h in lab.hosts}
-    ref = broken(tmp_path, "nomodel_all", server={"model_path": "/data/none"})
+    ref = variant(tmp_path, "nomodel_all", server={"model_path": "/data/none"})
     rc, report = deploy_json(
         lab, "--profile", ref, "--serial", "1", "--max-fail-percent", "0", "--no-preflight"
     )
@@ -270,7 +261,7 @@ def test_api_key_never_leaks(lab, host, tmp_path):
     from orchestrator.paths import state_dir
 
     key = "sk-orch-" + secrets.token_hex(12)
-    ref = broken(tmp_path, "with_key", api_key={"env": "ORCH_TEST_API_KEY"})
+    ref = variant(tmp_path, "with_key", api_key={"env": "ORCH_TEST_API_KEY"})
     env = {**os.environ, "ORCH_TEST_API_KEY": key}
 
     def deploy(*extra: str) -> subprocess.CompletedProcess[str]:

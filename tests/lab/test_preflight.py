@@ -6,26 +6,16 @@ import json
 from contextlib import contextmanager
 
 import pytest
-import yaml
 
-from labutil import deploy_json, orchestrator, service, ssh, write_profile
+from labutil import deploy_json, on_good, orchestrator, service, ssh, variant
 
 pytestmark = pytest.mark.lab
-
-GOOD = "cg_5tok"
 
 
 @pytest.fixture
 def host(lab):
     """lab1 serving the known good profile: every preflight failure must leave it running."""
-    h = lab.hosts[0]
-    rc, report = deploy_json(lab, "--profile", GOOD, "--limit", h.name)
-    assert rc == 0, report
-    return h
-
-
-def variant(tmp_path, name: str, **sections) -> str:
-    return write_profile(tmp_path, name, yaml.safe_dump({"extends": GOOD, **sections}))
+    return on_good(lab)
 
 
 def fails_before_the_stop(lab, host, profile_ref: str) -> list[str]:
