@@ -81,6 +81,30 @@ def test_two_writers_at_once_lose_nothing(state: Path) -> None:
     assert sorted({r["profile"] for r in rows}) == ["w1", "w2"] and len(rows) == 300
 
 
+def _open_new_ledgers(folder: str, count: int, barrier: object) -> None:
+    try:
+        for i in range(count):
+            barrier.wait(timeout=30)  # type: ignore[attr-defined]
+            with ledger.connect(Path(folder) / f"{i}.sqlite") as conn:
+                conn.execute("SELECT count(*) FROM bench_results").fetchone()
+    except BaseException:
+        barrier.abort()  # type: ignore[attr-defined]  # the others stop waiting for this one
+        raise
+
+
+def test_processes_opening_a_new_ledger_together_all_get_in(tmp_path: Path) -> None:
+    # Switching a new ledger to WAL used to fail at once with "database is locked"
+    # when another process switched it at the same moment (CI saw it once in ~300 runs).
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(4)
+    procs = [ctx.Process(target=_open_new_ledgers, args=(str(tmp_path), 60, barrier)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+
+
 def test_plot_is_a_png_with_one_bar_per_profile_spanning_its_repeats(tmp_path: Path) -> None:
     import matplotlib.image
 
