@@ -96,6 +96,8 @@ def extravars(unit_name: str, lines: int, since: str | None, cursors: dict[str, 
     """The journalctl argv lists the playbook picks from per host.
 
     A first read uses --reverse: with --since, journalctl's -n alone keeps the *oldest* N.
+    It asks for at least one entry, which `read` does not print when `lines` is 0: its cursor
+    is where --follow starts, so `-f -n 0` shows only what comes after, as `tail -f -n 0` does.
     A read after a cursor goes forward, so nothing between two rounds is skipped.
     """
     # Only the fields we print (the cursor and timestamps always come along): a journal entry
@@ -103,7 +105,7 @@ def extravars(unit_name: str, lines: int, since: str | None, cursors: dict[str, 
     base = ["journalctl", "-u", unit_name, "-o", "json", "--output-fields=MESSAGE,_PID", "--no-pager"]
     window = ["--since", since] if since else []
     return {
-        "orch_logs_first_argv": [*base, "--reverse", "-n", str(lines), *window],
+        "orch_logs_first_argv": [*base, "--reverse", "-n", str(max(lines, 1)), *window],
         "orch_logs_next_argv": [*base, "-n", str(FOLLOW_BATCH), *window],
         "orch_logs_cursors": cursors,
     }
@@ -146,7 +148,10 @@ def read(
     batch = LogBatch(hosts=sorted(play.hosts), lines=[], cursors=known)
     per_host = []
     for host in batch.hosts:
-        host_lines, cursor, failure = _host_batch(play.hosts[host], newest_first=host not in known)
+        first = host not in known
+        host_lines, cursor, failure = _host_batch(play.hosts[host], newest_first=first)
+        if first and not lines:
+            host_lines = []  # the one entry read for its cursor
         if failure:
             batch.failures.append(failure)
         per_host.append(host_lines)

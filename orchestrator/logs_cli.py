@@ -90,7 +90,9 @@ def _follow(printer: _Printer, batches: Iterable[logs_mod.LogBatch]) -> None:
     Ctrl-C between plays is a KeyboardInterrupt; during one, ansible-runner cancels the play.
     """
     try:
-        for batch in batches:
+        for i, batch in enumerate(batches):
             printer.show(batch)
+            if i == 0:  # from here on, every new line is printed
+                err.print(f"following {len(batch.hosts)} host(s); Ctrl-C stops", style="dim")
     except (KeyboardInterrupt, PlayCanceled):
         sys.exit(0)

@@ -202,9 +202,11 @@ def test_concurrent_deploys_never_interleave(lab, host, tmp_path):
     def run(name: str, ref: str, *args: str) -> None:
         results[name] = deploy_json(lab, "--profile", ref, "--limit", host.name, *args)
 
+    old_pid = service(host)["MainPID"]
     first = threading.Thread(target=run, args=("first", slow))
     first.start()
-    time.sleep(1.5)  # the first deploy holds the lock by now (it is loading for 4 s)
+    # Its new server has started: the first deploy holds the lock (it is loading for 4 s).
+    service_pid(host, "sglang.service", timeout_s=60, not_pid=old_pid)
     run("second", "cg_2step", "--lock-wait", "1")
     first.join()
     rc1, r1 = results["first"]

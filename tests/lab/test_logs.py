@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import IO
 
 import pytest
 import yaml
@@ -124,12 +125,12 @@ def test_unreachable_host_is_reported_and_the_others_still_print(lab, tmp_path):
 
 
 class Lines:
-    """A child's stdout collected line by line, so the test can wait for one with a deadline."""
+    """A child's output stream collected line by line, so the test can wait for one with a deadline."""
 
-    def __init__(self, proc: subprocess.Popen[str]):
+    def __init__(self, stream: IO[str] | None):
         self.lines: list[str] = []
-        assert proc.stdout is not None
-        threading.Thread(target=lambda: self.lines.extend(proc.stdout or []), daemon=True).start()
+        assert stream is not None
+        threading.Thread(target=lambda: self.lines.extend(stream), daemon=True).start()
 
     def wait_for(self, text: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -140,19 +141,21 @@ class Lines:
 
 def test_follow_prints_each_new_line_once_and_ctrl_c_exits_0(lab):
     unit = f"orch-logs-follow-{uuid.uuid4().hex[:8]}"
+    run_unit_on_lab3(lab, unit, "/bin/echo", "before")  # history that -n 0 must not show
     argv = [*LOGS, "-i", str(lab.inventory), "--limit", HOST, "--unit", f"{unit}.service", "-f", "-n", "0"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        out = Lines(proc)
-        time.sleep(3)  # a first round sees a unit with no journal yet
+        out, err = Lines(proc.stdout), Lines(proc.stderr)
+        err.wait_for("following 1 host(s); Ctrl-C stops")
         run_unit_on_lab3(lab, unit, "/bin/echo", "first")
         out.wait_for("first")
         run_unit_on_lab3(lab, unit, "/bin/echo", "second")
         out.wait_for("second")
         time.sleep(2.5)  # more rounds after the cursor: nothing may repeat
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
+        assert proc.wait(timeout=30) == 0, err.lines
     finally:
         proc.kill()
     messages = [m for _, _, m in parsed("".join(out.lines))]
     assert messages.count("first") == 1 and messages.count("second") == 1, messages
+    assert "before" not in messages, messages
