@@ -390,6 +390,7 @@ def history(host: str | None, count: int, as_json: bool) -> None:
 def status(inventory: Path | None, limit: str | None, unit_name: str, as_json: bool) -> None:
     """Per host: deployed profile and digest, unit state, MainPID, uptime, health, GPU memory held."""
     from orchestrator import deploy as deploy_mod
+    from orchestrator import view
 
     rows = deploy_mod.status(inventory_or_lab(inventory), unit_name=unit_name, limit=limit)
     if as_json:
@@ -412,7 +413,7 @@ def status(inventory: Path | None, limit: str | None, unit_name: str, as_json: b
         health = {200: "[green]200 ok[/]", 503: "[yellow]503 starting[/]", None: "-"}.get(
             r.health, str(r.health)
         )
-        holders = ", ".join(f"{h['pid']} {h['process_name']} {h['used_mib']} MiB" for h in r.gpu_holders)
+        holders = view.holders_line(r.gpu_holders)
         table.add_row(
             r.host if r.reachable else f"[red]{r.host} (unreachable)[/]",
             r.profile or "-",

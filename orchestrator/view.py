@@ -143,3 +143,25 @@ def _gpu_state(gpus: dict[str, Any]) -> str:
         by_holder.setdefault(who or "no process listed", []).append(b["index"])
     held = "; ".join(f"GPU {','.join(map(str, idx))}: {who}" for who, idx in by_holder.items())
     return f"busy ({held}); a deploy stops our server, then requires them idle"
+
+
+def gpu_ranges(indexes: list[int]) -> str:
+    """GPU indexes as runs: [0, 1, 2, 3, 5] -> "0-3,5"."""
+    runs: list[list[int]] = []
+    for i in sorted(set(indexes)):
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+def holders_line(holders: list[dict[str, Any]]) -> str:
+    """One entry per process, not per GPU: "1072 /usr/bin/python3 on GPU 0-7, 1012144 MiB"."""
+    by_pid: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for h in holders:
+        by_pid.setdefault((h["pid"], h["process_name"]), []).append(h)
+    return "; ".join(
+        f"{pid} {name} on GPU {gpu_ranges([h['gpu'] for h in hs])}, {sum(h['used_mib'] for h in hs)} MiB"
+        for (pid, name), hs in by_pid.items()
+    )
