@@ -65,7 +65,9 @@ def deploy_table(report: DeployReport) -> Table:
     if rolled:
         table.add_column("rollback")
     for h in report.hosts:
-        if report.check:
+        if report.check and not h.ok:
+            result = Text("would fail", style="bold red")
+        elif report.check:
             result = Text(
                 "would restart" if h.reasons else "no change", style="yellow" if h.reasons else "green"
             )
