@@ -191,7 +191,15 @@ def ranking_table(entries: list[sweep_mod.Entry], baseline: str, title: str) -> 
 
 
 @click.command()
-@click.argument("profiles", nargs=-1, required=True, metavar="PROFILE...")
+@click.argument("profiles", nargs=-1, metavar="PROFILE...")
+@click.option(
+    "-p",
+    "--profile",
+    "more_profiles",
+    multiple=True,
+    metavar="NAME|PATH",
+    help="A profile to sweep, as deploy takes it; repeatable, added after the PROFILE arguments.",
+)
 @click.option("--baseline", metavar="NAME", help="Speed-ups are against this profile (swept too).")
 @click.option(
     "--repeat", type=click.IntRange(1, 100), default=1, show_default=True, help="Benches per profile."
@@ -204,6 +212,7 @@ def ranking_table(entries: list[sweep_mod.Entry], baseline: str, title: str) -> 
 @handle_errors
 def sweep(
     profiles: tuple[str, ...],
+    more_profiles: tuple[str, ...],
     baseline: str | None,
     repeat: int,
     leave: str | None,
@@ -217,6 +226,11 @@ def sweep(
     as_json: bool,
 ) -> None:
     """Deploy, bench and record each profile; rank them; leave the fastest (or --leave) deployed."""
+    profiles = (*profiles, *more_profiles)
+    if not profiles:
+        raise click.UsageError(
+            "name the profiles to sweep: `sweep baseline cg_5tok` or `sweep -p baseline -p cg_5tok`"
+        )
     settings = _settings(requests, concurrency, max_tokens, warmup, prompts)
     sweep_mod.check_profiles([*profiles, *([baseline] if baseline else []), *([leave] if leave else [])])
     inv = inventory_or_lab(inventory)

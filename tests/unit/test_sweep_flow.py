@@ -56,3 +56,17 @@ def test_leave_names_the_profile_to_end_on(fakes: list[str]) -> None:
     assert fakes == ["cg_5tok", "cg_2step", "cg_5tok"]
     assert report.baseline == "cg_5tok"  # no `baseline` among them: the first one
     assert (report.left, report.left_ok) == ("cg_5tok", True)
+
+
+def test_cli_takes_profiles_as_arguments_or_p_options_and_needs_one(fakes: list[str], tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from orchestrator.bench_cli import sweep as sweep_cli
+
+    inv = tmp_path / "inv.yml"
+    inv.write_text("all: {hosts: {lab2: {}}}\n")
+    done = CliRunner().invoke(sweep_cli, ["-i", str(inv), "cg_5tok", "-p", "cg_2step", "--json"])
+    assert done.exit_code == 0, done.output
+    assert fakes == ["cg_5tok", "cg_2step", "cg_2step"]  # swept in order, then the fastest left
+    done = CliRunner().invoke(sweep_cli, ["-i", str(inv)])
+    assert done.exit_code == 2 and "name the profiles to sweep" in done.output
