@@ -508,10 +508,12 @@ def rollback_hosts(
     failed_digest: str = "",
     on_event: Callable[[TaskEvent], None] | None = None,
     prefer_record: bool = False,
-) -> None:
+) -> dict[str, HostReport]:
     """Restore each host's last known good unit (the host's own record, else the ledger's), start it,
-    wait for health; fills in `rolled_back_to` or `rollback_error` on each report."""
+    wait for health; fills in `rolled_back_to` or `rollback_error` on each report, and returns the
+    rollback's own report per host it ran on."""
     plans: dict[str, dict[str, Any]] = {}
+    runs: dict[str, HostReport] = {}
     for r in reports:
         good = r.last_good if prefer_record else _good_unit(r, unit_name)
         if not good:
@@ -521,7 +523,7 @@ def rollback_hosts(
         else:
             plans[r.host] = unit_plan_vars(unit_name, good["profile"], good["unit"], health_timeout_s)
     if not plans:
-        return
+        return runs
     extra = {
         "orch_plan": next(iter(plans.values())),
         "orch_plans": plans,
@@ -535,6 +537,8 @@ def rollback_hosts(
         vars_ = plans[r.host]
         run = play.hosts.get(r.host)
         done = _host_report(run, vars_["digest"], False) if run else None
+        if done:
+            runs[r.host] = done
         recorded = Plan(vars_["profile"], "", unit_name, [], {}, vars_["unit"], 0)
         if done and done.ok:
             r.rolled_back_to = f"{vars_['profile']} ({vars_['digest']})"
@@ -543,6 +547,7 @@ def rollback_hosts(
             r.rollback_error = done.diagnosis if done else "host not reached"
             if done:
                 _record(run_id, done, recorded, "rollback")
+    return runs
 
 
 def _good_unit(r: HostReport, unit_name: str) -> dict[str, Any] | None:
@@ -576,9 +581,13 @@ def rollback(
                 r.last_good = dict(good)
         reports.append(r)
     todo = [r for r in reports if r.last_good]
-    rollback_hosts(inventory, todo, unit_name, 1800, run_id, "", on_event, prefer_record=True)
+    runs = rollback_hosts(inventory, todo, unit_name, 1800, run_id, "", on_event, prefer_record=True)
     for r in reports:
         r.ok = bool(r.rolled_back_to)
+        done = runs.get(r.host)
+        if done:  # this report is the rollback itself: show what it did to the host
+            r.changed, r.restarted, r.digest = done.changed, done.restarted, done.digest
+            r.healthy_after_s, r.elapsed_s, r.journal = done.healthy_after_s, done.elapsed_s, done.journal
     return DeployReport(
         f"rollback{f' to {to_profile}' if to_profile else ''}", "", False, reports, "", run_id
     )

@@ -58,6 +58,8 @@ class LiveHosts:
 
 def deploy_table(report: DeployReport) -> Table:
     title = f"{'check' if report.check else 'deploy'} {report.profile} (digest {report.digest})"
+    if not report.digest:  # a rollback: each host goes to its own unit
+        title = report.profile
     table = Table(title=title, title_justify="left")
     for col in ("host", "result", "changed", "restarted", "healthy after", "unit digest", "last step"):
         table.add_column(col)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import uuid
 
 import pytest
 
@@ -199,3 +200,31 @@ def test_verify_passes_after_deploy_and_names_drift_that_deploy_repairs(lab):
     by_host = {h["host"]: h for h in report["hosts"]}
     assert by_host[second.name]["restarted"] and not by_host[two[0]]["restarted"]
     assert verify(lab, "--profile", "cg_2step", "--limit", limit).returncode == 0
+
+
+def test_rollback_goes_back_one_healthy_unit_or_to_a_named_profile(lab, first):
+    def rollback(*args: str) -> tuple[int, dict]:
+        done = orchestrator("rollback", "-i", str(lab.inventory), "--limit", first.name, "--json", *args)
+        return done.returncode, json.loads(done.stdout)
+
+    for ref in ("cg_5tok", "cg_2step"):
+        rc, report = deploy_json(lab, "--profile", ref, "--limit", first.name)
+        assert rc == 0, report
+    rc, report = rollback()
+    assert rc == 0, report
+    (h,) = report["hosts"]
+    digest = plan.build(profile.load("cg_5tok")).digest
+    assert h["rolled_back_to"] == f"cg_5tok ({digest})" and h["restarted"] and h["digest"] == digest, h
+    assert "# profile: cg_5tok" in ssh(first, "cat", UNIT)
+    assert service(first)["ActiveState"] == "active"
+
+    rc, report = rollback("--to", "cg_2step")
+    assert rc == 0, report
+    assert report["hosts"][0]["rolled_back_to"].startswith("cg_2step (")
+    assert "# profile: cg_2step" in ssh(first, "cat", UNIT)
+
+    never = f"never_deployed_{uuid.uuid4().hex[:8]}"
+    rc, report = rollback("--to", never)  # nothing healthy to go to: nothing is touched
+    assert rc == 1
+    assert report["hosts"][0]["rollback_error"] == f"no healthy {never} unit recorded for this host"
+    assert "# profile: cg_2step" in ssh(first, "cat", UNIT)
