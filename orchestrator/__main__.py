@@ -341,7 +341,15 @@ def rollback(
 
 @cli.command()
 @click.option("--host", help="Only this host.")
-@click.option("--limit", "-n", "count", type=click.IntRange(1, 10000), default=30, show_default=True)
+@click.option(
+    "--last",
+    "-n",
+    "count",
+    type=click.IntRange(1, 10000),
+    default=30,
+    show_default=True,
+    help="The newest N rows.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @handle_errors
 def history(host: str | None, count: int, as_json: bool) -> None:
