@@ -23,7 +23,7 @@ from orchestrator import profile as profile_mod
 from orchestrator.diagnose import classify
 from orchestrator.errors import InputError
 from orchestrator.plan import Plan
-from orchestrator.runner import HostRun, TaskEvent, run_playbook
+from orchestrator.runner import HostRun, PlayCanceled, PlayResult, TaskEvent, run_playbook
 
 #: Roles in play order, with the step name users see.
 STEPS = {
@@ -65,6 +65,8 @@ class HostReport:
     problems: list[str] = field(default_factory=list)
     #: Whether this run stopped the host's server (only then is a rollback owed).
     stopped: bool = False
+    #: Whether this run took the host's deploy lock (it was about to change the host).
+    locked: bool = False
     #: When the server process exited during the health wait (systemd's realtime stamp), if it did.
     exited_at: str = ""
     last_good: dict[str, Any] = field(default_factory=dict)
@@ -85,6 +87,8 @@ class DeployReport:
     hosts: list[HostReport]
     artifacts: str
     run_id: str = ""
+    #: Ctrl-C (or SIGTERM) stopped it; hosts it had changed were rolled back.
+    interrupted: bool = False
 
     @property
     def ok(self) -> bool:
@@ -98,6 +102,7 @@ class DeployReport:
             "ok": self.ok,
             "artifacts": self.artifacts,
             "run_id": self.run_id,
+            "interrupted": self.interrupted,
             "hosts": [h.to_json() for h in self.hosts],
         }
 
@@ -269,6 +274,7 @@ def _host_report(run: HostRun, digest: str, check: bool) -> HostReport:
     )
     report.exited_at = (health.get("unit_state") or {}).get("ExecMainExitTimestamp", "") if failed else ""
     report.stopped = any(e.role == "sglang_stop" and e.kind in ("ok", "changed") for e in run.events)
+    report.locked = bool(probe.get("locked"))
     preflight = run.result_of("sglang_preflight", "Check") or {}
     report.problems = preflight.get("problems", [])
     if failed:
@@ -423,35 +429,68 @@ def deploy(
     if options.max_fail_percent is not None and not ranks:
         extra["orch_max_fail_percent"] = options.max_fail_percent
         extra.setdefault("orch_serial", 1)  # a limit on failures means nothing if all hosts start at once
-    play = run_playbook(
-        "deploy.yml",
-        inventory,
-        extra,
-        limit=options.limit,
-        check=options.check,
-        env={"ORCH_SECRET_CONFIG": secret},
-        on_event=on_event,
-    )
-    if not play.hosts:
+    interrupted = False
+    try:
+        play = run_playbook(
+            "deploy.yml",
+            inventory,
+            extra,
+            limit=options.limit,
+            check=options.check,
+            env={"ORCH_SECRET_CONFIG": secret},
+            on_event=on_event,
+        )
+    except PlayCanceled as exc:
+        if exc.partial is None or options.check:
+            raise
+        play, interrupted = exc.partial, True
+    if not play.hosts and not interrupted:
         raise inventory_mod.no_match(inventory, options.limit)
     reports = [_host_report(run, digest_of(run.host), options.check) for run in play.hosts.values()]
+    if interrupted:
+        _mark_interrupted(reports, play, on_event)
     for run in play.hosts.values():
         if any(e.role == "sglang_preflight" and e.kind == "ok" for e in run.events):
             _PREFLIGHT_PASSED.add((run.host, digest_of(run.host)))
-    if "orch_serial" in extra:  # only a batched play leaves hosts unstarted
-        reports += _not_started(inventory, options.limit, play.hosts)
+    if "orch_serial" in extra or interrupted:  # only these leave hosts unstarted
+        reports += _not_started(inventory, options.limit, play.hosts, interrupted)
     reports.sort(key=_host)
     if ranks:
         _group_diagnosis(reports, plans)
     report = DeployReport(prof.name, plan.digest, options.check, reports, str(play.artifacts), run_id)
+    report.interrupted = interrupted
     if options.check:
         return report
     for r in reports:
         _record(run_id, r, rank_plans.get(r.host, plan), "deploy")
-    if options.rollback:
-        broken = [r for r in reports if not r.ok and r.stopped]
-        rollback_hosts(inventory, broken, plan.unit_name, svc.health_timeout_s, run_id, plan.digest, on_event)
+    if not options.rollback:
+        return report
+    broken = [r for r in reports if not r.ok and (r.stopped or (interrupted and r.locked))]
+    try:
+        # After a Ctrl-C even the plan's own digest may be what a host needs back (--force-restart).
+        failed = "" if interrupted else plan.digest
+        rollback_hosts(inventory, broken, plan.unit_name, svc.health_timeout_s, run_id, failed, on_event)
+    except PlayCanceled:
+        report.interrupted = True
+        for r in broken:
+            if not r.rolled_back_to:
+                r.rollback_error = "rollback interrupted (second Ctrl-C): see `status`; deploy or rollback"
     return report
+
+
+def _mark_interrupted(
+    reports: list[HostReport], play: PlayResult, on_event: Callable[[TaskEvent], None] | None
+) -> None:
+    """Ctrl-C stopped the play: each host it had not finished fails, named with the step it was in."""
+    for r in reports:
+        run = play.hosts[r.host]
+        started = next((e for e in reversed(run.events) if e.kind == "start" and e.role in STEPS), None)
+        if r.ok or r.diagnosis:
+            continue
+        r.step = STEPS[started.role] if started else r.step
+        r.diagnosis = f"interrupted (Ctrl-C) during {r.step}"
+        if on_event and (r.stopped or r.locked):
+            on_event(TaskEvent(r.host, "interrupted", "", "rolling back"))
 
 
 def _group_diagnosis(reports: list[HostReport], plans: dict[str, dict[str, Any]]) -> None:
@@ -473,12 +512,18 @@ def _host(r: HostReport) -> str:
     return r.host
 
 
-def _not_started(inventory: Path, limit: str | None, seen: dict[str, HostRun]) -> list[HostReport]:
-    """Hosts the play never reached because an earlier batch failed past --max-fail-percent."""
+def _not_started(
+    inventory: Path, limit: str | None, seen: dict[str, HostRun], interrupted: bool = False
+) -> list[HostReport]:
+    """Hosts the play never reached: an earlier batch failed past --max-fail-percent, or Ctrl-C."""
     from orchestrator.inventory import host_names
 
     missing = [h for h in host_names(inventory, limit) if h not in seen]
-    why = "not started: an earlier batch failed past --max-fail-percent; this host was not touched"
+    why = (
+        "not started: interrupted (Ctrl-C) before this host; it was not touched"
+        if interrupted
+        else "not started: an earlier batch failed past --max-fail-percent; this host was not touched"
+    )
     return [HostReport(h, False, False, False, None, "", "", "not started", diagnosis=why) for h in missing]
 
 

@@ -67,7 +67,14 @@ class HostRun:
 
 
 class PlayCanceled(OrchestratorError):
-    """ansible-runner stopped the play on Ctrl-C or SIGTERM; a command like `logs --follow` ends quietly."""
+    """ansible-runner stopped the play on Ctrl-C or SIGTERM; a command like `logs --follow` ends quietly.
+
+    `partial` holds what each host did before the stop, for a deploy to put its hosts back.
+    """
+
+    def __init__(self, message: str, partial: PlayResult | None = None):
+        super().__init__(message)
+        self.partial = partial
 
 
 @contextmanager
@@ -213,12 +220,14 @@ def run_playbook(
             cancel_callback=interrupted,
         )
     status = "canceled" if interrupted() else result.status
-    if status not in ("successful", "failed"):
-        tail = (result.stdout.read()[-2000:] if result.stdout else "").strip()
-        error = PlayCanceled if status == "canceled" else OrchestratorError
-        raise error(f"ansible-playbook {status} (rc {result.rc}): {tail}")
-    _prune_runs(private.parent)
     now = time.monotonic()
     for run in hosts.values():
         run.finished = run.finished or now
-    return PlayResult(result.rc, result.status, hosts, Path(result.config.artifact_dir))
+    played = PlayResult(result.rc, status, hosts, Path(result.config.artifact_dir))
+    if status == "canceled":
+        raise PlayCanceled(f"ansible-playbook canceled (rc {result.rc}) by Ctrl-C or SIGTERM", played)
+    if status not in ("successful", "failed"):
+        tail = (result.stdout.read()[-2000:] if result.stdout else "").strip()
+        raise OrchestratorError(f"ansible-playbook {status} (rc {result.rc}): {tail}")
+    _prune_runs(private.parent)
+    return played

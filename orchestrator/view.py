@@ -40,6 +40,8 @@ class LiveHosts:
                 row["step"] = STEPS[ev.role]
             elif ev.kind in ("failed", "unreachable"):
                 row["state"], row["end"] = ev.kind, ev.at
+            elif ev.kind == "interrupted":
+                row["state"], row["end"] = f"interrupted: {ev.task}", None
             elif ev.role == "sglang_health" and ev.kind in ("ok", "changed"):
                 row["state"], row["end"] = "healthy", ev.at
 

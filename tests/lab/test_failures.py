@@ -3,7 +3,10 @@ that rollback brings back a healthy server running the last good argv."""
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -102,6 +105,24 @@ def test_server_killed_mid_start(lab, host, tmp_path):
     assert h["diagnosis"].startswith("killed by a signal"), h["diagnosis"]
     assert "signal 9" in h["diagnosis"]
     assert_rolled_back(h, host)
+
+
+def test_ctrl_c_mid_start_rolls_back_and_leaves_no_lock(lab, host, tmp_path):
+    ref = variant(tmp_path, "slow", env={"SGLANG_STANDIN_LOAD_DELAY_S": "8"})
+    old_pid = service(host)["MainPID"]
+    argv = [sys.executable, "-m", "orchestrator", "deploy", "-i", str(lab.inventory)]
+    proc = subprocess.Popen(
+        [*argv, "--limit", host.name, "--profile", ref, "--json"], stdout=subprocess.PIPE, text=True
+    )
+    service_pid(host, "sglang.service", timeout_s=60, not_pid=old_pid)  # the new server is loading
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    report = json.loads(out)
+    (h,) = report["hosts"]
+    assert report["interrupted"] and h["diagnosis"] == "interrupted (Ctrl-C) during health", h
+    assert_rolled_back(h, host)
+    assert ssh(host, "ls", "-A", "/run/orchestrator") == ""  # the lock went with the rollback
 
 
 def test_never_healthy_fails_at_the_timeout(lab, host, tmp_path):

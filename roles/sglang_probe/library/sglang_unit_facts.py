@@ -135,7 +135,8 @@ def try_lock(path: str, holder: dict, record: dict | None = None) -> dict | None
                     current = json.load(fh)
             except (OSError, ValueError):
                 current = {}
-            if current.get("expires", 0) > time.time() and not _dead_here(current, holder):
+            ours = current.get("run_id") == holder.get("run_id")  # a rollback after our own Ctrl-C
+            if current.get("expires", 0) > time.time() and not _dead_here(current, holder) and not ours:
                 return current
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)  # expired: its deploy died without releasing it
@@ -227,7 +228,22 @@ def main() -> None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(lock_path(module.params["unit_name"]))
             locked = False
+    elif module.params["lock"] and not module.check_mode:
+        release_if_ours(module.params["unit_name"], module.params["lock"]["run_id"])
     module.exit_json(changed=False, locked=locked, **facts)
+
+
+def release_if_ours(unit: str, run_id: str) -> None:
+    """Nothing to change here, but a lock of this run may be left: its play was stopped by Ctrl-C
+    before it changed the host, and this is the rollback that puts it back."""
+    try:
+        with open(lock_path(unit)) as fh:
+            current = json.load(fh)
+    except (OSError, ValueError):
+        return
+    if current.get("run_id") == run_id:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock_path(unit))
 
 
 if __name__ == "__main__":
