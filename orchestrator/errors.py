@@ -17,6 +17,12 @@ class InputError(OrchestratorError):
     exit_code = 2
 
 
+class Interrupted(OrchestratorError):
+    """Ctrl-C (or SIGTERM) stopped a command that runs several deploys, such as a sweep: exit 130."""
+
+    exit_code = 130
+
+
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with an input, located as `source: field.path: message`."""

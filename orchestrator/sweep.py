@@ -19,7 +19,7 @@ from orchestrator import deploy as deploy_mod
 from orchestrator import ledger
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
-from orchestrator.errors import InputError, OrchestratorError
+from orchestrator.errors import InputError, Interrupted, OrchestratorError
 from orchestrator.runner import TaskEvent
 
 #: A speculative profile accepting no more than this many tokens per round gains nothing
@@ -119,6 +119,11 @@ def _one_profile(
     ctx.refs[prof.name] = ref
     ctx.phase(f"deploy {prof.name}")
     report = deploy_mod.deploy(ref, inventory, deploy_mod.Options(limit=limit), ctx.on_event)
+    if report.interrupted:
+        raise Interrupted(
+            f"sweep {ctx.sweep_id} stopped by Ctrl-C while deploying {prof.name}: {_failure(report)}; "
+            "the benches before it are in the ledger (`results`)"
+        )
     if not report.ok:
         host = report.hosts[0].host if report.hosts else ""
         _record_failure(base_row, report.run_id, host, _failure(report), report.digest)

@@ -70,3 +70,21 @@ def test_cli_takes_profiles_as_arguments_or_p_options_and_needs_one(fakes: list[
     assert fakes == ["cg_5tok", "cg_2step", "cg_2step"]  # swept in order, then the fastest left
     done = CliRunner().invoke(sweep_cli, ["-i", str(inv)])
     assert done.exit_code == 2 and "name the profiles to sweep" in done.output
+
+
+def test_ctrl_c_during_a_deploy_stops_the_sweep(fakes: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.errors import Interrupted
+
+    real = deploy_mod.deploy
+
+    def interrupted_on_cg_2step(ref, inventory, options, on_event):
+        report = real(ref, inventory, options, on_event)
+        if ref == "cg_2step":
+            report.interrupted, report.hosts[0].ok = True, False
+            report.hosts[0].diagnosis = "interrupted (Ctrl-C) during health"
+        return report
+
+    monkeypatch.setattr(deploy_mod, "deploy", interrupted_on_cg_2step)
+    with pytest.raises(Interrupted, match="stopped by Ctrl-C while deploying cg_2step"):
+        sweep.sweep(["cg_5tok", "cg_2step", "cg_16tok"], Path("inv"))
+    assert fakes == ["cg_5tok", "cg_2step"]  # nothing after it, not even the restore of the fastest
