@@ -67,7 +67,7 @@ class HostRun:
 
 
 class PlayCanceled(OrchestratorError):
-    """ansible-runner stopped the play on Ctrl-C or SIGTERM; a command like `logs --follow` ends quietly.
+    """ansible-runner stopped the play on Ctrl-C, SIGTERM or SIGHUP; `logs --follow` ends quietly.
 
     `partial` holds what each host did before the stop, for a deploy to put its hosts back.
     """
@@ -79,7 +79,8 @@ class PlayCanceled(OrchestratorError):
 
 @contextmanager
 def _interrupts() -> Iterator[Callable[[], bool]]:
-    """Ctrl-C and SIGTERM as a flag, the old handlers back afterwards.
+    """Ctrl-C, SIGTERM and SIGHUP (the terminal or ssh session went away) as a flag, the old
+    handlers back afterwards. A deploy that sees it rolls back what it changed.
 
     ansible-runner's own handlers are never restored, so they would swallow every later Ctrl-C
     (say, between two plays of `logs --follow`), and one that lands after its last look at the
@@ -89,7 +90,9 @@ def _interrupts() -> Iterator[Callable[[], bool]]:
     if threading.current_thread() is not threading.main_thread():
         yield caught.is_set  # only the main thread gets signals, and may set handlers
         return
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    # An ignored signal stays ignored: under nohup a hangup must not stop the deploy.
+    saved = {sig: signal.getsignal(sig) for sig in signals if signal.getsignal(sig) != signal.SIG_IGN}
     for sig in saved:
         signal.signal(sig, lambda *_: caught.set())
     try:
@@ -225,7 +228,7 @@ def run_playbook(
         run.finished = run.finished or now
     played = PlayResult(result.rc, status, hosts, Path(result.config.artifact_dir))
     if status == "canceled":
-        raise PlayCanceled(f"ansible-playbook canceled (rc {result.rc}) by Ctrl-C or SIGTERM", played)
+        raise PlayCanceled(f"ansible-playbook canceled (rc {result.rc}) by Ctrl-C, SIGTERM or SIGHUP", played)
     if status not in ("successful", "failed"):
         tail = (result.stdout.read()[-2000:] if result.stdout else "").strip()
         raise OrchestratorError(f"ansible-playbook {status} (rc {result.rc}): {tail}")

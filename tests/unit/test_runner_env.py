@@ -21,3 +21,24 @@ def test_ansible_playbook_comes_from_this_pythons_scripts() -> None:
     assert path.split(os.pathsep)[0] == ours and path.split(os.pathsep).count(ours) == 1
     found = shutil.which("ansible-playbook", path=path)
     assert found == runner.ansible_command("ansible-playbook") == str(Path(ours, "ansible-playbook"))
+
+
+def test_a_play_is_canceled_by_int_term_or_hup_but_an_ignored_hangup_stays_ignored() -> None:
+    import signal
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            with runner._interrupts() as interrupted:
+                assert not interrupted()
+                signal.raise_signal(sig)
+                assert interrupted()
+            assert signal.getsignal(sig) == before[sig]  # handlers put back
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+        with runner._interrupts() as interrupted:
+            signal.raise_signal(signal.SIGHUP)
+            assert not interrupted()
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
