@@ -86,10 +86,25 @@ def validate(profile_ref: str | None) -> None:
 @click.option(
     "--json", "as_json", is_flag=True, help='Print {"argv": [...], "environment": {...}, "unit": "..."}.'
 )
+@click.option(
+    "--against",
+    metavar="NAME|PATH",
+    help="Print only the SGLang flags and environment variables that differ from this profile's.",
+)
 @handle_errors
-def render(profile_ref: str, as_json: bool) -> None:
+def render(profile_ref: str, as_json: bool, against: str | None) -> None:
     """Print the systemd unit the profile renders to, byte for byte what a host gets."""
     plan = plan_mod.build(profile_mod.load(profile_ref))
+    if against:
+        other = plan_mod.build(profile_mod.load(against))
+        changes = plan_mod.flag_changes(other.unit, plan.unit)
+        if as_json:
+            click.echo(json.dumps({"from": other.profile, "to": plan.profile, "changes": changes}, indent=2))
+            return
+        click.echo(f"{other.profile} -> {plan.profile}: {len(changes) or 'no'} change(s)")
+        for line in changes:
+            click.echo(f"  {line}")
+        return
     if as_json:
         click.echo(plan_mod.dumps(plan))
     else:

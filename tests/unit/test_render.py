@@ -147,3 +147,14 @@ def test_profiles_table_and_schema() -> None:
     schema = json.loads(CliRunner().invoke(cli, ["schema"]).output)
     assert schema["additionalProperties"] is False
     assert "speculative" in schema["properties"]
+
+
+def test_render_against_lists_only_the_flags_that_change():
+    result = CliRunner().invoke(cli, ["render", "-p", "cg_2step", "--against", "cg_5tok"])
+    assert result.exit_code == 0, result.output
+    assert result.output == "cg_5tok -> cg_2step: 1 change(s)\n  --speculative-num-steps: 3 -> 2\n"
+    result = CliRunner().invoke(cli, ["render", "-p", "baseline", "--against", "cg_5tok", "--json"])
+    changes = json.loads(result.output)["changes"]
+    assert "--speculative-algorithm: EAGLE3 -> (removed)" in changes and len(changes) == 5
+    result = CliRunner().invoke(cli, ["render", "-p", "cg_5tok", "--against", "no_such_profile"])
+    assert result.exit_code == 2 and "no_such_profile" in result.output
