@@ -435,9 +435,12 @@ def status(inventory: Path | None, limit: str | None, unit_name: str, as_json: b
     ):
         table.add_column(col)
     for r in rows:
-        health = {200: "[green]200 ok[/]", 503: "[yellow]503 starting[/]", None: "-"}.get(
-            r.health, str(r.health)
-        )
+        health = {
+            200: "[green]200 ok[/]",
+            503: "[yellow]503 starting[/]",
+            -1: "[red]no answer[/]",
+            None: "-",
+        }.get(r.health, str(r.health))
         holders = view.holders_line(r.gpu_holders)
         table.add_row(
             r.host if r.reachable else f"[red]{r.host} (unreachable)[/]",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.error
@@ -10,7 +11,7 @@ import urllib.request
 import pytest
 import yaml
 
-from labutil import cmdline, deploy_json, service, service_pid, ssh, write_profile
+from labutil import cmdline, deploy_json, orchestrator, service, service_pid, ssh, write_profile
 from orchestrator import plan, profile
 
 pytestmark = pytest.mark.lab
@@ -46,6 +47,8 @@ def test_two_node_server_has_its_ranks_and_one_http_endpoint(lab, ranks):
         assert flags["--dist-init-addr"] == f"{ranks[0].address}:5757"
     assert health(ranks[0]) == 200
     assert "refused" in str(health(ranks[1])).lower()  # only node rank 0 serves HTTP
+    done = orchestrator("status", "-i", str(lab.inventory), "--limit", limit(ranks), "--json")
+    assert [r["health"] for r in json.loads(done.stdout)] == [200, 200]  # rank 1 reports rank 0's
     rc, again = deploy_json(lab, "--profile", PROFILE, "--limit", limit(ranks))
     assert rc == 0 and not any(h["restarted"] for h in again["hosts"])
 

@@ -69,13 +69,18 @@ def read_unit(path: str) -> tuple[str, str, str]:
 
 
 def health_url(text: str) -> str:
-    """/health of the installed unit's server, as reached from this host."""
+    """/health of the installed unit's server, as reached from this host. A multi-node rank
+    other than 0 serves no HTTP: its server's /health is rank 0's (--dist-init-addr's host)."""
     port = re.search(r"--port[= ]+(\d+)", text)
     host = re.search(r"--host[= ]+([^\s\\]+)", text)
+    rank = re.search(r"--node-rank[= ]+(\d+)", text)
+    rank0 = re.search(r"--dist-init-addr[= ]+\"?(\[[^\]]+\]|[^\s\\:\"]+):\d+", text)
     if not port:
         return ""
     addr = host.group(1).strip('"') if host else "127.0.0.1"
     addr = "127.0.0.1" if addr in ("0.0.0.0", "::") else addr
+    if rank and int(rank.group(1)) > 0 and rank0:
+        addr = rank0.group(1).strip("[]")
     return f"http://{f'[{addr}]' if ':' in addr else addr}:{port.group(1)}/health"
 
 
