@@ -367,7 +367,7 @@ def multinode_hosts(prof: profile_mod.Profile, inventory: Path, limit: str | Non
     return selected
 
 
-def _rank_plans(prof: profile_mod.Profile, ranks: list[Any]) -> dict[str, Plan]:
+def rank_plans(prof: profile_mod.Profile, ranks: list[Any]) -> dict[str, Plan]:
     """Per-rank plans: --nnodes from the group size, --node-rank from the order, rank 0's address."""
     addr = f"{ranks[0].address}:{prof.deployment.dist_init_port}"
     nodes = (plan_mod.Node(rank, len(ranks), addr) for rank in range(len(ranks)))
@@ -375,14 +375,14 @@ def _rank_plans(prof: profile_mod.Profile, ranks: list[Any]) -> dict[str, Plan]:
 
 
 def _multinode_plans(
-    prof: profile_mod.Profile, ranks: list[Any], rank_plans: dict[str, Plan], secret: str
+    prof: profile_mod.Profile, ranks: list[Any], by_rank: dict[str, Plan], secret: str
 ) -> dict[str, dict[str, Any]]:
     """Each rank's plan as the playbook's vars: every rank waits on rank 0's /health, the only
     HTTP endpoint, and checks its own share of the GPUs."""
     per_node = prof.server.tp_size * prof.server.dp_size // len(ranks)
     plans = {}
     for rank, host in enumerate(ranks):
-        plan = rank_plans[host.name]
+        plan = by_rank[host.name]
         vars_ = profile_plan_vars(prof, plan, secret)
         vars_["gpus"] = list(range(per_node))
         vars_["health_url"] = f"http://{ranks[0].address}:{prof.server.port}{plan.health_path}"
@@ -407,12 +407,12 @@ def deploy(
     ttl = svc.stop_timeout_s + 60 + svc.health_timeout_s + 120
     ranks = multinode_hosts(prof, inventory, options.limit)
     default = {**profile_plan_vars(prof, plan, secret), "preflight": preflight_vars(prof, plan)}
-    rank_plans = _rank_plans(prof, ranks) if ranks else {}
-    plans = _multinode_plans(prof, ranks, rank_plans, secret) if ranks else {}
+    by_rank = rank_plans(prof, ranks) if ranks else {}
+    plans = _multinode_plans(prof, ranks, by_rank, secret) if ranks else {}
     if not options.preflight:
         for vars_ in (default, *plans.values()):
             vars_.pop("preflight", None)
-    digest_of = lambda host: rank_plans.get(host, plan).digest  # noqa: E731
+    digest_of = lambda host: by_rank.get(host, plan).digest  # noqa: E731
     extra = {
         "orch_plan": default,
         "orch_plans": plans,
@@ -462,7 +462,7 @@ def deploy(
     if options.check:
         return report
     for r in reports:
-        _record(run_id, r, rank_plans.get(r.host, plan), "deploy")
+        _record(run_id, r, by_rank.get(r.host, plan), "deploy")
     if not options.rollback:
         return report
     broken = [r for r in reports if not r.ok and (r.stopped or (interrupted and r.locked))]

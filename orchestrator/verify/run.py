@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
-from orchestrator.deploy import health_url
+from orchestrator.deploy import health_url, multinode_hosts, rank_plans
 from orchestrator.inventory import host_names
 
 TESTS = Path(__file__).with_name("test_deployment.py")
@@ -48,29 +48,44 @@ class _Collector:
         self.checks.append(Check(host, check, report.passed, message))
 
 
-def plan_json(prof: profile_mod.Profile) -> dict[str, object]:
-    plan = plan_mod.build(prof)
+def plan_json(prof: profile_mod.Profile, plan: plan_mod.Plan, rank0: str = "") -> dict[str, object]:
+    """What test_deployment.py checks one host against. A multi-node rank other than 0 serves
+    no HTTP (`serves_http`: false); its server's /health is rank 0's, at `rank0`."""
     bind = prof.server.host
+    url = f"http://{rank0}:{plan.port}{plan.health_path}" if rank0 else health_url(plan, bind)
     return {
         **plan.to_json(),
         "unit_name": plan.unit_name,
         "port": plan.port,
         "bind": bind,
-        "health_url": health_url(plan, bind),
+        "health_url": url,
+        "serves_http": not rank0,
         "digest": plan.digest,
     }
+
+
+def host_plans(prof: profile_mod.Profile, inventory: Path, limit: str | None) -> dict[str, dict[str, object]]:
+    """Each selected host's plan, as deploy would write it: a multi-node rank gets its own."""
+    ranks = multinode_hosts(prof, inventory, limit)
+    if not ranks:
+        one = plan_json(prof, plan_mod.build(prof))
+        return {name: one for name in host_names(inventory, limit)}
+    plans = {}
+    for rank, (host, plan) in enumerate(rank_plans(prof, ranks).items()):
+        plans[host] = plan_json(prof, plan, ranks[0].address if rank else "")
+    return plans
 
 
 def verify(profile_ref: str, inventory: Path, limit: str | None = None) -> list[Check]:
     """Every check on every host of `inventory` (or those `limit` names), for this profile's plan."""
     prof = profile_mod.load(profile_ref)
-    names = host_names(inventory, limit)  # testinfra knows no Ansible patterns
-    if not names:
+    plans = host_plans(prof, inventory, limit)  # testinfra knows no Ansible patterns
+    if not plans:
         return []
     collector = _Collector()
     args = [
         str(TESTS),
-        "--hosts=" + ",".join(f"ansible://{name}" for name in names),
+        "--hosts=" + ",".join(f"ansible://{name}" for name in plans),
         f"--ansible-inventory={inventory}",
         "-p",
         "no:cacheprovider",
@@ -78,7 +93,7 @@ def verify(profile_ref: str, inventory: Path, limit: str | None = None) -> list[
         "--rootdir",
         str(TESTS.parent),
     ]
-    env = {"ORCH_VERIFY_PLAN": json.dumps(plan_json(prof))}
+    env = {"ORCH_VERIFY_PLANS": json.dumps(plans)}
     with _environ(env), contextlib.redirect_stdout(io.StringIO()):
         pytest.main(args, plugins=[collector])
     return collector.checks

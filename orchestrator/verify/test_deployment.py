@@ -1,6 +1,6 @@
 """What a healthy deployment looks like on a host, checked with testinfra.
 
-Run by `orchestrator verify`, which passes the plan as JSON in $ORCH_VERIFY_PLAN and
+Run by `orchestrator verify`, which passes each host's plan as JSON in $ORCH_VERIFY_PLANS and
 the hosts through testinfra's Ansible backend (`--hosts=ansible://...`).
 """
 
@@ -13,12 +13,13 @@ import pytest
 
 
 @pytest.fixture
-def plan() -> dict:
-    """Read per test, not at import: one process may verify several plans in a row."""
-    raw = os.environ.get("ORCH_VERIFY_PLAN")
+def plan(host) -> dict:
+    """This host's plan (a multi-node rank has its own). Read per test, not at import: one
+    process may verify several plans in a row."""
+    raw = os.environ.get("ORCH_VERIFY_PLANS")
     if not raw:
         pytest.skip("run through `orchestrator verify`")
-    return json.loads(raw)
+    return json.loads(raw)[host.backend.host]
 
 
 def _main_pid(host, plan) -> int:
@@ -45,9 +46,11 @@ def test_service_enabled_and_active(host, plan):
 
 
 def test_port_listens_and_health_is_200(host, plan):
-    assert host.socket(f"tcp://{plan['bind']}:{plan['port']}").is_listening, (
-        f"port {plan['port']} not listening"
-    )
+    if plan["serves_http"]:
+        assert host.socket(f"tcp://{plan['bind']}:{plan['port']}").is_listening, (
+            f"port {plan['port']} not listening"
+        )
+    # A multi-node rank other than 0 serves no HTTP: its server's health is rank 0's.
     probe = (
         "import sys, urllib.request;"
         f"sys.stdout.write(str(urllib.request.urlopen({plan['health_url']!r}, timeout=5).status))"

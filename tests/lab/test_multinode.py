@@ -49,6 +49,8 @@ def test_two_node_server_has_its_ranks_and_one_http_endpoint(lab, ranks):
     assert "refused" in str(health(ranks[1])).lower()  # only node rank 0 serves HTTP
     done = orchestrator("status", "-i", str(lab.inventory), "--limit", limit(ranks), "--json")
     assert [r["health"] for r in json.loads(done.stdout)] == [200, 200]  # rank 1 reports rank 0's
+    done = orchestrator("verify", "-i", str(lab.inventory), "--limit", limit(ranks), "-p", PROFILE)
+    assert done.returncode == 0 and done.stdout.count("pass") == 10, done.stdout  # each rank's own plan
     rc, again = deploy_json(lab, "--profile", PROFILE, "--limit", limit(ranks))
     assert rc == 0 and not any(h["restarted"] for h in again["hosts"])
 
