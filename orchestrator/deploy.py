@@ -728,9 +728,12 @@ def preflight(profile_ref: str, inventory: Path, limit: str | None = None) -> li
     """Every read-only check a deploy of this profile makes before stopping anything, on every host."""
     prof = profile_mod.load(profile_ref)
     plan = plan_mod.build(prof)
-    play = run_playbook(
-        "preflight.yml", inventory, {"orch_preflight": preflight_vars(prof, plan)}, limit=limit
-    )
+    extra: dict[str, Any] = {"orch_preflight": preflight_vars(prof, plan), "orch_preflights": {}}
+    ranks = multinode_hosts(prof, inventory, limit)
+    if ranks:  # each rank is checked for its own flags and its share of the GPUs, as deploy does
+        plans = _multinode_plans(prof, ranks, rank_plans(prof, ranks), "")
+        extra["orch_preflights"] = {host: vars_["preflight"] for host, vars_ in plans.items()}
+    play = run_playbook("preflight.yml", inventory, extra, limit=limit)
     results = []
     for run in play.hosts.values():
         res = run.result_of("sglang_preflight", "Check") or {}

@@ -7,6 +7,8 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -83,3 +85,19 @@ def service_pid(host, unit: str, timeout_s: float = 5, not_pid: str = "0") -> st
             return pid
         time.sleep(0.1)
     raise AssertionError(f"{unit} did not start")
+
+
+@contextmanager
+def gpu_count(host, count: int) -> Iterator[None]:
+    """The host's nvidia-smi stand-in reports `count` GPUs for the duration."""
+    config = json.loads(ssh(host, "cat", "/etc/nvidia-standin.json"))
+
+    def write(data: dict) -> None:
+        line = f"open('/etc/nvidia-standin.json','w').write({json.dumps(json.dumps(data))})"
+        ssh(host, "python3", "-c", line)
+
+    write({**config, "gpus": count})
+    try:
+        yield
+    finally:
+        write(config)

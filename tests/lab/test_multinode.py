@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 import yaml
 
-from labutil import cmdline, deploy_json, orchestrator, service, service_pid, ssh, write_profile
+from labutil import cmdline, deploy_json, gpu_count, orchestrator, service, service_pid, ssh, write_profile
 from orchestrator import plan, profile
 
 pytestmark = pytest.mark.lab
@@ -106,3 +106,13 @@ def test_a_profile_rank_count_that_does_not_split_the_gpus_is_bad_input(lab, ran
 
 def test_the_shipped_two_node_profile_is_valid():
     assert profile.load(PROFILE).deployment.kind == "multinode"
+
+
+def test_preflight_checks_each_rank_for_its_share_of_the_gpus(lab, ranks):
+    preflight = ("preflight", "-i", str(lab.inventory), "--limit")
+    with gpu_count(ranks[0], 4), gpu_count(ranks[1], 4):
+        two_nodes = orchestrator(*preflight, limit(ranks), "-p", PROFILE)
+        one_node = orchestrator(*preflight, ranks[1].name, "-p", "cg_5tok")
+    assert two_nodes.returncode == 0, two_nodes.stdout + two_nodes.stderr  # TP 8 over 2 x 4 GPUs
+    assert one_node.returncode == 1
+    assert "TP x DP = 8 GPUs needed, nvidia-smi reports 4 on this host" in one_node.stdout + one_node.stderr

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
 
 import pytest
 
-from labutil import deploy_json, on_good, orchestrator, service, ssh, variant
+from labutil import deploy_json, gpu_count, on_good, orchestrator, service, ssh, variant
 
 pytestmark = pytest.mark.lab
 
@@ -79,22 +78,8 @@ def test_eagle3_with_an_eagle1_drafter(lab, host, tmp_path):
 
 
 def test_tp8_on_a_4_gpu_host(lab, host):
-    config = json.loads(ssh(host, "cat", "/etc/nvidia-standin.json"))
-    ssh(
-        host,
-        "python3",
-        "-c",
-        f"open('/etc/nvidia-standin.json','w').write({json.dumps(json.dumps({**config, 'gpus': 4}))})",
-    )
-    try:
+    with gpu_count(host, 4):
         problems = fails_before_the_stop(lab, host, "cg_2step")
-    finally:
-        ssh(
-            host,
-            "python3",
-            "-c",
-            f"open('/etc/nvidia-standin.json','w').write({json.dumps(json.dumps(config))})",
-        )
     assert "TP x DP = 8 GPUs needed, nvidia-smi reports 4 on this host" in problems
 
 
