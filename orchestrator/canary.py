@@ -13,6 +13,8 @@ from typing import Any
 
 from orchestrator import bench as bench_mod
 from orchestrator import deploy as deploy_mod
+from orchestrator import profile as profile_mod
+from orchestrator.errors import InputError
 from orchestrator.inventory import selected
 from orchestrator.runner import TaskEvent
 
@@ -46,6 +48,12 @@ def canary_deploy(
     on_event: Callable[[TaskEvent], None] | None = None,
 ) -> tuple[Canary, deploy_mod.DeployReport]:
     """Deploy and bench the first selected host; roll out to the others only if tok/s held up."""
+    ranks = deploy_mod.multinode_hosts(profile_mod.load(profile_ref), inventory, options.limit)
+    if ranks:
+        raise InputError(
+            "--canary tries one replica of a fleet first; a multi-node server "
+            f"({', '.join(h.name for h in ranks)}) is one server: deploy it without --canary"
+        )
     hosts = [h.name for h in selected(inventory, options.limit)]
     host, rest = hosts[0], hosts[1:]
     try:

@@ -406,6 +406,11 @@ def deploy(
     svc = prof.service
     ttl = svc.stop_timeout_s + 60 + svc.health_timeout_s + 120
     ranks = multinode_hosts(prof, inventory, options.limit)
+    if ranks and (options.serial or options.max_fail_percent is not None):
+        raise InputError(
+            "--serial and --max-fail-percent roll through a fleet of replicas; a multi-node server "
+            f"({', '.join(h.name for h in ranks)}) restarts all its ranks together: drop them"
+        )
     default = {**profile_plan_vars(prof, plan, secret), "preflight": preflight_vars(prof, plan)}
     by_rank = rank_plans(prof, ranks) if ranks else {}
     plans = _multinode_plans(prof, ranks, by_rank, secret) if ranks else {}

@@ -1,0 +1,30 @@
+"""Deploy options that make no sense for a multi-node server are refused before any host is touched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator import bench, canary, deploy
+from orchestrator.errors import InputError
+
+
+@pytest.fixture
+def two_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(deploy, "run_playbook", lambda *a, **k: pytest.fail("a play ran"))
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    gpu1: {ansible_host: 10.0.0.1}\n    gpu2: {ansible_host: 10.0.0.2}\n")
+    return inv
+
+
+@pytest.mark.parametrize("options", [{"serial": "1"}, {"max_fail_percent": 0}])
+def test_serial_and_max_fail_percent_are_refused_for_a_multinode_server(two_nodes: Path, options: dict):
+    with pytest.raises(InputError, match=r"multi-node server \(gpu1, gpu2\) restarts all its ranks together"):
+        deploy.deploy("cg_5tok_2node", two_nodes, deploy.Options(**options))
+
+
+def test_canary_is_refused_for_a_multinode_server_before_any_bench(two_nodes: Path) -> None:
+    with pytest.raises(InputError, match=r"deploy it without --canary"):
+        canary.canary_deploy("cg_5tok_2node", two_nodes, deploy.Options(), 0.05, bench.Settings())
