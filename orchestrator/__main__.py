@@ -481,8 +481,9 @@ def stop(inventory: Path | None, limit: str | None, unit_name: str) -> None:
 )
 @inventory_option
 @limit_option
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 @handle_errors
-def verify(profile_ref: str | None, inventory: Path | None, limit: str | None) -> None:
+def verify(profile_ref: str | None, inventory: Path | None, limit: str | None, as_json: bool) -> None:
     """Check hosts with testinfra: unit equals the plan, service active, /health 200, argv, env, GPUs."""
     from orchestrator import deploy as deploy_mod
     from orchestrator.inventory import no_match
@@ -497,6 +498,9 @@ def verify(profile_ref: str | None, inventory: Path | None, limit: str | None) -
     checks = run_verify(profile_ref, inv, limit)
     if not checks:
         raise no_match(inv, limit)
+    if as_json:
+        click.echo(json.dumps({"profile": profile_ref, "checks": [c.__dict__ for c in checks]}, indent=2))
+        sys.exit(0 if all(c.passed for c in checks) else 1)
     table = Table(title=f"verify {profile_ref}", title_justify="left")
     for col in ("host", "check", "result", "detail"):
         table.add_column(col, overflow="fold")

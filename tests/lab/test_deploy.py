@@ -189,11 +189,11 @@ def test_verify_passes_after_deploy_and_names_drift_that_deploy_repairs(lab):
 
     second = lab.hosts[1]
     ssh(second, "sed", "-i", "s/NCCL_PROTO=LL/NCCL_PROTO=Simple/", UNIT)
-    done = verify(lab, "--profile", "cg_2step", "--limit", limit)
+    done = verify(lab, "--profile", "cg_2step", "--limit", limit, "--json")
     assert done.returncode == 1
-    failed = [line for line in done.stdout.splitlines() if "FAIL" in line]
-    assert len(failed) == 1 and second.name in failed[0] and "unit file equals the plan" in failed[0]
-    assert '+Environment="NCCL_PROTO=Simple"' in done.stdout
+    failed = [c for c in json.loads(done.stdout)["checks"] if not c["passed"]]
+    assert [(c["host"], c["check"]) for c in failed] == [(second.name, "unit file equals the plan")]
+    assert '+Environment="NCCL_PROTO=Simple"' in failed[0]["message"]
 
     rc, report = deploy_json(lab, "--profile", "cg_2step", "--limit", limit)
     assert rc == 0
