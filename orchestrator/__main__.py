@@ -495,6 +495,13 @@ def verify(profile_ref: str | None, inventory: Path | None, limit: str | None, a
         if len(deployed) != 1 or "" in deployed:
             raise InputError(f"hosts run different or no profiles ({sorted(deployed)}); give --profile")
         profile_ref = deployed.pop()
+        try:
+            profile_mod.load(profile_ref)
+        except InputError:
+            raise InputError(
+                f"the hosts run profile {profile_ref!r}, which is not in profiles/ "
+                "(deployed from a file?); give it as --profile PATH"
+            ) from None
     checks = run_verify(profile_ref, inv, limit)
     if not checks:
         raise no_match(inv, limit)

@@ -28,3 +28,15 @@ def test_serial_and_max_fail_percent_are_refused_for_a_multinode_server(two_node
 def test_canary_is_refused_for_a_multinode_server_before_any_bench(two_nodes: Path) -> None:
     with pytest.raises(InputError, match=r"deploy it without --canary"):
         canary.canary_deploy("cg_5tok_2node", two_nodes, deploy.Options(), 0.05, bench.Settings())
+
+
+def test_verify_names_a_running_profile_that_is_not_in_profiles(two_nodes: Path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from orchestrator.__main__ import cli
+
+    row = deploy.HostStatus("gpu1", True, "slow", "d", "active", 1, 1.0, 200, 0, [])
+    monkeypatch.setattr(deploy, "status", lambda inv, limit=None: [row])
+    done = CliRunner().invoke(cli, ["verify", "-i", str(two_nodes)])
+    assert done.exit_code == 2
+    assert "the hosts run profile 'slow', which is not in profiles/" in done.output
