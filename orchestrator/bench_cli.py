@@ -164,8 +164,23 @@ def bench(
         click.echo(json.dumps({"ledger_id": row_id, **result.row()}, indent=2))
         return
     out.print(bench_table(result))
+    line = standing_line(result)
+    if line:
+        out.print(line, markup=False)
     for note in result.notes:
         err.print(Text(f"note: {note}", style="yellow"))
+
+
+def standing_line(result: bench_mod.BenchResult) -> str:
+    """Where this run stands among the host's benches in the ledger: against baseline, and the fastest."""
+    host, mean = result.target.host, result.tok_s.mean
+    base, best = sweep_mod.standing(host)
+    parts = []
+    if base and base.mean and mean is not None and result.target.profile != base.profile:
+        parts.append(f"{mean / base.mean:.3f}x baseline ({base.mean:.1f} tok/s, {len(base.tok_s)} run(s))")
+    if best and best.mean is not None:
+        parts.append(f"fastest so far: {best.profile} {best.mean:.1f} tok/s ({len(best.tok_s)} run(s))")
+    return f"in the ledger for {host}: " + "; ".join(parts) if parts else ""
 
 
 def ranking_table(entries: list[sweep_mod.Entry], baseline: str, title: str) -> Table:

@@ -73,6 +73,13 @@ def ranking(rows: Iterable[Mapping[str, Any]], baseline: str | None) -> list[Ent
     return sorted(entries.values(), key=lambda e: (not e.ok, -(e.mean or 0.0)))
 
 
+def standing(host: str, baseline: str = "baseline") -> tuple[Entry | None, Entry | None]:
+    """From the ledger's bench rows of one host: the baseline profile's entry and the fastest."""
+    entries = ranking([r for r in ledger.bench_results() if r["host"] == host], baseline)
+    base = next((e for e in entries if e.profile == baseline and e.ok), None)
+    return base, next((e for e in entries if e.ok), None)
+
+
 @dataclass
 class SweepReport:
     sweep_id: str

@@ -3,6 +3,7 @@ skipped, the fastest healthy profile (or --leave) is deployed last. The lab test
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,18 @@ def test_ctrl_c_during_a_deploy_stops_the_sweep(fakes: list[str], monkeypatch: p
     with pytest.raises(Interrupted, match="stopped by Ctrl-C while deploying cg_2step"):
         sweep.sweep(["cg_5tok", "cg_2step", "cg_16tok"], Path("inv"))
     assert fakes == ["cg_5tok", "cg_2step"]  # nothing after it, not even the restore of the fastest
+
+
+def test_bench_says_where_a_run_stands_against_baseline_and_the_fastest(fakes: list[str]) -> None:
+    from orchestrator.bench_cli import standing_line
+
+    sweep.sweep(["baseline", "cg_2step"], Path("inv"))  # ledger: baseline 90.0, cg_2step 85.6 on lab2
+    rate = SPEEDS["cg_5tok"]
+    s = bench.Stream(0.0, [(0.1, 1), (0.1 + 100 / rate, 101)], 1.2, verify_ct=50)
+    target = bench.Target("lab2", "a", 1, "cg_5tok")
+    result = bench.BenchResult(target, bench.Settings(), [s], 1.2, "0.5.9", True, 2.0)
+    assert standing_line(result) == (
+        "in the ledger for lab2: 0.914x baseline (90.0 tok/s, 1 run(s)); "
+        "fastest so far: baseline 90.0 tok/s (1 run(s))"
+    )
+    assert standing_line(replace(result, target=bench.Target("lab9", "a", 1, "cg_5tok"))) == ""
