@@ -420,10 +420,24 @@ def run(
     return result
 
 
+#: A speculative profile accepting no more than this many tokens per round gains nothing
+#: from its drafter: the round costs more than a plain decode step and yields one token.
+DRAFTER_FLOOR = 1.05
+DRAFTER_WARNING = "drafter not helping: check algorithm and drafter"
+
+
 def _notes(result: BenchResult) -> list[str]:
-    """What a reader of the numbers should know: disagreeing sources, a different deployment."""
+    """What a reader of the numbers should know: a useless drafter, disagreeing sources, a
+    different deployment."""
     notes = []
     t, server, logged = result.target, result.accept_len, result.accept_len_log
+    accept = server if server is not None else logged
+    if result.speculative and accept is not None and accept <= DRAFTER_FLOOR:
+        notes.append(
+            f"{DRAFTER_WARNING}: accept length {accept:.2f} with speculative decoding on, so every "
+            "round yields one token at extra cost (an EAGLE-3 drafter under --speculative-algorithm "
+            "EAGLE runs exactly like this)"
+        )
     if t.plan_digest and t.digest and t.plan_digest != t.digest:
         notes.append(
             f"deployed digest {t.digest} ({t.profile or 'unknown profile'}) differs from the given "

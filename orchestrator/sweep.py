@@ -22,11 +22,6 @@ from orchestrator import profile as profile_mod
 from orchestrator.errors import InputError, Interrupted, OrchestratorError
 from orchestrator.runner import TaskEvent
 
-#: A speculative profile accepting no more than this many tokens per round gains nothing
-#: from its drafter: the round costs more than a plain decode step and yields one token.
-DRAFTER_FLOOR = 1.05
-DRAFTER_WARNING = "drafter not helping: check algorithm and drafter"
-
 
 @dataclass
 class Entry:
@@ -46,8 +41,8 @@ class Entry:
 
     @property
     def warning(self) -> str:
-        weak = self.speculative and self.accept_len is not None and self.accept_len <= DRAFTER_FLOOR
-        return DRAFTER_WARNING if weak else ""
+        weak = self.speculative and self.accept_len is not None and self.accept_len <= bench_mod.DRAFTER_FLOOR
+        return bench_mod.DRAFTER_WARNING if weak else ""
 
 
 def ranking(rows: Iterable[Mapping[str, Any]], baseline: str | None) -> list[Entry]:

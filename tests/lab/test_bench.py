@@ -111,3 +111,15 @@ def test_sweep_ranks_as_the_model_predicts_records_a_failure_and_leaves_the_best
     assert (report["left"], report["left_ok"]) == (healthy[0], True)
     unit = ssh(next(h for h in lab.hosts if h.name == "lab2"), "cat", "/etc/systemd/system/sglang.service")
     assert f"# profile: {healthy[0]}" in unit
+
+
+def test_bench_warns_when_the_drafter_does_not_help(lab, tmp_path) -> None:
+    # The reference failure: an EAGLE-3 drafter under EAGLE starts fine and runs at accept 1.00.
+    # Preflight refuses it (test_preflight); forced past preflight, bench must still say so.
+    eagle = write_profile(tmp_path, "cg_5tok_eagle", "extends: cg_5tok\nspeculative:\n  algorithm: EAGLE\n")
+    inv = str(lab.inventory)
+    run_json("deploy", "--profile", eagle, "-i", inv, "--limit", "lab3", "--no-preflight")
+    row = run_json("bench", "-i", inv, "--limit", "lab3", *LOAD)
+    assert row["accept_len"] == pytest.approx(1.0, abs=0.01)
+    assert row["notes"].startswith("drafter not helping: check algorithm and drafter: accept length 1.00")
+    run_json("deploy", "--profile", "cg_5tok", "-i", inv, "--limit", "lab3")

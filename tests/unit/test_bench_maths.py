@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator import bench
+from orchestrator.bench import DRAFTER_WARNING
 from orchestrator.bench_cli import parse_since
 from orchestrator.errors import InputError
-from orchestrator.sweep import DRAFTER_WARNING, ranking
+from orchestrator.sweep import ranking
 
 
 def test_percentiles_interpolate_like_numpy() -> None:
