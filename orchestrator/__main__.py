@@ -430,6 +430,7 @@ def status(inventory: Path | None, limit: str | None, unit_name: str, as_json: b
         "MainPID",
         "uptime",
         "health",
+        "accept len",
         "GPU MiB used",
         "holders",
     ):
@@ -442,6 +443,7 @@ def status(inventory: Path | None, limit: str | None, unit_name: str, as_json: b
             None: "-",
         }.get(r.health, str(r.health))
         holders = view.holders_line(r.gpu_holders)
+        accept = view.accept_cell(r.speculative, r.accept_len) if r.active_state == "active" else "-"
         table.add_row(
             r.host if r.reachable else f"[red]{r.host} (unreachable)[/]",
             r.profile or "-",
@@ -450,6 +452,7 @@ def status(inventory: Path | None, limit: str | None, unit_name: str, as_json: b
             str(r.main_pid or "-"),
             f"{r.uptime_s:.0f} s" if r.uptime_s is not None else "-",
             health,
+            accept,
             str(r.gpu_used_mib),
             holders or "-",
         )

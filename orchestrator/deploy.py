@@ -656,6 +656,10 @@ class HostStatus:
     gpu_used_mib: int
     gpu_holders: list[dict[str, Any]]
     message: str = ""
+    #: Whether the installed unit runs speculative decoding.
+    speculative: bool = False
+    #: Mean `accept len` of the newest decode log lines of this start of the unit (None: none yet).
+    accept_len: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -664,10 +668,16 @@ class HostStatus:
 def status(
     inventory: Path, *, unit_name: str = "sglang.service", limit: str | None = None
 ) -> list[HostStatus]:
-    """What each host runs now: profile, digest, unit state, MainPID, uptime, health, GPU memory."""
+    """What each host runs now: profile, digest, unit state, MainPID, uptime, health, GPU memory,
+    and the accept length its server logs."""
+    from orchestrator.bench import accept_from_log  # bench imports this module
+
     play = run_playbook("status.yml", inventory, {"orch_unit_name": unit_name}, limit=limit)
     rows = []
     for run in play.hosts.values():
+        read = (e for e in run.events if e.task.startswith("Read the accept") and e.kind == "ok")
+        accept = next(read, None)
+        accept_lines = (accept.result.get("stdout") or "").splitlines() if accept else []
         probe = run.result_of("sglang_probe") or {}
         gpus = run.result_of("gpu_idle") or {}
         health = next((e.result for e in run.events if e.task == "Ask /health" and e.kind != "start"), {})
@@ -686,6 +696,8 @@ def status(
                 gpu_used_mib=sum(g["memory_used_mib"] for g in gpus.get("gpus", [])),
                 gpu_holders=gpus.get("holders", []),
                 message=failed.result.get("msg", "") if failed else "",
+                speculative="--speculative-algorithm" in probe.get("unit", ""),
+                accept_len=accept_from_log(accept_lines) if state.get("ActiveState") == "active" else None,
             )
         )
     return sorted(rows, key=lambda r: r.host)

@@ -171,3 +171,16 @@ def holders_line(holders: list[dict[str, Any]]) -> str:
         f"{pid} {name} on GPU {gpu_ranges([h['gpu'] for h in hs])}, {sum(h['used_mib'] for h in hs)} MiB"
         for (pid, name), hs in by_pid.items()
     )
+
+
+def accept_cell(speculative: bool, accept_len: float | None) -> Text:
+    """The accept length a server logs: red, with the reason, when speculation gains nothing."""
+    from orchestrator.bench import DRAFTER_FLOOR
+
+    if not speculative:
+        return Text("- (no speculation)", style="dim")
+    if accept_len is None:
+        return Text("- (no decode yet)", style="dim")
+    if accept_len <= DRAFTER_FLOOR:
+        return Text(f"{accept_len:.2f} drafter not helping", style="bold red")
+    return Text(f"{accept_len:.2f}")

@@ -122,4 +122,8 @@ def test_bench_warns_when_the_drafter_does_not_help(lab, tmp_path) -> None:
     row = run_json("bench", "-i", inv, "--limit", "lab3", *LOAD)
     assert row["accept_len"] == pytest.approx(1.0, abs=0.01)
     assert row["notes"].startswith("drafter not helping: check algorithm and drafter: accept length 1.00")
+    (status,) = run_json("status", "-i", inv, "--limit", "lab3")  # what a glance at the fleet shows
+    assert status["speculative"] and status["accept_len"] == pytest.approx(1.0, abs=0.01)
+    table = orchestrator("status", "-i", inv, "--limit", "lab3")
+    assert "drafter not helping" in table.stdout.replace("\n", " "), table.stdout
     run_json("deploy", "--profile", "cg_5tok", "-i", inv, "--limit", "lab3")

@@ -53,7 +53,18 @@ from ansible.module_utils.basic import AnsibleModule
 
 #: Deploy locks live on tmpfs: a reboot ends every deploy, and so its lock.
 LOCK_DIR = "/run/orchestrator"
-PROPS = "LoadState,ActiveState,SubState,MainPID,NRestarts,ActiveEnterTimestamp,ExecMainStartTimestamp"
+PROPS = ",".join(
+    (
+        "LoadState",
+        "ActiveState",
+        "SubState",
+        "MainPID",
+        "NRestarts",
+        "ActiveEnterTimestamp",
+        "ExecMainStartTimestamp",
+        "InvocationID",
+    )
+)
 
 
 def read_unit(path: str) -> tuple[str, str, str]:
