@@ -304,7 +304,7 @@ def _show(run: Callable[..., Any], title: str, as_json: bool, check: bool = Fals
             out.print(view.check_details(report, plan_mod.build(prof).unit))
         out.print(view.deploy_table(report))
         out.print(view.failures(report))
-    if getattr(report, "interrupted", False):
+    if report.interrupted:
         sys.exit(130)  # as a shell reports a command ended by Ctrl-C
     sys.exit(0 if report.ok else 1)
 

@@ -197,8 +197,8 @@ def unit_plan_vars(unit_name: str, profile: str, unit: str, health_timeout_s: in
         gpus=list(range(tp * dp // nnodes)),
     )
     if nnodes > 1:  # every rank of a multi-node server waits on rank 0's endpoint
-        rank0 = flags.get("--dist-init-addr", "127.0.0.1").rsplit(":", 1)[0]
-        vars_["health_url"] = f"http://{rank0}:{recorded.port}{recorded.health_path}"
+        rank0 = flags.get("--dist-init-addr", "127.0.0.1").rsplit(":", 1)[0].strip("[]")
+        vars_["health_url"] = health_url(recorded, rank0)
     return vars_
 
 
@@ -385,7 +385,7 @@ def _multinode_plans(
         plan = by_rank[host.name]
         vars_ = profile_plan_vars(prof, plan, secret)
         vars_["gpus"] = list(range(per_node))
-        vars_["health_url"] = f"http://{ranks[0].address}:{prof.server.port}{plan.health_path}"
+        vars_["health_url"] = health_url(plan, ranks[0].address)
         vars_["preflight"] = {**preflight_vars(prof, plan), "gpus_needed": per_node}
         vars_["rank"] = rank
         plans[host.name] = vars_
@@ -488,10 +488,10 @@ def _mark_interrupted(
 ) -> None:
     """Ctrl-C stopped the play: each host it had not finished fails, named with the step it was in."""
     for r in reports:
-        run = play.hosts[r.host]
-        started = next((e for e in reversed(run.events) if e.kind == "start" and e.role in STEPS), None)
         if r.ok or r.diagnosis:
             continue
+        events = reversed(play.hosts[r.host].events)
+        started = next((e for e in events if e.kind == "start" and e.role in STEPS), None)
         r.step = STEPS[started.role] if started else r.step
         r.diagnosis = f"interrupted (Ctrl-C) during {r.step}"
         if on_event and (r.stopped or r.locked):
@@ -521,9 +521,7 @@ def _not_started(
     inventory: Path, limit: str | None, seen: dict[str, HostRun], interrupted: bool = False
 ) -> list[HostReport]:
     """Hosts the play never reached: an earlier batch failed past --max-fail-percent, or Ctrl-C."""
-    from orchestrator.inventory import host_names
-
-    missing = [h for h in host_names(inventory, limit) if h not in seen]
+    missing = [h for h in inventory_mod.host_names(inventory, limit) if h not in seen]
     why = (
         "not started: interrupted (Ctrl-C) before this host; it was not touched"
         if interrupted
@@ -675,9 +673,7 @@ def status(
     play = run_playbook("status.yml", inventory, {"orch_unit_name": unit_name}, limit=limit)
     rows = []
     for run in play.hosts.values():
-        read = (e for e in run.events if e.task.startswith("Read the accept") and e.kind == "ok")
-        accept = next(read, None)
-        accept_lines = (accept.result.get("stdout") or "").splitlines() if accept else []
+        accept_lines = ((run.result_of("", "Read the accept") or {}).get("stdout") or "").splitlines()
         probe = run.result_of("sglang_probe") or {}
         gpus = run.result_of("gpu_idle") or {}
         health = next((e.result for e in run.events if e.task == "Ask /health" and e.kind != "start"), {})

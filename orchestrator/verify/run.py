@@ -52,7 +52,7 @@ def plan_json(prof: profile_mod.Profile, plan: plan_mod.Plan, rank0: str = "") -
     """What test_deployment.py checks one host against. A multi-node rank other than 0 serves
     no HTTP (`serves_http`: false); its server's /health is rank 0's, at `rank0`."""
     bind = prof.server.host
-    url = f"http://{rank0}:{plan.port}{plan.health_path}" if rank0 else health_url(plan, bind)
+    url = health_url(plan, rank0 or bind)
     return {
         **plan.to_json(),
         "unit_name": plan.unit_name,
