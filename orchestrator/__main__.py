@@ -252,20 +252,18 @@ def deploy(
     inv = inventory_or_lab(inventory)
     title = f"{'check' if check else 'deploy'} {prof.name} -> {inv}"
     if canary and not check:
-        _show(lambda on_event: _canary(profile_ref, inv, options, canary_margin, on_event), title, as_json)
+        _show(lambda on_event: _canary(prof, inv, options, canary_margin, on_event), title, as_json)
         return
-    _show(
-        lambda on_event: deploy_mod.deploy(profile_ref, inv, options, on_event), title, as_json, check, prof
-    )
+    _show(lambda on_event: deploy_mod.deploy(prof, inv, options, on_event), title, as_json, check)
 
 
-def _canary(profile_ref: str, inv: Path, options: Any, margin: float, on_event: Any) -> Any:
+def _canary(prof: profile_mod.Profile, inv: Path, options: Any, margin: float, on_event: Any) -> Any:
     """The canary's verdict on stderr, then the usual report (failed when it was rejected)."""
     from orchestrator import bench as bench_mod
     from orchestrator.canary import canary_deploy
 
     settings = bench_mod.Settings(requests=4, max_tokens=128, warmup=1)
-    verdict, report = canary_deploy(profile_ref, inv, options, margin, settings, on_event)
+    verdict, report = canary_deploy(prof, inv, options, margin, settings, on_event)
     before = f"{verdict.before_tok_s:.1f}" if verdict.before_tok_s is not None else "-"
     after = f"{verdict.after_tok_s:.1f}" if verdict.after_tok_s is not None else "-"
     word = "accepted" if verdict.accepted else "REJECTED"
@@ -290,7 +288,7 @@ def _serial(value: str | None) -> str | None:
     return value
 
 
-def _show(run: Callable[..., Any], title: str, as_json: bool, check: bool = False, prof: Any = None) -> None:
+def _show(run: Callable[..., Any], title: str, as_json: bool, check: bool = False) -> None:
     """Run a deploy-shaped action with the live view (quietly for --json), print the outcome, exit."""
     from orchestrator import view
 
@@ -301,7 +299,7 @@ def _show(run: Callable[..., Any], title: str, as_json: bool, check: bool = Fals
         with view.LiveHosts(err, title) as live:
             report = run(live.event)
         if check:
-            out.print(view.check_details(report, plan_mod.build(prof).unit))
+            out.print(view.check_details(report))
         out.print(view.deploy_table(report))
         out.print(view.failures(report))
     if report.interrupted:
@@ -320,10 +318,10 @@ def _show(run: Callable[..., Any], title: str, as_json: bool, check: bool = Fals
 def preflight(profile_ref: str, inventory: Path | None, limit: str | None, as_json: bool) -> None:
     """Read-only checks a deploy makes before stopping anything: SGLang version and flags, model and
     drafter, GPUs for TP x DP, the port, log space. One line per problem per host."""
-    from orchestrator import deploy as deploy_mod
+    from orchestrator import hostops
 
-    profile_mod.load(profile_ref)
-    results = deploy_mod.preflight(profile_ref, inventory_or_lab(inventory), limit)
+    prof = profile_mod.load(profile_ref)
+    results = hostops.preflight(prof, inventory_or_lab(inventory), limit)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in results], indent=2))
     else:
@@ -349,11 +347,11 @@ def rollback(
     inventory: Path | None, limit: str | None, unit_name: str, to_profile: str | None, as_json: bool
 ) -> None:
     """Put each host back on its previous healthy unit (or PROFILE's), start it, wait for health."""
-    from orchestrator import deploy as deploy_mod
+    from orchestrator import rollback as rollback_mod
 
     inv = inventory_or_lab(inventory)
     title = f"rollback{f' to {to_profile}' if to_profile else ''} -> {inv}"
-    _show(lambda on_event: deploy_mod.rollback(inv, unit_name, limit, to_profile, on_event), title, as_json)
+    _show(lambda on_event: rollback_mod.rollback(inv, unit_name, limit, to_profile, on_event), title, as_json)
 
 
 @cli.command()
@@ -391,7 +389,7 @@ def history(host: str | None, count: int, as_json: bool) -> None:
     ):
         table.add_column(col, overflow="fold")
     for r in rows:
-        style = {"failed": "red", "rollback-failed": "red"}.get(r["result"], "")
+        style = "red" if r["result"] == "failed" else ""
         table.add_row(
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])),
             r["host"],
@@ -414,10 +412,9 @@ def history(host: str | None, count: int, as_json: bool) -> None:
 @handle_errors
 def status(inventory: Path | None, limit: str | None, unit_name: str, as_json: bool) -> None:
     """Per host: deployed profile and digest, unit state, MainPID, uptime, health, GPU memory held."""
-    from orchestrator import deploy as deploy_mod
-    from orchestrator import view
+    from orchestrator import hostops, view
 
-    rows = deploy_mod.status(inventory_or_lab(inventory), unit_name=unit_name, limit=limit)
+    rows = hostops.status(inventory_or_lab(inventory), unit_name=unit_name, limit=limit)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in rows], indent=2))
         return
@@ -467,9 +464,9 @@ def status(inventory: Path | None, limit: str | None, unit_name: str, as_json: b
 @handle_errors
 def stop(inventory: Path | None, limit: str | None, unit_name: str) -> None:
     """Stop the server and confirm the GPUs are released."""
-    from orchestrator import deploy as deploy_mod
+    from orchestrator import hostops
 
-    reports = deploy_mod.stop(inventory_or_running_lab(inventory), unit_name=unit_name, limit=limit)
+    reports = hostops.stop(inventory_or_running_lab(inventory), unit_name=unit_name, limit=limit)
     for r in reports:
         if r.ok:
             out.print(f"{r.host}: stopped, GPUs released ({r.elapsed_s:.1f} s)")
@@ -488,24 +485,26 @@ def stop(inventory: Path | None, limit: str | None, unit_name: str) -> None:
 @handle_errors
 def verify(profile_ref: str | None, inventory: Path | None, limit: str | None, as_json: bool) -> None:
     """Check hosts with testinfra: unit equals the plan, service active, /health 200, argv, env, GPUs."""
-    from orchestrator import deploy as deploy_mod
+    from orchestrator import hostops
     from orchestrator.inventory import no_match
     from orchestrator.verify.run import verify as run_verify
 
     inv = inventory_or_lab(inventory)
     if profile_ref is None:
-        deployed = {r.profile for r in deploy_mod.status(inv, limit=limit)}
+        deployed = {r.profile for r in hostops.status(inv, limit=limit)}
         if len(deployed) != 1 or "" in deployed:
             raise InputError(f"hosts run different or no profiles ({sorted(deployed)}); give --profile")
         profile_ref = deployed.pop()
         try:
-            profile_mod.load(profile_ref)
+            prof = profile_mod.load(profile_ref)
         except InputError:
             raise InputError(
                 f"the hosts run profile {profile_ref!r}, which is not in profiles/ "
                 "(deployed from a file?); give it as --profile PATH"
             ) from None
-    checks = run_verify(profile_ref, inv, limit)
+    else:
+        prof = profile_mod.load(profile_ref)
+    checks = run_verify(prof, inv, limit)
     if not checks:
         raise no_match(inv, limit)
     if as_json:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
 import statistics
 import subprocess
 import time
@@ -39,9 +38,10 @@ import httpx
 from orchestrator import ledger
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
-from orchestrator.deploy import api_key
 from orchestrator.errors import InputError, OrchestratorError
+from orchestrator.logs import accept_from_log
 from orchestrator.paths import ROOT
+from orchestrator.secrets import api_key
 
 #: Prompts when no --prompts file is given: varied lengths, no meaning needed for a speed test.
 DEFAULT_PROMPTS = (
@@ -58,7 +58,6 @@ ACCEPT_TOLERANCE = 0.05
 #: newest 200 hold several. Not more: above about 250 entries the logs play came back empty on
 #: the lab (journalctl's JSON through ansible-runner's events), silently.
 LOG_LINES = 200
-ACCEPT_LINE = re.compile(r"accept len: ([0-9]+(?:\.[0-9]+)?)")
 
 
 class BenchError(OrchestratorError):
@@ -169,12 +168,6 @@ class Stream:
             new = n - n_prev
             samples += [(t - t_prev) / new] * new
         return samples
-
-
-def accept_from_log(messages: Sequence[str]) -> float | None:
-    """Mean of the `accept len: X` values of SGLang's decode log lines; None when there are none."""
-    values = [float(m.group(1)) for m in map(ACCEPT_LINE.search, messages) if m]
-    return statistics.fmean(values) if values else None
 
 
 def accept_from_server_info(info: dict[str, Any]) -> float | None:
@@ -482,56 +475,46 @@ def _jsonl_prompt(path: Path, number: int, line: str) -> str:
 def find_target(
     inventory: Path,
     limit: str | None = None,
-    profile_ref: str | None = None,
+    prof: profile_mod.Profile | None = None,
     unit_name: str = "sglang.service",
 ) -> Target:
-    """The node serving HTTP (the first host selected), what runs there, and its port."""
+    """The node serving HTTP (the first host selected), what runs there, and its port (from the
+    facts stored with the unit, else --profile's plan)."""
+    from orchestrator.hostops import status
     from orchestrator.inventory import selected
-    from orchestrator.runner import run_playbook
 
     first = selected(inventory, limit)[0]
     host = first.name
-    prof = profile_mod.load(profile_ref) if profile_ref else None
     plan = plan_mod.build(prof) if prof else None
-    play = run_playbook("status.yml", inventory, {"orch_unit_name": unit_name}, limit=host)
-    run = play.hosts.get(host)
-    probe = (run.result_of("sglang_probe") if run else None) or {}
-    if run is None or (run.failed and run.failed.kind == "unreachable"):
+    row = next(iter(status(inventory, unit_name=unit_name, limit=host)), None)
+    if row is None or not row.reachable:
         raise BenchError(f"{host}: unreachable, cannot read what it runs")
-    state = probe.get("state", {}).get("ActiveState", "?")
-    if state != "active":
-        raise BenchError(f"{host}: {unit_name} is {state}; deploy a profile first")
-    port = _unit_port(probe.get("unit", "")) or (plan.port if plan else None)
+    if row.active_state != "active":
+        raise BenchError(f"{host}: {unit_name} is {row.active_state}; deploy a profile first")
+    port = row.port or (plan.port if plan else None)
     if port is None:
-        raise BenchError(f"{host}: no --port in the deployed unit; give --profile")
+        raise BenchError(
+            f"{host}: its unit has no recorded port (deployed by an older orchestrator); give --profile"
+        )
     return Target(
         host=host,
         address=first.address,
         port=port,
-        profile=probe.get("profile", ""),
-        digest=probe.get("digest", ""),
+        profile=row.profile,
+        digest=row.digest,
         plan_digest=plan.digest if plan else "",
         api_key=api_key(prof) if prof else "",
     )
 
 
-def deployed_target(inventory: Path, limit: str | None, profile_ref: str) -> Target:
-    """The server right after a healthy deploy of `profile_ref`: what runs is its plan, so no
+def deployed_target(inventory: Path, limit: str | None, prof: profile_mod.Profile) -> Target:
+    """The server right after a healthy deploy of `prof`: what runs is its plan, so no
     probe is needed (sweep saves a play per bench)."""
     from orchestrator.inventory import selected
 
     first = selected(inventory, limit)[0]
-    prof = profile_mod.load(profile_ref)
     plan = plan_mod.build(prof)
     return Target(first.name, first.address, plan.port, prof.name, plan.digest, plan.digest, api_key(prof))
-
-
-def _unit_port(unit: str) -> int | None:
-    if not unit:
-        return None
-    argv, _ = plan_mod.parse_unit(unit)
-    port = plan_mod.flags_of(argv).get("--port")
-    return int(port) if port and str(port).isdigit() else 30000  # SGLang's default port
 
 
 def journal_messages(

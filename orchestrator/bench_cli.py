@@ -23,6 +23,7 @@ from rich.text import Text
 
 from orchestrator import bench as bench_mod
 from orchestrator import console, ledger
+from orchestrator import profile as profile_mod
 from orchestrator import sweep as sweep_mod
 from orchestrator.console import err, handle_errors, inventory_or_lab, inventory_or_running_lab, out
 from orchestrator.errors import InputError
@@ -84,10 +85,10 @@ def _progress() -> Iterator[tuple[Callable[[str, int, int], None], Callable[[str
         bar.update(task, description=text, completed=0, total=None)
 
     def on_event(ev: TaskEvent) -> None:
-        from orchestrator.deploy import STEPS
+        from orchestrator.facts import step_of
 
-        if ev.kind == "start" and ev.role in STEPS:
-            bar.update(task, description=f"{state['phase']}: {ev.host} {STEPS[ev.role]}")
+        if ev.kind == "start" and step_of(ev):
+            bar.update(task, description=f"{state['phase']}: {ev.host} {step_of(ev)}")
 
     with bar:
         yield on_progress, on_phase, on_event
@@ -151,7 +152,8 @@ def bench(
     """
     settings = _settings(requests, concurrency, max_tokens, warmup, prompts)
     inv = inventory_or_running_lab(inventory)
-    target = bench_mod.find_target(inv, limit, profile_ref)
+    prof = profile_mod.load(profile_ref) if profile_ref else None
+    target = bench_mod.find_target(inv, limit, prof)
     log = bench_mod.journal_messages(inv, target.host)
     if as_json:
         result = bench_mod.run(target, settings, None, log)
@@ -247,10 +249,13 @@ def sweep(
             "name the profiles to sweep: `sweep baseline cg_5tok` or `sweep -p baseline -p cg_5tok`"
         )
     settings = _settings(requests, concurrency, max_tokens, warmup, prompts)
-    sweep_mod.check_profiles([*profiles, *([baseline] if baseline else []), *([leave] if leave else [])])
+    loaded = sweep_mod.load_profiles(
+        [*profiles, *([baseline] if baseline else []), *([leave] if leave else [])]
+    )
     inv = inventory_or_lab(inventory)
     with _progress() as (on_progress, on_phase, on_event):
         report = sweep_mod.sweep(
+            loaded,
             profiles,
             inv,
             limit=limit,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ MIGRATIONS = [
         profile TEXT NOT NULL,
         digest TEXT NOT NULL,
         action TEXT NOT NULL,          -- deploy, rollback
-        result TEXT NOT NULL,          -- healthy, unchanged, failed, rolled-back, rollback-failed
+        result TEXT NOT NULL,          -- healthy, unchanged, failed
         restarted INTEGER NOT NULL,
         duration_s REAL NOT NULL,
         diagnosis TEXT NOT NULL DEFAULT ''
@@ -102,6 +103,13 @@ MIGRATIONS = [
     );
     CREATE INDEX bench_profile_time ON bench_results (profile, time)
     """,
+    # 3: what a good unit means (hostplan.UnitFacts as JSON: port, bind, GPUs, health URL, rank),
+    # kept with it so a rollback never reads them back out of the unit text. Rows recorded
+    # before this keep '{}': rolling back to one of them says so.
+    """
+    ALTER TABLE last_good ADD COLUMN facts TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE good_units ADD COLUMN facts TEXT NOT NULL DEFAULT '{}'
+    """,
 ]
 
 
@@ -170,8 +178,8 @@ class DeployRow:
     diagnosis: str = ""
 
 
-def record_deploy(row: DeployRow, good_unit: str | None = None) -> None:
-    """Append a deploy; a healthy one's unit becomes the host's last known good."""
+def record_deploy(row: DeployRow, good_unit: str | None = None, facts: dict[str, Any] | None = None) -> None:
+    """Append a deploy; a healthy one's unit (and its facts) becomes the host's last known good."""
     now = time.time()
     with connect() as conn:
         conn.execute(
@@ -192,28 +200,46 @@ def record_deploy(row: DeployRow, good_unit: str | None = None) -> None:
             ),
         )
         if good_unit is not None:
-            values = (row.host, row.unit_name, row.profile, row.digest, good_unit, now)
-            conn.execute("INSERT OR REPLACE INTO last_good VALUES (?,?,?,?,?,?)", values)
-            conn.execute("INSERT OR REPLACE INTO good_units VALUES (?,?,?,?,?,?)", values)
+            values = (
+                row.host,
+                row.unit_name,
+                row.profile,
+                row.digest,
+                good_unit,
+                now,
+                json.dumps(facts or {}),
+            )
+            names = "(host, unit_name, profile, digest, unit, time, facts)"
+            conn.execute(f"INSERT OR REPLACE INTO last_good {names} VALUES (?,?,?,?,?,?,?)", values)
+            conn.execute(f"INSERT OR REPLACE INTO good_units {names} VALUES (?,?,?,?,?,?,?)", values)
 
 
-def good_unit(host: str, unit_name: str, profile: str | None = None) -> sqlite3.Row | None:
+def _good(row: sqlite3.Row | None) -> dict[str, Any] | None:
+    """A good-unit row as a record: profile, digest, unit, time and its facts (a dict)."""
+    if row is None:
+        return None
+    record = dict(row)
+    record["facts"] = json.loads(record.get("facts") or "{}")
+    return record
+
+
+def good_unit(host: str, unit_name: str, profile: str | None = None) -> dict[str, Any] | None:
     """The last healthy unit of `host` (of `profile`, when given)."""
     with connect() as conn:
         if profile is None:
             query = "SELECT * FROM last_good WHERE host=? AND unit_name=?"
-            return conn.execute(query, (host, unit_name)).fetchone()
+            return _good(conn.execute(query, (host, unit_name)).fetchone())
         query = "SELECT * FROM good_units WHERE host=? AND unit_name=? AND profile=?"
-        return conn.execute(query, (host, unit_name, profile)).fetchone()
+        return _good(conn.execute(query, (host, unit_name, profile)).fetchone())
 
 
-def previous_good(host: str, unit_name: str, current_digest: str) -> sqlite3.Row | None:
+def previous_good(host: str, unit_name: str, current_digest: str) -> dict[str, Any] | None:
     """The most recent healthy unit of `host` other than the one it runs now."""
     with connect() as conn:
         query = (
             "SELECT * FROM good_units WHERE host=? AND unit_name=? AND digest!=? ORDER BY time DESC LIMIT 1"
         )
-        return conn.execute(query, (host, unit_name, current_digest)).fetchone()
+        return _good(conn.execute(query, (host, unit_name, current_digest)).fetchone())
 
 
 def history(host: str | None = None, limit: int = 50) -> list[sqlite3.Row]:

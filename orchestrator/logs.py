@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
+import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -15,11 +17,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from orchestrator.hostplan import LogsRequest, PlayVars
 from orchestrator.inventory import no_match
 from orchestrator.runner import HostRun, run_playbook
 
-#: The playbook's one task; its module result holds journalctl's stdout.
-TASK = "Read the journal"
+#: The playbook's one action; its module result holds journalctl's stdout.
+ACTION = "ansible.builtin.command"
+#: SGLang's decode log lines carry the speculative accept length of the last batches.
+ACCEPT_LINE = re.compile(r"accept len: ([0-9]+(?:\.[0-9]+)?)")
 #: Most entries one host sends per --follow round: enough to catch up with a chatty server
 #: within a few rounds, small enough that one play's output stays modest.
 FOLLOW_BATCH = 1000
@@ -92,7 +97,13 @@ def merge(per_host: Iterable[Sequence[LogLine]]) -> list[LogLine]:
     return list(heapq.merge(*per_host, key=lambda line: line.time))
 
 
-def extravars(unit_name: str, lines: int, since: str | None, cursors: dict[str, str]) -> dict[str, Any]:
+def accept_from_log(messages: Sequence[str]) -> float | None:
+    """Mean of the `accept len: X` values of SGLang's decode log lines; None when there are none."""
+    values = [float(m.group(1)) for m in map(ACCEPT_LINE.search, messages) if m]
+    return statistics.fmean(values) if values else None
+
+
+def request(unit_name: str, lines: int, since: str | None, cursors: dict[str, str]) -> PlayVars:
     """The journalctl argv lists the playbook picks from per host.
 
     A first read uses --reverse: with --since, journalctl's -n alone keeps the *oldest* N.
@@ -104,11 +115,12 @@ def extravars(unit_name: str, lines: int, since: str | None, cursors: dict[str, 
     # is ~30 fields, and ansible-runner drops a task result over MAX_EVENT_RES (700 kB) whole.
     base = ["journalctl", "-u", unit_name, "-o", "json", "--output-fields=MESSAGE,_PID", "--no-pager"]
     window = ["--since", since] if since else []
-    return {
-        "orch_logs_first_argv": [*base, "--reverse", "-n", str(max(lines, 1)), *window],
-        "orch_logs_next_argv": [*base, "-n", str(FOLLOW_BATCH), *window],
-        "orch_logs_cursors": cursors,
-    }
+    logs = LogsRequest(
+        first_argv=[*base, "--reverse", "-n", str(max(lines, 1)), *window],
+        next_argv=[*base, "-n", str(FOLLOW_BATCH), *window],
+        cursors=cursors,
+    )
+    return PlayVars(logs=logs)
 
 
 def _host_batch(run: HostRun, newest_first: bool) -> tuple[list[LogLine], str | None, HostFailure | None]:
@@ -118,7 +130,7 @@ def _host_batch(run: HostRun, newest_first: bool) -> tuple[list[LogLine], str | 
         res = failed.result
         why = (res.get("stderr") or res.get("msg") or "failed").strip()
         return [], None, HostFailure(run.host, why, failed.kind == "unreachable")
-    result = next((e.result for e in run.events if e.task == TASK and e.kind == "ok"), None)
+    result = run.result_of(ACTION)
     if result is None:
         return [], None, HostFailure(run.host, "the journal task did not run", False)
     if "stdout" not in result:
@@ -142,7 +154,7 @@ def read(
 ) -> LogBatch:
     """One play: each host's last `lines` entries, or (hosts in `cursors`) the entries after them."""
     known = dict(cursors or {})
-    play = run_playbook("logs.yml", inventory, extravars(unit_name, lines, since, known), limit=limit)
+    play = run_playbook("logs.yml", inventory, request(unit_name, lines, since, known), limit=limit)
     if not play.hosts:
         raise no_match(inventory, limit)
     batch = LogBatch(hosts=sorted(play.hosts), lines=[], cursors=known)

@@ -11,7 +11,8 @@ PROFILES_DIR = ROOT / "profiles"
 TEMPLATES_DIR = ROOT / "templates"
 PLAYBOOKS_DIR = ROOT / "playbooks"
 ROLES_DIR = ROOT / "roles"
-HELP_DIR = Path(__file__).resolve().parent / "sglang_help"
+#: Host-side code shared by the roles' modules (ANSIBLE_MODULE_UTILS).
+MODULE_UTILS_DIR = PLAYBOOKS_DIR / "module_utils"
 
 
 def state_dir() -> Path:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 import jinja2
@@ -30,16 +30,13 @@ class Plan:
     """Everything one host gets for one profile."""
 
     profile: str
-    sglang_version: str
     unit_name: str
     argv: list[str]
     environment: dict[str, str]
     unit: str
     port: int
-    health_path: str = "/health"
     #: Host path of the `--config` YAML holding the API key, when the profile has one.
     secret_path: str | None = None
-    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -291,7 +288,6 @@ def build(profile: Profile, node: Node | None = None) -> Plan:
     environment = build_environment(profile)
     return Plan(
         profile=profile.name,
-        sglang_version=profile.server.sglang_version,
         unit_name=profile.service.unit_name,
         argv=argv,
         environment=environment,

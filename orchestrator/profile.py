@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
@@ -26,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from orchestrator import sglang_flags
+from orchestrator import rules, sglang_flags
 from orchestrator.errors import InputError, Problem, ProfileError
 from orchestrator.paths import PROFILES_DIR
 
@@ -345,22 +346,76 @@ def _display(path: Path) -> str:
 
 # --- Validation ---------------------------------------------------------------------
 
-_SECTIONS: dict[str, type[BaseModel]] = {"server": Server, "speculative": Speculative, "service": Service}
-
 
 def validate(data: dict[str, Any], source: str = "<profile>") -> Profile:
     """Validate a merged profile mapping; report every problem, not just the first."""
     problems = _schema_problems(data, source)
     if not problems:
         profile = Profile.model_validate(data)
-        problems = [Problem(source, loc, msg) for loc, msg in rules.check(profile)]
+        problems = [Problem(source, loc, msg) for loc, msg in _rule_findings(profile)]
         if not problems:
             return profile
     else:
         # Section models that validated on their own still get their cross-field rules,
         # so a typo in `server` does not hide a broken draft tree in `speculative`.
-        problems += [Problem(source, loc, msg) for loc, msg in rules.check_partial(data)]
+        problems += [Problem(source, loc, msg) for loc, msg in _partial_rule_findings(data)]
     raise ProfileError(_dedupe(problems))
+
+
+_SectionT = TypeVar("_SectionT", Server, Speculative)
+
+
+def _rule_findings(profile: Profile) -> list[rules.Finding]:
+    """Every cross-field problem of a schema-valid profile."""
+    return [
+        # Every field of `speculative` by name: a new field the rules do not take fails loudly.
+        *rules.check_speculative(**profile.speculative.model_dump()),
+        *_server_findings(profile.server),
+        *rules.check_nccl(profile.nccl),
+        *rules.check_env(profile.env),
+    ]
+
+
+def _server_findings(server: Server) -> Iterator[rules.Finding]:
+    return rules.check_server(
+        sglang_version=server.sglang_version,
+        cuda_graph=server.cuda_graph,
+        cuda_graph_max_bs=server.cuda_graph_max_bs,
+        served_model_name=server.served_model_name,
+        extra_args=server.extra_args,
+    )
+
+
+def _partial_rule_findings(data: dict[str, Any]) -> list[rules.Finding]:
+    """The rules of each section that validates on its own, when the whole profile does not."""
+    findings: list[rules.Finding] = []
+    spec = _section(Speculative, data.get("speculative", {}))
+    if spec is not None:
+        findings += rules.check_speculative(**spec.model_dump())
+    server = _section(Server, data.get("server"))
+    if server is not None:
+        findings += _server_findings(server)
+    elif isinstance(data.get("server"), dict):
+        # A typo elsewhere in `server` must not hide a bad extra arg.
+        raw = data["server"]
+        version, extra = raw.get("sglang_version", "0.5.9"), raw.get("extra_args", [])
+        if version in sglang_flags.SUPPORTED_VERSIONS and isinstance(extra, list):
+            findings += rules.check_extra_args(version, [str(a) for a in extra])
+    if isinstance(data.get("nccl"), dict):
+        findings += rules.check_nccl({str(k): str(v) for k, v in data["nccl"].items()})
+    if isinstance(data.get("env"), dict):
+        findings += rules.check_env({str(k): str(v) for k, v in data["env"].items()})
+    return findings
+
+
+def _section(model: type[_SectionT], value: Any) -> _SectionT | None:
+    """The section as its model, or None where it does not validate on its own."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        return model.model_validate(value)
+    except ValidationError:
+        return None
 
 
 def _dedupe(problems: list[Problem]) -> list[Problem]:
@@ -438,13 +493,6 @@ def _problem_from_pydantic(err: dict[str, Any], source: str, data: dict[str, Any
         msg = f"{msg}, got {_short(err.get('input'))}"
     return Problem(source, dotted, msg)
 
-
-def check_name(name: str) -> None:
-    if not NAME_RE.fullmatch(name):
-        raise InputError(f"invalid profile name {_short(name)}: use {NAME_RULE}")
-
-
-from orchestrator import rules  # noqa: E402  (rules needs the models above)
 
 __all__ = [
     "ApiKey",

@@ -1,21 +1,25 @@
 """Rules that span several fields of a profile, each naming the field and the fix.
 
-Facts behind them are in shared/reference/sglang/NOTES.md: SGLang either dies on a bare
-AssertionError or, worse, silently changes or ignores what it was given.
+SGLang does not check these itself, or checks them badly:
+- the speculative trio (num_steps, eagle_topk, num_draft_tokens) is all or none; with
+  only some SGLang dies on a bare AssertionError;
+- with eagle_topk 1 it silently replaces num_draft_tokens by num_steps + 1, and
+  num_draft_tokens > num_steps * eagle_topk + 1 is not a meaningful draft tree;
+- EAGLE3 needs a draft model path (so do EAGLE, its alias NEXTN, and STANDALONE);
+- flags drift between versions: 0.5.23 has no --cuda-graph-max-bs, and argparse calls
+  that spelling ambiguous; a flag argparse rejects is exit 2 after start;
+- NCCL ignores NCCL_* names it does not know, so a typo silently does nothing.
+
+The rules take plain values, not the profile's models, so that this module depends on
+nothing of the profile: `profile` calls them, never the other way round.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, ValidationError
 
 from orchestrator import sglang_flags
-
-if TYPE_CHECKING:
-    from orchestrator.profile import Profile, Server, Speculative
 
 Finding = tuple[str, str]  # (field.path, message)
 
@@ -67,58 +71,19 @@ _POSITIVE_INT = {
 }
 
 
-def check(profile: Profile) -> list[Finding]:
-    """Every cross-field problem of a schema-valid profile."""
-    return [
-        *check_speculative(profile.speculative),
-        *check_server(profile.server),
-        *check_nccl(profile.nccl),
-        *check_env(profile.env),
-    ]
-
-
-def check_partial(data: dict[str, Any]) -> list[Finding]:
-    """The rules of each section that validates on its own, when the whole profile does not."""
-    from orchestrator.profile import Server, Speculative
-
-    findings: list[Finding] = []
-    spec = _section(Speculative, data.get("speculative", {}))
-    if spec is not None:
-        findings += check_speculative(spec)
-    server = _section(Server, data.get("server"))
-    if server is not None:
-        findings += check_server(server)
-    elif isinstance(data.get("server"), dict):
-        # A typo elsewhere in `server` must not hide a bad extra arg.
-        raw = data["server"]
-        version, extra = raw.get("sglang_version", "0.5.9"), raw.get("extra_args", [])
-        if version in sglang_flags.SUPPORTED_VERSIONS and isinstance(extra, list):
-            findings += check_extra_args(version, [str(a) for a in extra])
-    if isinstance(data.get("nccl"), dict):
-        findings += check_nccl({str(k): str(v) for k, v in data["nccl"].items()})
-    if isinstance(data.get("env"), dict):
-        findings += check_env({str(k): str(v) for k, v in data["env"].items()})
-    return findings
-
-
-def _section(model: type[BaseModel], value: Any) -> Any:
-    if not isinstance(value, dict):
-        return None
-    try:
-        return model.model_validate(value)
-    except ValidationError:
-        return None
-
-
 # --- speculative ---------------------------------------------------------------------
 
 
-def check_speculative(spec: Speculative) -> Iterator[Finding]:
-    trio = {
-        "num_steps": spec.num_steps,
-        "eagle_topk": spec.eagle_topk,
-        "num_draft_tokens": spec.num_draft_tokens,
-    }
+def check_speculative(
+    *,
+    algorithm: str | None,
+    draft_model_path: str | None,
+    num_steps: int | None,
+    eagle_topk: int | None,
+    num_draft_tokens: int | None,
+) -> Iterator[Finding]:
+    """The `speculative` section's fields, by name."""
+    trio = {"num_steps": num_steps, "eagle_topk": eagle_topk, "num_draft_tokens": num_draft_tokens}
     given = [k for k, v in trio.items() if v is not None]
     if given and len(given) < 3:
         missing = ", ".join(k for k in trio if k not in given)
@@ -127,20 +92,20 @@ def check_speculative(spec: Speculative) -> Iterator[Finding]:
             f"give num_steps, eagle_topk and num_draft_tokens together or none of them "
             f"(missing: {missing}); SGLang dies on a bare AssertionError otherwise",
         )
-    if spec.algorithm is None:
-        if spec.draft_model_path is not None:
+    if algorithm is None:
+        if draft_model_path is not None:
             yield ("speculative.algorithm", "draft_model_path is set but no algorithm; set algorithm: EAGLE3")
         elif given:
             yield ("speculative.algorithm", f"{', '.join(given)} set but no algorithm; set algorithm: EAGLE3")
         return
-    if spec.algorithm in NEEDS_DRAFT_MODEL and spec.draft_model_path is None:
+    if algorithm in NEEDS_DRAFT_MODEL and draft_model_path is None:
         yield (
             "speculative.draft_model_path",
-            f"algorithm {spec.algorithm} needs a draft model; set draft_model_path",
+            f"algorithm {algorithm} needs a draft model; set draft_model_path",
         )
     if len(given) < 3:
         return
-    steps, topk, draft = spec.num_steps, spec.eagle_topk, spec.num_draft_tokens
+    steps, topk, draft = num_steps, eagle_topk, num_draft_tokens
     assert steps is not None and topk is not None and draft is not None
     if topk == 1 and draft != steps + 1:
         yield (
@@ -162,25 +127,28 @@ def check_speculative(spec: Speculative) -> Iterator[Finding]:
 _FORBIDDEN_EXTRA = {"--api-key": "never put the key inline; use api_key: {file: PATH} or {env: NAME}"}
 
 
-def check_server(server: Server) -> Iterator[Finding]:
-    if not server.cuda_graph and server.cuda_graph_max_bs is not None:
+def check_server(
+    *,
+    sglang_version: str,
+    cuda_graph: bool,
+    cuda_graph_max_bs: int | None,
+    served_model_name: str | None,
+    extra_args: list[str],
+) -> Iterator[Finding]:
+    """The `server` section's fields that the rules read, by name."""
+    if not cuda_graph and cuda_graph_max_bs is not None:
         yield (
             "server.cuda_graph_max_bs",
             "has no effect with cuda_graph: false; remove it or enable cuda_graph",
         )
-    yield from _check_version_support(server)
-    yield from check_extra_args(server.sglang_version, server.extra_args)
-
-
-def _check_version_support(server: Server) -> Iterator[Finding]:
-    version = server.sglang_version
-    wanted = {"cuda_graph_max_bs": server.cuda_graph_max_bs, "served_model_name": server.served_model_name}
+    wanted = {"cuda_graph_max_bs": cuda_graph_max_bs, "served_model_name": served_model_name}
     for setting, value in wanted.items():
-        if value is not None and sglang_flags.flag(setting, version) is None:
+        if value is not None and sglang_flags.flag(setting, sglang_version) is None:
             yield (
                 f"server.{setting}",
-                f"SGLang {version} has no flag for this; remove it or change sglang_version",
+                f"SGLang {sglang_version} has no flag for this; remove it or change sglang_version",
             )
+    yield from check_extra_args(sglang_version, extra_args)
 
 
 def check_extra_args(version: str, extra_args: list[str]) -> Iterator[Finding]:

@@ -23,7 +23,8 @@ import ansible_runner
 
 from orchestrator import inventory as inventory_mod
 from orchestrator.errors import OrchestratorError
-from orchestrator.paths import PLAYBOOKS_DIR, ROLES_DIR, state_dir
+from orchestrator.hostplan import PlayVars
+from orchestrator.paths import MODULE_UTILS_DIR, PLAYBOOKS_DIR, ROLES_DIR, state_dir
 
 #: Runs kept under the state directory's runs/; older ones are removed.
 KEEP_RUNS = 20
@@ -36,7 +37,9 @@ class TaskEvent:
     host: str
     kind: str  # start, ok, changed, failed, skipped, unreachable
     role: str
-    task: str
+    #: The module or action plugin the task ran (`sglang_probe`, `ansible.builtin.command`):
+    #: what results are read by, never the task's display name.
+    action: str
     result: dict[str, Any] = field(default_factory=dict)
     at: float = field(default_factory=time.monotonic)
 
@@ -58,10 +61,10 @@ class HostRun:
     def changed(self) -> bool:
         return any(e.kind == "changed" for e in self.events)
 
-    def result_of(self, role: str, task_prefix: str = "") -> dict[str, Any] | None:
-        """The module result of the last finished task of `role` (whose name starts with task_prefix)."""
+    def result_of(self, action: str) -> dict[str, Any] | None:
+        """The module result of the last finished task that ran `action` (skipped ones excluded)."""
         for e in reversed(self.events):
-            if e.kind != "start" and e.role == role and e.task.startswith(task_prefix):
+            if e.kind not in ("start", "skipped") and e.action == action:
                 return e.result
         return None
 
@@ -115,6 +118,7 @@ def _settings(forks: int) -> dict[str, str]:
     strategy (linear, frozen out of GC before workers fork: playbooks/strategy_plugins/)."""
     return {
         "ANSIBLE_ROLES_PATH": str(ROLES_DIR),
+        "ANSIBLE_MODULE_UTILS": str(MODULE_UTILS_DIR),
         "ANSIBLE_STRATEGY_PLUGINS": str(PLAYBOOKS_DIR / "strategy_plugins"),
         "ANSIBLE_STRATEGY": "orchestrator_linear",
         "ANSIBLE_PIPELINING": "True",
@@ -178,7 +182,7 @@ def _prune_runs(runs: Path) -> None:
 def run_playbook(
     playbook: str,
     inventory: Path,
-    extravars: dict[str, Any],
+    orch: PlayVars,
     *,
     limit: str | None = None,
     check: bool = False,
@@ -197,7 +201,8 @@ def run_playbook(
         if kind is None or host is None:
             return True
         run = hosts.setdefault(host, HostRun(host))
-        task = TaskEvent(host, kind, data.get("role", ""), data.get("task", ""), data.get("res", {}) or {})
+        action = data.get("task_action", "")
+        task = TaskEvent(host, kind, data.get("role", ""), action, data.get("res", {}) or {})
         run.events.append(task)
         if kind == "unreachable" or (kind == "failed" and not data.get("ignore_errors")):
             run.finished = task.at
@@ -214,7 +219,7 @@ def run_playbook(
             private_data_dir=str(private),
             playbook=str(PLAYBOOKS_DIR / playbook),
             inventory=str(inventory.resolve()),
-            extravars=extravars,
+            extravars=orch.extravars(),
             cmdline=cmdline or None,
             envvars=env_for_run,
             quiet=True,

@@ -56,10 +56,6 @@ class FlagTable:
                 return opt
         return None
 
-    def takes_value(self, name: str) -> bool:
-        opt = self.option(name)
-        return opt is not None and opt.nargs is not None
-
 
 def _parse_invocation(invocation: str) -> OptionSpec:
     names: list[str] = []

@@ -78,26 +78,24 @@ def standing(host: str, baseline: str = "baseline") -> tuple[Entry | None, Entry
 @dataclass
 class SweepReport:
     sweep_id: str
-    profiles: list[str]
     baseline: str
     entries: list[Entry]
     left: str = ""
     left_ok: bool = False
     left_message: str = ""
-    notes: list[str] = field(default_factory=list)
 
 
-def check_profiles(profiles: Sequence[str]) -> list[str]:
-    """Every profile validated before any host is touched; their names, in order, once each."""
-    names: list[str] = []
-    for ref in profiles:
-        prof = profile_mod.load(ref)
-        plan_mod.build(prof)
-        if ref not in names:
-            names.append(ref)
-    if not names:
+def load_profiles(refs: Sequence[str]) -> dict[str, profile_mod.Profile]:
+    """Every profile loaded and planned once, before any host is touched: reference -> Profile, in
+    order, each once."""
+    loaded: dict[str, profile_mod.Profile] = {}
+    for ref in refs:
+        if ref not in loaded:
+            loaded[ref] = profile_mod.load(ref)
+            plan_mod.build(loaded[ref])
+    if not loaded:
         raise InputError("give at least one profile to sweep")
-    return names
+    return loaded
 
 
 def _failure(report: deploy_mod.DeployReport) -> str:
@@ -112,15 +110,19 @@ def _failure(report: deploy_mod.DeployReport) -> str:
 
 
 def _one_profile(
-    ref: str, inventory: Path, limit: str | None, settings: bench_mod.Settings, repeat: int, ctx: _Context
+    prof: profile_mod.Profile,
+    inventory: Path,
+    limit: str | None,
+    settings: bench_mod.Settings,
+    repeat: int,
+    ctx: _Context,
 ) -> None:
     """Deploy one profile and bench it `repeat` times; a failure becomes a ledger row, not an exception."""
-    prof = profile_mod.load(ref)
     spec = prof.speculative.algorithm is not None
     base_row = {"sweep_id": ctx.sweep_id, "profile": prof.name, "speculative": int(spec)}
-    ctx.refs[prof.name] = ref
+    ctx.by_name[prof.name] = prof
     ctx.phase(f"deploy {prof.name}")
-    report = deploy_mod.deploy(ref, inventory, deploy_mod.Options(limit=limit), ctx.on_event)
+    report = deploy_mod.deploy(prof, inventory, deploy_mod.Options(limit=limit), ctx.on_event)
     if report.interrupted:
         raise Interrupted(
             f"sweep {ctx.sweep_id} stopped by Ctrl-C while deploying {prof.name}: {_failure(report)}; "
@@ -133,7 +135,7 @@ def _one_profile(
     for k in range(repeat):
         ctx.phase(f"bench {prof.name}" + (f" ({k + 1}/{repeat})" if repeat > 1 else ""))
         try:
-            target = bench_mod.deployed_target(inventory, limit, ref)
+            target = bench_mod.deployed_target(inventory, limit, prof)
             log = bench_mod.journal_messages(inventory, target.host)
             result = bench_mod.run(target, settings, ctx.on_progress, log)
         except OrchestratorError as exc:
@@ -154,8 +156,8 @@ class _Context:
     on_event: Callable[[TaskEvent], None] | None
     on_progress: Callable[[str, int, int], None] | None
     on_phase: Callable[[str], None] | None
-    #: profile name -> the reference it was given as (a name, or a file outside profiles/)
-    refs: dict[str, str] = field(default_factory=dict)
+    #: profile name -> the profile swept under it
+    by_name: dict[str, profile_mod.Profile] = field(default_factory=dict)
 
     def phase(self, text: str) -> None:
         if self.on_phase:
@@ -163,6 +165,7 @@ class _Context:
 
 
 def sweep(
+    loaded: Mapping[str, profile_mod.Profile],
     profiles: Sequence[str],
     inventory: Path,
     *,
@@ -177,34 +180,34 @@ def sweep(
 ) -> SweepReport:
     """For each profile: deploy, bench, record. Then deploy the best healthy one (or `leave`).
 
-    The baseline is swept first when it is not among the profiles; default: `baseline` if it
-    is listed, else the first profile.
+    `loaded` holds every profile named here (`load_profiles`). The baseline is swept first
+    when it is not among the profiles; default: `baseline` if it is listed, else the first.
     """
-    names = check_profiles(profiles)
+    names = list(dict.fromkeys(profiles))
     if baseline and baseline not in names:
-        names = check_profiles([baseline, *names])
+        names.insert(0, baseline)
     base = baseline or ("baseline" if "baseline" in names else names[0])
-    if leave:
-        check_profiles([leave])
     ctx = _Context(uuid.uuid4().hex[:12], on_event, on_progress, on_phase)
     for ref in names:
-        _one_profile(ref, inventory, limit, settings or bench_mod.Settings(), repeat, ctx)
+        _one_profile(loaded[ref], inventory, limit, settings or bench_mod.Settings(), repeat, ctx)
     rows = [r for r in ledger.bench_results() if r["sweep_id"] == ctx.sweep_id]
-    report = SweepReport(ctx.sweep_id, names, profile_mod.load(base).name, [])
+    report = SweepReport(ctx.sweep_id, loaded[base].name, [])
     report.entries = ranking(rows, report.baseline)
-    _leave(report, inventory, limit, leave, ctx)
+    _leave(report, inventory, limit, loaded[leave] if leave else None, ctx)
     return report
 
 
-def _leave(report: SweepReport, inventory: Path, limit: str | None, leave: str | None, ctx: _Context) -> None:
+def _leave(
+    report: SweepReport, inventory: Path, limit: str | None, leave: profile_mod.Profile | None, ctx: _Context
+) -> None:
     """Deploy the profile to leave running: `leave`, else the fastest healthy one."""
     best = next((e.profile for e in report.entries if e.ok), None)
-    ref = leave or ctx.refs.get(best or "", best)
-    report.left = profile_mod.load(ref).name if ref else ""
-    if not report.left:
+    prof = leave or ctx.by_name.get(best or "")
+    report.left = prof.name if prof else ""
+    if prof is None:
         report.left_message = "no profile was healthy: nothing restored"
         return
     ctx.phase(f"restore {report.left}")
-    done = deploy_mod.deploy(ref or report.left, inventory, deploy_mod.Options(limit=limit), ctx.on_event)
+    done = deploy_mod.deploy(prof, inventory, deploy_mod.Options(limit=limit), ctx.on_event)
     report.left_ok = done.ok
     report.left_message = "" if done.ok else _failure(done)

@@ -11,8 +11,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.deploy import STEPS, DeployReport
+from orchestrator.facts import HEALTH, step_of
 from orchestrator.plan import flag_changes
+from orchestrator.report import DeployReport
 from orchestrator.runner import TaskEvent
 
 
@@ -36,13 +37,13 @@ class LiveHosts:
     def event(self, ev: TaskEvent) -> None:
         with self.lock:
             row = self.rows.setdefault(ev.host, {"start": ev.at, "step": "", "state": "running", "end": None})
-            if ev.kind == "start" and ev.role in STEPS:
-                row["step"] = STEPS[ev.role]
+            if ev.kind == "start" and step_of(ev):
+                row["step"] = step_of(ev)
             elif ev.kind in ("failed", "unreachable"):
                 row["state"], row["end"] = ev.kind, ev.at
             elif ev.kind == "interrupted":
-                row["state"], row["end"] = f"interrupted: {ev.task}", None
-            elif ev.role == "sglang_health" and ev.kind in ("ok", "changed"):
+                row["state"], row["end"] = f"interrupted: {ev.result.get('msg', '')}", None
+            elif ev.action == HEALTH and ev.kind in ("ok", "changed"):
                 row["state"], row["end"] = "healthy", ev.at
 
     def _render(self) -> Table:
@@ -60,8 +61,10 @@ class LiveHosts:
 
 def deploy_table(report: DeployReport) -> Table:
     title = f"{'check' if report.check else 'deploy'} {report.profile} (digest {report.digest})"
-    if not report.digest:  # a rollback: each host goes to its own unit
+    if report.rollback:  # each host goes to its own recorded unit
         title = report.profile
+    elif not report.digest:
+        title = f"{'check' if report.check else 'deploy'} {report.profile} (a unit per rank: digest per host)"
     table = Table(title=title, title_justify="left")
     for col in ("host", "result", "changed", "restarted", "healthy after", "unit digest", "last step"):
         table.add_column(col)
@@ -108,7 +111,7 @@ def failures(report: DeployReport) -> Group:
             parts.append(Text(f"  | {line}", style="dim"))
         for k in h.killed:
             parts.append(
-                Text(f"  killed PID {k['pid']} {k['process_name']} ({k['used_mib']} MiB on GPU {k['gpu']})")
+                Text(f"  killed PID {k['pid']} {k['process_name']} ({_mib(k['used_mib'])} on GPU {k['gpu']})")
             )
         if h.rolled_back_to:
             parts.append(Text(f"  rolled back to {h.rolled_back_to}", style="yellow"))
@@ -117,7 +120,7 @@ def failures(report: DeployReport) -> Group:
     return Group(*parts)
 
 
-def check_details(report: DeployReport, planned_unit: str) -> Group:
+def check_details(report: DeployReport) -> Group:
     """Per host: would it restart and why, the flag-level summary, the unit diff, the GPU state."""
     parts: list[Any] = []
     for h in report.hosts:
@@ -127,7 +130,8 @@ def check_details(report: DeployReport, planned_unit: str) -> Group:
             continue
         restart = f"restart: yes ({'; '.join(h.reasons)})" if h.reasons else "restart: no"
         parts.append(Text(f"  {restart}"))
-        changes = flag_changes(h.previous_unit, planned_unit) if h.previous_unit != planned_unit else []
+        planned = h.planned_unit
+        changes = flag_changes(h.previous_unit, planned) if h.previous_unit != planned else []
         for line in changes:
             parts.append(Text(f"  {line}", style="cyan"))
         if h.diff:
@@ -145,7 +149,7 @@ def _gpu_state(gpus: dict[str, Any]) -> str:
         return "idle"
     by_holder: dict[str, list[int]] = {}
     for b in gpus.get("busy", []):
-        who = ", ".join(f"PID {x['pid']} {x['process_name']} {x['used_mib']} MiB" for x in b["holders"])
+        who = ", ".join(f"PID {x['pid']} {x['process_name']} {_mib(x['used_mib'])}" for x in b["holders"])
         by_holder.setdefault(who or "no process listed", []).append(b["index"])
     held = "; ".join(f"GPU {','.join(map(str, idx))}: {who}" for who, idx in by_holder.items())
     return f"busy ({held}); a deploy stops our server, then requires them idle"
@@ -168,9 +172,24 @@ def holders_line(holders: list[dict[str, Any]]) -> str:
     for h in holders:
         by_pid.setdefault((h["pid"], h["process_name"]), []).append(h)
     return "; ".join(
-        f"{pid} {name} on GPU {gpu_ranges([h['gpu'] for h in hs])}, {sum(h['used_mib'] for h in hs)} MiB"
+        f"{pid} {name} on GPU {gpu_ranges([h['gpu'] for h in hs])}, {_memory(hs)}"
         for (pid, name), hs in by_pid.items()
     )
+
+
+def _mib(used: int | None) -> str:
+    return "? MiB" if used is None else f"{used} MiB"
+
+
+def _memory(holders: list[dict[str, Any]]) -> str:
+    """The process's memory over its GPUs; nvidia-smi's `[N/A]` (None) is `?`, never counted as 0."""
+    known = [h["used_mib"] for h in holders if h["used_mib"] is not None]
+    unknown = [h["gpu"] for h in holders if h["used_mib"] is None]
+    if not unknown:
+        return f"{sum(known)} MiB"
+    if not known:
+        return "? MiB"
+    return f"{sum(known)} MiB + ? MiB on GPU {gpu_ranges(unknown)}"
 
 
 def accept_cell(speculative: bool, accept_len: float | None) -> Text:

@@ -124,7 +124,7 @@ class LabState:
 
 
 @dataclass(frozen=True)
-class HostStatus:
+class LabHostStatus:
     """What `status` saw of one recorded host."""
 
     name: str
@@ -144,7 +144,7 @@ class LabStatus:
     complete: bool
     """False while `up` is under way, or when it crashed half-way."""
     inventory: Path | None
-    hosts: tuple[HostStatus, ...]
+    hosts: tuple[LabHostStatus, ...]
     gpus: int | None = None
     sglang_version: str | None = None
 
@@ -479,35 +479,10 @@ def _leader(pid: int) -> int | None:
     return int(children[0]) if children else None
 
 
-def _leader_of(name: str) -> int:
-    record = _Record.load()
-    entry = record.data["hosts"].get(name) if record else None
-    if not entry or not _alive(entry.get("pid"), entry.get("pid_start")):
-        raise InputError(f"no running lab host named {name!r}")
-    leader = _leader(entry["pid"])
-    if leader is None:
-        raise OrchestratorError(f"{name}: systemd-nspawn runs but its container has not started")
-    return leader
-
-
-def host_exec(
-    name: str, argv: list[str], *, timeout: float = 60, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    """Run `argv` inside lab host `name` without SSH (nsenter), for the lab's own setup and probes.
-
-    Deploys must go through SSH like on real hosts; this is for what comes before SSH works.
-    """
-    return _exec_in(_leader_of(name), argv, timeout=timeout, check=check)
-
-
-def _exec_in(
-    leader: int, argv: list[str], *, timeout: float = 60, check: bool = False
-) -> subprocess.CompletedProcess[str]:
+def _exec_in(leader: int, argv: list[str], *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run `argv` inside the container without SSH (nsenter): for probes before SSH works."""
     cmd = ["nsenter", "-t", str(leader), "-a", "-r", "-w", "--", *argv]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=HOST_ENV)
-    if check and done.returncode != 0:
-        raise OrchestratorError(f"`{' '.join(argv)}` failed in the container: {done.stderr.strip()}")
-    return done
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=HOST_ENV)
 
 
 def _system_state(leader: int) -> str:
@@ -746,7 +721,7 @@ def status() -> LabStatus:
         leader = _leader(pid) if alive and pid else None
         state = _system_state(leader) if leader else "-"
         ssh = alive and _ssh_ok(entry["address"], timeout=5)
-        seen.append(HostStatus(name, entry["address"], pid, alive, state, ssh))
+        seen.append(LabHostStatus(name, entry["address"], pid, alive, state, ssh))
     inventory = lab_dir() / "inventory.yml"
     return LabStatus(
         exists=True,

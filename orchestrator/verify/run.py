@@ -13,8 +13,7 @@ import pytest
 
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
-from orchestrator.deploy import health_url, multinode_hosts, rank_plans
-from orchestrator.inventory import host_names
+from orchestrator.hostplan import UnitFacts, placements
 
 TESTS = Path(__file__).with_name("test_deployment.py")
 
@@ -48,39 +47,25 @@ class _Collector:
         self.checks.append(Check(host, check, report.passed, message))
 
 
-def plan_json(prof: profile_mod.Profile, plan: plan_mod.Plan, rank0: str = "") -> dict[str, object]:
+def plan_json(plan: plan_mod.Plan, facts: UnitFacts) -> dict[str, object]:
     """What test_deployment.py checks one host against. A multi-node rank other than 0 serves
-    no HTTP (`serves_http`: false); its server's /health is rank 0's, at `rank0`."""
-    bind = prof.server.host
-    url = health_url(plan, rank0 or bind)
+    no HTTP (`serves_http`: false); its server's /health is rank 0's."""
     return {
         **plan.to_json(),
         "unit_name": plan.unit_name,
-        "port": plan.port,
-        "bind": bind,
-        "health_url": url,
-        "serves_http": not rank0,
+        "port": facts.port,
+        "bind": facts.bind,
+        "health_url": facts.health_url,
+        "serves_http": facts.rank == 0,
         "digest": plan.digest,
     }
 
 
-def host_plans(prof: profile_mod.Profile, inventory: Path, limit: str | None) -> dict[str, dict[str, object]]:
-    """Each selected host's plan, as deploy would write it: a multi-node rank gets its own."""
-    ranks = multinode_hosts(prof, inventory, limit)
-    if not ranks:
-        one = plan_json(prof, plan_mod.build(prof))
-        return {name: one for name in host_names(inventory, limit)}
-    plans = {}
-    for rank, (host, plan) in enumerate(rank_plans(prof, ranks).items()):
-        plans[host] = plan_json(prof, plan, ranks[0].address if rank else "")
-    return plans
-
-
-def verify(profile_ref: str, inventory: Path, limit: str | None = None) -> list[Check]:
-    """Every check on every host of `inventory` (or those `limit` names), for this profile's plan."""
-    prof = profile_mod.load(profile_ref)
-    plans = host_plans(prof, inventory, limit)  # testinfra knows no Ansible patterns
-    if not plans:
+def verify(prof: profile_mod.Profile, inventory: Path, limit: str | None = None) -> list[Check]:
+    """Every check on every host of `inventory` (or those `limit` names), for this profile's plan
+    as deploy places it on each host (a multi-node rank gets its own)."""
+    plans = {name: plan_json(p.plan, p.facts) for name, p in placements(prof, inventory, limit).items()}
+    if not plans:  # testinfra knows no Ansible patterns: the hosts are named one by one
         return []
     collector = _Collector()
     args = [

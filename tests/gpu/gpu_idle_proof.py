@@ -131,6 +131,7 @@ class Check:
         self.env = {
             **os.environ,
             "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+            "ANSIBLE_MODULE_UTILS": str(REPO / "playbooks" / "module_utils"),
             "ANSIBLE_NOCOLOR": "1",
             "ANSIBLE_RETRY_FILES_ENABLED": "0",
             "ANSIBLE_LOCAL_TEMP": str(work / "tmp"),

@@ -3,6 +3,7 @@ that rollback brings back a healthy server running the last good argv."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -19,8 +20,23 @@ from orchestrator import plan, profile
 
 pytestmark = pytest.mark.lab
 
-#: One row per fault for the summary test: fault, detected in s, diagnosis, rolled back.
+#: One row per fault for the table printed after the module: fault, detected in s, diagnosis,
+#: rolled back. Each test asserts its own row; the table only shows the numbers side by side.
 SUMMARY: list[tuple[str, float, str, str]] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fault_table(request):
+    """After the last test: what was provoked, how fast it was found, the diagnosis, the rollback."""
+    yield
+    if not SUMMARY:
+        return
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        print("\n\nfault                 detected   diagnosis / rollback")
+        for fault, took, diagnosis, rolled in SUMMARY:
+            print(f"{fault:<21} {took:6.1f} s   {diagnosis[:90]}")
+            print(f"{'':<31}rolled back: {rolled}")
 
 
 @pytest.fixture
@@ -240,17 +256,6 @@ def test_concurrent_deploys_never_interleave(lab, host, tmp_path):
     # The second waited and touched nothing: the first's server is the one running.
     assert "# profile: slow_good" in ssh(host, "cat", "/etc/systemd/system/sglang.service")
     SUMMARY.append(("concurrent deploy", r2["hosts"][0]["elapsed_s"], msg[:80], "-"))
-
-
-def test_zz_summary(capsys):
-    """One row per fault: what was provoked, how fast it was found, the diagnosis, the rollback."""
-    if not SUMMARY:
-        pytest.skip("no fault test ran")
-    with capsys.disabled():
-        print("\n\nfault                 detected   diagnosis / rollback")
-        for fault, took, diagnosis, rolled in SUMMARY:
-            print(f"{fault:<21} {took:6.1f} s   {diagnosis[:90]}")
-            print(f"{'':<31}rolled back: {rolled}")
 
 
 def test_max_fail_percent_stops_before_touching_later_hosts(lab, tmp_path):

@@ -40,13 +40,28 @@ def test_a_version_1_ledger_is_migrated_and_keeps_its_deploys(state: Path) -> No
         " duration_s) VALUES ('x', 1.0, 'lab1', 'sglang.service', 'cg_5tok', 'abc', 'deploy', 'healthy',"
         " 1, 2.0)"
     )
+    old.execute("INSERT INTO good_units VALUES ('lab1', 'sglang.service', 'cg_5tok', 'abc', '[Unit]', 1.0)")
     old.commit()
     old.close()
     ledger.record_bench(ok_row("cg_5tok", 82.3, 2.12))
     with ledger.connect() as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(ledger.MIGRATIONS) == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(ledger.MIGRATIONS) == 3
     assert [r["profile"] for r in ledger.history()] == ["cg_5tok"]
     assert [r["tok_s"] for r in ledger.bench_results()] == [82.3]
+    # Migration 3: a good unit recorded before facts were kept has none (rollback says so).
+    old_good = ledger.good_unit("lab1", "sglang.service", "cg_5tok")
+    assert old_good is not None and old_good["unit"] == "[Unit]" and old_good["facts"] == {}
+
+
+def test_a_good_unit_keeps_its_facts() -> None:
+    facts = {"profile": "cg_5tok", "port": 30001, "bind": "10.0.0.1", "gpus": [4, 5], "rank": 0}
+    row = ledger.DeployRow("r1", "lab1", "sglang.service", "cg_5tok", "d1", "deploy", "healthy", True, 3.0)
+    ledger.record_deploy(row, good_unit="[Unit]\n", facts=facts)
+    for good in (
+        ledger.good_unit("lab1", "sglang.service"),
+        ledger.previous_good("lab1", "sglang.service", "x"),
+    ):
+        assert good is not None and good["facts"] == facts and good["digest"] == "d1"
 
 
 def test_filters_unknown_columns_and_csv_export() -> None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import bench, canary, deploy
+from orchestrator import bench, canary, deploy, hostops
+from orchestrator import profile as profile_mod
 from orchestrator.errors import InputError
 
 
@@ -22,12 +23,14 @@ def two_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.parametrize("options", [{"serial": "1"}, {"max_fail_percent": 0}])
 def test_serial_and_max_fail_percent_are_refused_for_a_multinode_server(two_nodes: Path, options: dict):
     with pytest.raises(InputError, match=r"multi-node server \(gpu1, gpu2\) restarts all its ranks together"):
-        deploy.deploy("cg_5tok_2node", two_nodes, deploy.Options(**options))
+        deploy.deploy(profile_mod.load("cg_5tok_2node"), two_nodes, deploy.Options(**options))
 
 
 def test_canary_is_refused_for_a_multinode_server_before_any_bench(two_nodes: Path) -> None:
     with pytest.raises(InputError, match=r"deploy it without --canary"):
-        canary.canary_deploy("cg_5tok_2node", two_nodes, deploy.Options(), 0.05, bench.Settings())
+        canary.canary_deploy(
+            profile_mod.load("cg_5tok_2node"), two_nodes, deploy.Options(), 0.05, bench.Settings()
+        )
 
 
 def test_verify_names_a_running_profile_that_is_not_in_profiles(two_nodes: Path, monkeypatch) -> None:
@@ -35,8 +38,8 @@ def test_verify_names_a_running_profile_that_is_not_in_profiles(two_nodes: Path,
 
     from orchestrator.__main__ import cli
 
-    row = deploy.HostStatus("gpu1", True, "slow", "d", "active", 1, 1.0, 200, 0, [])
-    monkeypatch.setattr(deploy, "status", lambda inv, limit=None: [row])
+    row = hostops.HostStatus("gpu1", True, "slow", "d", "active", 1, 1.0, 200, 0, [])
+    monkeypatch.setattr(hostops, "status", lambda inv, limit=None: [row])
     done = CliRunner().invoke(cli, ["verify", "-i", str(two_nodes)])
     assert done.exit_code == 2
     assert "the hosts run profile 'slow', which is not in profiles/" in done.output

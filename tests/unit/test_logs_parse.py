@@ -80,12 +80,13 @@ def test_merge_keeps_each_hosts_order_when_its_clock_steps_back():
     assert merged.index("a50") < merged.index("a10")
 
 
-def test_extravars_first_read_is_reversed_and_follow_goes_forward():
-    ev = logs.extravars("sglang.service", 5, "10 min ago", {"lab3": "s=1"})
+def test_request_first_read_is_reversed_and_follow_goes_forward():
+    req = logs.request("sglang.service", 5, "10 min ago", {"lab3": "s=1"}).logs
+    assert req is not None
     base = ["journalctl", "-u", "sglang.service", "-o", "json", "--output-fields=MESSAGE,_PID", "--no-pager"]
-    assert ev["orch_logs_first_argv"] == [*base, "--reverse", "-n", "5", "--since", "10 min ago"]
-    assert ev["orch_logs_next_argv"] == [*base, "-n", str(logs.FOLLOW_BATCH), "--since", "10 min ago"]
-    assert ev["orch_logs_cursors"] == {"lab3": "s=1"}
+    assert req.first_argv == [*base, "--reverse", "-n", "5", "--since", "10 min ago"]
+    assert req.next_argv == [*base, "-n", str(logs.FOLLOW_BATCH), "--since", "10 min ago"]
+    assert req.cursors == {"lab3": "s=1"}
 
 
 def test_format_line_pads_host_and_prints_markup_literally():

@@ -12,17 +12,15 @@ from click.testing import CliRunner
 from orchestrator import plan, profile, sglang_flags
 from orchestrator.__main__ import cli
 
-HELP = Path(__file__).parent.parent / "data" / "sglang"
-
 
 def _help_parser(version: str):
-    """SGLang's parser rebuilt from the test's own copy of the real --help text."""
-    text = (HELP / f"launch_server-help-{version}.txt").read_text()
+    """SGLang's parser rebuilt from the real --help text shipped in orchestrator/sglang_help/."""
+    text = sglang_flags.help_path(version).read_text()
     return sglang_flags.build_parser(sglang_flags.FlagTable(version, sglang_flags.parse_help(text)))
 
 
 def _help_flags(version: str) -> set[str]:
-    text = (HELP / f"launch_server-help-{version}.txt").read_text()
+    text = sglang_flags.help_path(version).read_text()
     return set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", text))
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator import bench, ledger, sweep
 from orchestrator import deploy as deploy_mod
+from orchestrator.report import DeployReport, HostReport
 
 SPEEDS = {"baseline": 90.0, "cg_5tok": 82.3, "cg_2step": 85.6}
 
@@ -19,13 +20,15 @@ def fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path))
     deployed: list[str] = []
 
-    def deploy(ref, inventory, options, on_event):
+    def deploy(prof, inventory, options, on_event):
+        ref = prof.name
         deployed.append(ref)
         ok = ref in SPEEDS
-        host = deploy_mod.HostReport("lab2", ok, True, ok, 1.0, "d", "", "health" if not ok else "record")
+        step = "health" if not ok else "record"
+        host = HostReport(host="lab2", ok=ok, step=step, changed=True, restarted=ok, healthy_after_s=1.0)
         if not ok:
             host.diagnosis, host.rolled_back_to = "CUDA out of memory: OutOfMemoryError", "cg_2step (abc)"
-        return deploy_mod.DeployReport(ref, "d", False, [host], "", "run")
+        return DeployReport(ref, "d", False, [host], "", "run")
 
     def run(target, settings, on_progress, log):
         rate = SPEEDS[deployed[-1]]
@@ -33,14 +36,22 @@ def fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return bench.BenchResult(target, settings, [s], 1.2, "0.5.9", deployed[-1] != "baseline", 2.0)
 
     monkeypatch.setattr(deploy_mod, "deploy", deploy)
-    monkeypatch.setattr(bench, "deployed_target", lambda inv, limit, ref: bench.Target("lab2", "a", 1, ref))
+    monkeypatch.setattr(
+        bench, "deployed_target", lambda inv, limit, prof: bench.Target("lab2", "a", 1, prof.name)
+    )
     monkeypatch.setattr(bench, "journal_messages", lambda inv, host: None)
     monkeypatch.setattr(bench, "run", run)
     return deployed
 
 
+def _sweep(refs: list[str], inventory: Path, **kw) -> sweep.SweepReport:
+    """As the CLI does: every profile named loaded once, then swept."""
+    extra = [kw[k] for k in ("baseline", "leave") if kw.get(k)]
+    return sweep.sweep(sweep.load_profiles([*refs, *extra]), refs, inventory, **kw)
+
+
 def test_a_failed_profile_is_recorded_and_the_fastest_is_left(fakes: list[str]) -> None:
-    report = sweep.sweep(["cg_5tok", "cg_2step", "cg_16tok"], Path("inv"), baseline="baseline", repeat=2)
+    report = _sweep(["cg_5tok", "cg_2step", "cg_16tok"], Path("inv"), baseline="baseline", repeat=2)
     assert fakes == ["baseline", "cg_5tok", "cg_2step", "cg_16tok", "baseline"]
     assert [e.profile for e in report.entries] == ["baseline", "cg_2step", "cg_5tok", "cg_16tok"]
     assert [len(e.tok_s) for e in report.entries] == [2, 2, 2, 0]
@@ -53,7 +64,7 @@ def test_a_failed_profile_is_recorded_and_the_fastest_is_left(fakes: list[str]) 
 
 
 def test_leave_names_the_profile_to_end_on(fakes: list[str]) -> None:
-    report = sweep.sweep(["cg_5tok", "cg_2step"], Path("inv"), leave="cg_5tok")
+    report = _sweep(["cg_5tok", "cg_2step"], Path("inv"), leave="cg_5tok")
     assert fakes == ["cg_5tok", "cg_2step", "cg_5tok"]
     assert report.baseline == "cg_5tok"  # no `baseline` among them: the first one
     assert (report.left, report.left_ok) == ("cg_5tok", True)
@@ -78,23 +89,23 @@ def test_ctrl_c_during_a_deploy_stops_the_sweep(fakes: list[str], monkeypatch: p
 
     real = deploy_mod.deploy
 
-    def interrupted_on_cg_2step(ref, inventory, options, on_event):
-        report = real(ref, inventory, options, on_event)
-        if ref == "cg_2step":
+    def interrupted_on_cg_2step(prof, inventory, options, on_event):
+        report = real(prof, inventory, options, on_event)
+        if prof.name == "cg_2step":
             report.interrupted, report.hosts[0].ok = True, False
             report.hosts[0].diagnosis = "interrupted (Ctrl-C) during health"
         return report
 
     monkeypatch.setattr(deploy_mod, "deploy", interrupted_on_cg_2step)
     with pytest.raises(Interrupted, match="stopped by Ctrl-C while deploying cg_2step"):
-        sweep.sweep(["cg_5tok", "cg_2step", "cg_16tok"], Path("inv"))
+        _sweep(["cg_5tok", "cg_2step", "cg_16tok"], Path("inv"))
     assert fakes == ["cg_5tok", "cg_2step"]  # nothing after it, not even the restore of the fastest
 
 
 def test_bench_says_where_a_run_stands_against_baseline_and_the_fastest(fakes: list[str]) -> None:
     from orchestrator.bench_cli import standing_line
 
-    sweep.sweep(["baseline", "cg_2step"], Path("inv"))  # ledger: baseline 90.0, cg_2step 85.6 on lab2
+    _sweep(["baseline", "cg_2step"], Path("inv"))  # ledger: baseline 90.0, cg_2step 85.6 on lab2
     rate = SPEEDS["cg_5tok"]
     s = bench.Stream(0.0, [(0.1, 1), (0.1 + 100 / rate, 101)], 1.2, verify_ct=50)
     target = bench.Target("lab2", "a", 1, "cg_5tok")
@@ -104,3 +115,21 @@ def test_bench_says_where_a_run_stands_against_baseline_and_the_fastest(fakes: l
         "fastest so far: baseline 90.0 tok/s (1 run(s))"
     )
     assert standing_line(replace(result, target=bench.Target("lab9", "a", 1, "cg_5tok"))) == ""
+
+
+def test_a_sweep_loads_each_profile_once(fakes: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """The CLI loads every profile it names once and passes the objects down (it was ~5 times each)."""
+    from click.testing import CliRunner
+
+    from orchestrator import profile as profile_mod
+    from orchestrator.bench_cli import sweep as sweep_cli
+
+    loads: list[str] = []
+    real = profile_mod.load
+    monkeypatch.setattr(profile_mod, "load", lambda ref: loads.append(ref) or real(ref))
+    inv = tmp_path / "inv.yml"
+    inv.write_text("all: {hosts: {lab2: {}}}\n")
+    args = ["-i", str(inv), "cg_5tok", "cg_2step", "--baseline", "baseline", "--leave", "cg_5tok", "--json"]
+    done = CliRunner().invoke(sweep_cli, args)
+    assert done.exit_code == 0, done.output
+    assert sorted(loads) == ["baseline", "cg_2step", "cg_5tok"]

@@ -20,16 +20,26 @@ def test_holders_line_gives_each_process_once_with_its_gpus_and_total_memory():
     assert holders_line([]) == ""
 
 
+def test_holders_line_shows_unknown_memory_as_a_question_mark():
+    """nvidia-smi prints `[N/A]` for a process's memory on some drivers; status must still show it."""
+    python = "/usr/bin/python3"
+    server = [{"gpu": g, "pid": 1072, "process_name": python, "used_mib": 1000} for g in range(4)]
+    server[2] = {**server[2], "used_mib": None}
+    stray = {"gpu": 5, "pid": 77, "process_name": python, "used_mib": None}
+    assert holders_line([*server, stray]) == (
+        "1072 /usr/bin/python3 on GPU 0-3, 3000 MiB + ? MiB on GPU 2; 77 /usr/bin/python3 on GPU 5, ? MiB"
+    )
+
+
 def test_check_table_says_which_hosts_would_fail_restart_or_stay():
     from rich.console import Console
 
-    from orchestrator.deploy import DeployReport, HostReport
+    from orchestrator.report import DeployReport, HostReport
     from orchestrator.view import deploy_table
 
     def host(name: str, ok: bool, reasons: list[str]) -> HostReport:
-        return HostReport(
-            name, ok, False, False, None, "d", "d", "preflight" if not ok else "probe", reasons=reasons
-        )
+        step = "preflight" if not ok else "probe"
+        return HostReport(host=name, ok=ok, step=step, digest="d", previous_digest="d", reasons=reasons)
 
     report = DeployReport(
         "eagle",
@@ -46,3 +56,27 @@ def test_check_table_says_which_hosts_would_fail_restart_or_stay():
         if line.startswith("│ lab")
     }
     assert rows == {"lab1": "would fail", "lab2": "would restart", "lab3": "no change"}
+
+
+def test_check_of_a_multinode_server_compares_each_rank_with_its_own_unit(tmp_path, monkeypatch):
+    """Each rank's installed unit against its own plan: no false `--nnodes: 2 -> (removed)`."""
+    from rich.console import Console
+
+    from orchestrator import profile as profile_mod
+    from orchestrator.hostplan import placements
+    from orchestrator.report import DeployReport, HostReport
+    from orchestrator.view import check_details
+
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    gpu1: {ansible_host: 10.0.0.1}\n    gpu2: {ansible_host: 10.0.0.2}\n")
+    where = placements(profile_mod.load("cg_5tok_2node"), inv, None)
+    hosts = [
+        HostReport(host=h, ok=True, step="probe", previous_unit=p.plan.unit, planned_unit=p.plan.unit)
+        for h, p in where.items()
+    ]
+    console = Console(record=True, width=200, color_system=None)
+    console.print(check_details(DeployReport("cg_5tok_2node", "", True, hosts, "")))
+    text = console.export_text()
+    assert "gpu1" in text and "gpu2" in text
+    assert "--nnodes" not in text and "--node-rank" not in text

@@ -1,45 +1,76 @@
 #!/usr/bin/python
-"""Ansible module: release the host's deploy lock taken by sglang_unit_facts, if it is ours."""
+"""Ansible module: release the host's deploy lock taken by sglang_probe, if this run holds it."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: sglang_lock
 short_description: Release this run's deploy lock on the host
+description:
+  - Removes the lock of I(unit_name) only when it holds I(run_id); another run's lock is left alone.
 options:
-  unit_name: {description: The systemd unit the lock guards., type: str, required: true}
-  run_id: {description: Only a lock holding this run id is removed., type: str, required: true}
+  unit_name:
+    description: The systemd unit the lock guards.
+    type: str
+    required: true
+  paths:
+    description: Where orchestrator keeps things on the host (the lock lives in lock_dir).
+    type: dict
+    required: true
+    suboptions:
+      unit_dir: {description: Where unit files live., type: str, required: true}
+      state_dir: {description: Root-only state directory., type: str, required: true}
+      lock_dir: {description: Where deploy locks live (tmpfs)., type: str, required: true}
+  run_id:
+    description: Only a lock holding this run id is removed.
+    type: str
+    required: true
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 """
 
-import contextlib
-import json
-import os
+EXAMPLES = r"""
+- name: Release the deploy lock
+  sglang_lock:
+    unit_name: sglang.service
+    paths: {unit_dir: /etc/systemd/system, state_dir: /etc/orchestrator, lock_dir: /run/orchestrator}
+    run_id: r1
+"""
+
+RETURN = r"""
+released:
+  description: Whether the lock was this run's and is now removed (in check mode, would be).
+  type: bool
+  returned: always
+holder:
+  description: The lock's content when it is held by another run.
+  type: dict
+  returned: when another run holds the lock
+"""
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.orchestrator_host import PATHS_SPEC, lock_path, read_json, release_if_ours
 
-LOCK_DIR = "/run/orchestrator"
+ARGUMENT_SPEC = {
+    "unit_name": {"type": "str", "required": True},
+    "paths": PATHS_SPEC,
+    "run_id": {"type": "str", "required": True},
+}
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "unit_name": {"type": "str", "required": True},
-            "run_id": {"type": "str", "required": True},
-        },
-        supports_check_mode=True,
-    )
-    path = os.path.join(LOCK_DIR, f"{module.params['unit_name']}.lock")
-    try:
-        with open(path) as fh:
-            holder = json.load(fh)
-    except (OSError, ValueError):
-        module.exit_json(changed=False, released=False)
-    if holder.get("run_id") != module.params["run_id"]:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    holder = read_json(lock_path(p["paths"], p["unit_name"]))
+    if holder and holder.get("run_id") != p["run_id"]:
         module.exit_json(changed=False, released=False, holder=holder)
-    if not module.check_mode:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    module.exit_json(changed=False, released=True)
+    if module.check_mode:
+        module.exit_json(changed=bool(holder), released=bool(holder))
+    released = release_if_ours(p["paths"], p["unit_name"], p["run_id"])
+    module.exit_json(changed=released, released=released)
 
 
 if __name__ == "__main__":

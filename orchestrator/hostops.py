@@ -1,0 +1,141 @@
+"""status, stop and preflight: the plays besides deploy, each host's facts read back typed.
+
+Engine layer: never prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator import facts as facts_mod
+from orchestrator.hostplan import PlayVars, Target, for_profile, placements
+from orchestrator.logs import accept_from_log
+from orchestrator.profile import Profile
+from orchestrator.report import HostReport, step
+from orchestrator.runner import run_playbook
+
+
+@dataclass
+class HostStatus:
+    host: str
+    reachable: bool
+    profile: str
+    digest: str
+    active_state: str
+    main_pid: int
+    uptime_s: float | None
+    #: HTTP status of /health; -1: nothing answered; None: not asked (no unit, or not active).
+    health: int | None
+    gpu_used_mib: int
+    gpu_holders: list[dict[str, Any]]
+    message: str = ""
+    #: Whether the installed unit runs speculative decoding.
+    speculative: bool = False
+    #: Mean `accept len` of the newest decode log lines of this start of the unit (None: none yet).
+    accept_len: float | None = None
+    #: The server's HTTP port, from the facts stored with its unit (None: none recorded).
+    port: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _health(probe: facts_mod.Probe) -> int | None:
+    if not probe.health_url or probe.state.get("ActiveState") != "active":
+        return None
+    return probe.health_status if probe.health_status is not None else -1
+
+
+def status(
+    inventory: Path, *, unit_name: str = "sglang.service", limit: str | None = None
+) -> list[HostStatus]:
+    """What each host runs now: profile, digest, unit state, MainPID, uptime, health, GPU memory,
+    and the accept length its server logs."""
+    play = run_playbook("status.yml", inventory, PlayVars(target=Target(unit_name=unit_name)), limit=limit)
+    rows = []
+    for run in play.hosts.values():
+        f = facts_mod.of_run(run)
+        probe = f.probe
+        accept_lines = ((run.result_of(facts_mod.COMMAND) or {}).get("stdout") or "").splitlines()
+        active = probe.state.get("ActiveState") == "active"
+        rows.append(
+            HostStatus(
+                host=run.host,
+                reachable=not f.unreachable,
+                profile=probe.profile,
+                digest=probe.digest,
+                active_state=probe.state.get("ActiveState", "?"),
+                main_pid=int(probe.state.get("MainPID", 0) or 0),
+                uptime_s=probe.uptime_s,
+                health=_health(probe),
+                gpu_used_mib=f.gpus.used_mib if f.gpus else 0,
+                gpu_holders=f.gpus.holders if f.gpus else [],
+                message=f.message,
+                speculative=bool(probe.facts.get("speculative")),
+                accept_len=accept_from_log(accept_lines) if active else None,
+                port=probe.facts.get("port"),
+            )
+        )
+    return sorted(rows, key=lambda r: r.host)
+
+
+def stop(inventory: Path, *, unit_name: str = "sglang.service", limit: str | None = None) -> list[HostReport]:
+    """Stop the unit and confirm the GPUs are released, per host."""
+    play = run_playbook("stop.yml", inventory, PlayVars(target=Target(unit_name=unit_name)), limit=limit)
+    reports = []
+    for run in play.hosts.values():
+        f = facts_mod.of_run(run)
+        reports.append(
+            HostReport(
+                host=run.host,
+                ok=f.failed is None,
+                step=step(f),
+                changed=f.changed,
+                message=f.message,
+                gpus={"idle": f.gpus.idle, "busy": f.gpus.busy} if f.gpus else {},
+                elapsed_s=f.elapsed_s,
+            )
+        )
+    return sorted(reports, key=lambda r: r.host)
+
+
+@dataclass
+class PreflightResult:
+    host: str
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+    sglang_version: str = ""
+    gpus: int = 0
+    elapsed_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def preflight(prof: Profile, inventory: Path, limit: str | None = None) -> list[PreflightResult]:
+    """Every read-only check a deploy of this profile makes before stopping anything, on every host
+    (a multi-node rank: its own flags and its share of the GPUs). The --help check always runs."""
+    hosts = {}
+    for name, p in placements(prof, inventory, limit).items():
+        hp = for_profile(prof, p.plan, p.facts)
+        checks = hp.preflight.model_copy(update={"skip_flags_if_digest": ""}) if hp.preflight else None
+        hosts[name] = hp.model_copy(update={"preflight": checks})
+    play = run_playbook("preflight.yml", inventory, PlayVars(hosts=hosts), limit=limit)
+    results = []
+    for run in play.hosts.values():
+        f = facts_mod.of_run(run)
+        res = f.preflight
+        problems = f.problems or ([f.message or "failed"] if f.failed else [])
+        results.append(
+            PreflightResult(
+                host=run.host,
+                ok=not problems,
+                problems=problems,
+                sglang_version=res.get("sglang_version", ""),
+                gpus=res.get("gpus", 0),
+                elapsed_s=f.elapsed_s,
+            )
+        )
+    return sorted(results, key=lambda r: r.host)

@@ -1,0 +1,284 @@
+"""Vars out: the one typed record each host's play reads (`orch`), built from a Profile and its Plan.
+
+Playbooks route `_plan.*` fields to role variables and decide nothing; whatever a host must
+know (a port, a path, a timeout, a GPU set) is computed here, once. `tests/unit/test_seam.py`
+checks that every `orch.*` / `_plan.*` name a playbook reads exists here, and that every field
+here is read.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator import inventory as inventory_mod
+from orchestrator import plan as plan_mod
+from orchestrator.errors import InputError
+from orchestrator.plan import Plan
+from orchestrator.profile import Profile
+
+#: SGLang's own default HTTP port, for a unit whose facts were never recorded.
+DEFAULT_PORT = 30000
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HostPaths(_Record):
+    """Where orchestrator keeps things on a host. The roles have no defaults for these."""
+
+    unit_dir: str = Field("/etc/systemd/system", description="Where the unit file is written.")
+    state_dir: str = Field(
+        plan_mod.HOST_STATE_DIR,
+        description="Root-only: the secret --config, units/<unit>.json facts, last-good/<unit>.json.",
+    )
+    lock_dir: str = Field("/run/orchestrator", description="Deploy locks (tmpfs: a reboot ends them).")
+
+
+class UnitFacts(_Record):
+    """What a deployed unit means, stored beside it on the host and in the ledger, so that
+    rollback, bench and status never read them back out of the unit text."""
+
+    profile: str = Field(description="The profile the unit was rendered from.")
+    port: int = Field(description="The server's HTTP port.")
+    bind: str = Field(description="The address the server listens on (--host).")
+    gpus: list[int] = Field(description="nvidia-smi indexes of the GPUs this host's server uses.")
+    health_url: str = Field(description="/health as asked from the host itself (rank 0's for a rank > 0).")
+    rank: int = Field(0, description="Node rank of a multi-node server; 0 for a replica.")
+    nnodes: int = Field(1, description="Nodes of the server this unit is part of.")
+    speculative: bool = Field(False, description="Whether the server runs speculative decoding.")
+
+
+class LockSpec(_Record):
+    """The host's deploy lock as this run takes it (roles/sglang_probe)."""
+
+    holder: str = Field(description="user@machine (pid N), shown to a deploy that has to wait.")
+    run_id: str = Field(description="This run; only a lock with it is released by this run.")
+    profile: str = Field(description="What this run deploys, shown to a deploy that has to wait.")
+    ttl_s: float = Field(description="After this long a lock counts as left by a dead deploy.")
+    wait_s: float = Field(description="How long to wait for another deploy's lock.")
+    control: str = Field(description="The control machine's host name.")
+    pid: int = Field(description="This process; a lock from a dead PID of this machine is stale.")
+    live_pids: list[int] = Field(description="PIDs running on the control machine now.")
+
+
+class PreflightChecks(_Record):
+    """What the host must offer for this plan (roles/sglang_preflight), checked before a stop."""
+
+    python: str
+    sglang_version: str
+    flags: list[str]
+    model_path: str
+    draft_model_path: str = ""
+    algorithm: str = ""
+    gpus_needed: int
+    port: int
+    skip_flags_if_digest: str = ""
+    allow_gpu_holders: bool = False
+
+
+class HostPlan(_Record):
+    """Everything one host's play needs for one deploy (or rollback, or preflight)."""
+
+    unit_name: str
+    profile: str
+    unit: str = Field(description="The unit text, byte for byte what `render` shows.")
+    digest: str
+    facts: UnitFacts
+    paths: HostPaths = Field(default_factory=HostPaths)
+    secret_path: str = ""
+    secret_digest: str = Field("", description="sha1 of the secret --config text (change detection).")
+    force_restart: bool = False
+    kill_gpu_holders: bool = False
+    lock: LockSpec | None = None
+    #: None: no checks (already passed in this process, --no-preflight, or a rollback).
+    preflight: PreflightChecks | None = None
+    health_timeout_s: int = 1800
+    health_interval_s: float = 0.25
+    gpu_release_timeout_s: float = 30
+
+
+class Target(_Record):
+    """A unit on every host, for the plays that read or stop it (status, stop)."""
+
+    unit_name: str
+    paths: HostPaths = Field(default_factory=HostPaths)
+    gpu_release_timeout_s: float = 30
+
+
+class LogsRequest(_Record):
+    """journalctl argv for `logs`: hosts in `cursors` continue after their last entry."""
+
+    first_argv: list[str]
+    next_argv: list[str]
+    cursors: dict[str, str]
+
+
+class PlayVars(_Record):
+    """The one extra var (`orch`) every playbook reads."""
+
+    hosts: dict[str, HostPlan] = Field(default_factory=dict)
+    target: Target | None = None
+    logs: LogsRequest | None = None
+    #: Hosts per batch ("2", "25%"); 0: all at once.
+    serial: int | str = 0
+    #: Percent of a batch that may fail before no further batch starts (0: one failing ends all).
+    max_fail_percent: int = 100
+
+    def extravars(self) -> dict[str, Any]:
+        return {"orch": self.model_dump(mode="json")}
+
+
+# --- building ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One host's share of a profile: its Plan and the facts of its unit."""
+
+    plan: Plan
+    facts: UnitFacts
+
+
+def multinode_hosts(
+    prof: Profile, inventory: Path, limit: str | None
+) -> list[inventory_mod.InventoryHost] | None:
+    """The ranks of a multi-node server, in inventory order; None for a fleet of replicas.
+
+    The kind comes from the profile, or from the hosts' `orchestrator_deployment` variable.
+    """
+    selected = inventory_mod.hosts(inventory, limit)
+    kinds = {h.deployment or prof.deployment.kind for h in selected}
+    if "multinode" not in kinds:
+        return None
+    if len(kinds) > 1:
+        raise InputError("the selected hosts mix fleet and multinode deployments; --limit one group")
+    gpus = prof.server.tp_size * prof.server.dp_size
+    if len(selected) < 2 or gpus % len(selected):
+        raise InputError(
+            f"a multinode server needs 2 or more hosts that split TP x DP = {gpus} GPUs evenly; "
+            f"{len(selected)} selected: {', '.join(h.name for h in selected)}"
+        )
+    return selected
+
+
+def placements(prof: Profile, inventory: Path, limit: str | None) -> dict[str, Placement]:
+    """Each selected host's plan and unit facts, in inventory order: a replica gets the profile's
+    plan; a multi-node rank its own (--nnodes, --node-rank, rank 0's address) and its share of
+    the GPUs."""
+    ranks = multinode_hosts(prof, inventory, limit)
+    if not ranks:
+        plan, facts = plan_mod.build(prof), unit_facts(prof)
+        return {h.name: Placement(plan, facts) for h in inventory_mod.hosts(inventory, limit)}
+    addr = f"{ranks[0].address}:{prof.deployment.dist_init_port}"
+    out = {}
+    for rank, host in enumerate(ranks):
+        node = plan_mod.Node(rank, len(ranks), addr)
+        facts = unit_facts(prof, rank=rank, nnodes=len(ranks), rank0_address=ranks[0].address)
+        out[host.name] = Placement(plan_mod.build(prof, node), facts)
+    return out
+
+
+def health_url(port: int, host: str) -> str:
+    """/health as seen from the host itself: a wildcard bind is reached on loopback."""
+    target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    if ":" in target:
+        target = f"[{target}]"
+    return f"http://{target}:{port}/health"
+
+
+def unit_facts(prof: Profile, *, rank: int = 0, nnodes: int = 1, rank0_address: str = "") -> UnitFacts:
+    """The facts of a profile's unit on one host (a multi-node rank: its share of the GPUs, and
+    rank 0's /health, the server's only HTTP endpoint)."""
+    s = prof.server
+    per_node = s.tp_size * s.dp_size // nnodes
+    return UnitFacts(
+        profile=prof.name,
+        port=s.port,
+        bind=s.host,
+        gpus=list(range(per_node)),
+        health_url=health_url(s.port, rank0_address if nnodes > 1 else s.host),
+        rank=rank,
+        nnodes=nnodes,
+        speculative=prof.speculative.algorithm is not None,
+    )
+
+
+def preflight_checks(prof: Profile, plan: Plan, gpus_needed: int, kill_holders: bool) -> PreflightChecks:
+    s, spec = prof.server, prof.speculative
+    return PreflightChecks(
+        python=s.python,
+        sglang_version=s.sglang_version,
+        flags=sorted({a.split("=", 1)[0] for a in plan.argv[3:] if a.startswith("--")}),
+        model_path=s.model_path,
+        draft_model_path=spec.draft_model_path or "",
+        algorithm=spec.algorithm or "",
+        gpus_needed=gpus_needed,
+        port=s.port,
+        skip_flags_if_digest=plan.digest,
+        allow_gpu_holders=kill_holders,
+    )
+
+
+def secret_digest(secret: str) -> str:
+    return hashlib.sha1(secret.encode()).hexdigest() if secret else ""  # change detection only
+
+
+def lock(run_id: str, profile: str, ttl_s: float, wait_s: float) -> LockSpec:
+    return LockSpec(
+        holder=f"{getpass.getuser()}@{socket.gethostname()} (pid {os.getpid()})",
+        run_id=run_id,
+        profile=profile,
+        ttl_s=ttl_s,
+        wait_s=wait_s,
+        control=socket.gethostname(),
+        pid=os.getpid(),
+        live_pids=_live_pids(),
+    )
+
+
+def _live_pids() -> list[int]:
+    """PIDs running on this machine: a lock taken from here by any other PID belongs to a
+    deploy that died (killed, crashed) and may be taken over."""
+    return sorted(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
+
+
+def for_profile(
+    prof: Profile, plan: Plan, facts: UnitFacts, *, secret: str = "", preflight: bool = True, **run: Any
+) -> HostPlan:
+    """One host's plan for a profile; `run` holds the run's own fields (lock, force_restart,
+    kill_gpu_holders)."""
+    checks = preflight_checks(prof, plan, len(facts.gpus), run.get("kill_gpu_holders", False))
+    return HostPlan(
+        unit_name=plan.unit_name,
+        profile=plan.profile,
+        unit=plan.unit,
+        digest=plan.digest,
+        facts=facts,
+        secret_path=plan.secret_path or "",
+        secret_digest=secret_digest(secret),
+        preflight=checks if preflight else None,
+        health_timeout_s=prof.service.health_timeout_s,
+        health_interval_s=prof.service.health_poll_interval_s,
+        **run,
+    )
+
+
+def for_record(unit_name: str, record: dict[str, Any], **run: Any) -> HostPlan:
+    """A recorded healthy unit (rollback), with the facts recorded beside it."""
+    return HostPlan(
+        unit_name=unit_name,
+        profile=record["profile"],
+        unit=record["unit"],
+        digest=record["digest"],
+        facts=UnitFacts.model_validate(record["facts"]),
+        **run,
+    )

@@ -1,0 +1,163 @@
+"""Reports: what happened on each host, in the words a user needs, built from typed facts."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.diagnose import classify
+from orchestrator.facts import STEPS, HostFacts, step_of
+
+
+@dataclass
+class HostReport:
+    """What happened on one host."""
+
+    host: str
+    ok: bool
+    step: str
+    changed: bool = False
+    restarted: bool = False
+    healthy_after_s: float | None = None
+    digest: str = ""
+    previous_digest: str = ""
+    message: str = ""
+    reasons: list[str] = field(default_factory=list)
+    journal: list[str] = field(default_factory=list)
+    diff: str = ""
+    previous_unit: str = ""
+    #: The unit this host was to get (a multi-node rank has its own).
+    planned_unit: str = ""
+    gpus: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    diagnosis: str = ""
+    killed: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    #: Whether this run stopped the host's server (only then is a rollback owed).
+    stopped: bool = False
+    #: Whether this run took the host's deploy lock (it was about to change the host).
+    locked: bool = False
+    #: When the server process exited during the health wait (systemd's realtime stamp), if it did.
+    exited_at: str = ""
+    last_good: dict[str, Any] = field(default_factory=dict)
+    rolled_back_to: str = ""
+    rollback_error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        data.pop("last_good")  # its unit text is in the ledger; keep the JSON readable
+        data.pop("planned_unit")
+        return data
+
+
+@dataclass
+class DeployReport:
+    profile: str
+    digest: str
+    check: bool
+    hosts: list[HostReport]
+    artifacts: str
+    run_id: str = ""
+    #: Ctrl-C (or SIGTERM) stopped it; hosts it had changed were rolled back.
+    interrupted: bool = False
+    #: A rollback: each host went to its own recorded unit.
+    rollback: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.hosts) and all(h.ok for h in self.hosts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "digest": self.digest,
+            "check": self.check,
+            "ok": self.ok,
+            "artifacts": self.artifacts,
+            "run_id": self.run_id,
+            "interrupted": self.interrupted,
+            "hosts": [h.to_json() for h in self.hosts],
+        }
+
+
+def host_report(f: HostFacts, digest: str, planned_unit: str, check: bool) -> HostReport:
+    """A deploy's (or rollback's) report of one host."""
+    probe, health = f.probe, f.health
+    noop_healthy = not probe.restart_needed and probe.healthy
+    restarted = probe.restart_needed and not check and f.failed is None
+    report = HostReport(
+        host=f.host,
+        ok=f.failed is None and (check or health.get("reason") == "healthy" or noop_healthy),
+        step=step(f),
+        changed=f.changed,
+        restarted=restarted,
+        healthy_after_s=_healthy_after(health, noop_healthy),
+        digest=digest if restarted else probe.digest,
+        previous_digest=probe.digest,
+        message=f.message,
+        reasons=probe.reasons,
+        journal=health.get("journal", []) if f.failed else [],
+        diff=_diff(f.unit.get("diff")),
+        previous_unit=probe.unit,
+        planned_unit=planned_unit,
+        gpus={"idle": f.gpus.idle, "busy": f.gpus.busy} if f.gpus else {},
+        elapsed_s=f.elapsed_s,
+        killed=f.gpus.killed if f.gpus else [],
+        problems=f.problems,
+        stopped=f.stopped,
+        locked=probe.locked,
+        exited_at=(health.get("unit_state") or {}).get("ExecMainExitTimestamp", "") if f.failed else "",
+        last_good=probe.last_good,
+    )
+    if f.failed:
+        report.diagnosis = _diagnosis(report, health)
+    return report
+
+
+def step(f: HostFacts) -> str:
+    """The step a host failed at, or the last it did; `connect` when it was never reached."""
+    if f.unreachable:
+        return "connect"
+    if f.failed is not None:
+        return step_of(f.failed) or "connect"
+    return STEPS.get(next((a for a in reversed(f.done) if a in STEPS), ""), "connect")
+
+
+def _diagnosis(report: HostReport, health: dict[str, Any]) -> str:
+    if report.step == "preflight" and report.problems:
+        return f"preflight: {len(report.problems)} problem(s), nothing was stopped: " + "; ".join(
+            report.problems
+        )
+    if report.step == "health" and health:
+        return str(classify(report.journal, health.get("unit_state"), health.get("reason", "")))
+    first = report.message.strip().splitlines()[0] if report.message.strip() else "no message"
+    return f"failed at {report.step}: {first}"
+
+
+def _healthy_after(health: dict[str, Any], noop_healthy: bool) -> float | None:
+    """Seconds from start to healthy; 0 for a server that was healthy and left alone."""
+    if health.get("reason") == "healthy":
+        return health["elapsed_s"]
+    return 0.0 if noop_healthy else None
+
+
+def _diff(diff: Any) -> str:
+    """The unit's diff as the module returned it (check mode with --diff)."""
+    diffs = diff if isinstance(diff, list) else [diff] if isinstance(diff, dict) else []
+    text = ""
+    for d in diffs:
+        if d.get("prepared"):
+            text += d["prepared"]
+            continue
+        before, after = d.get("before", ""), d.get("after", "")
+        if isinstance(before, str) and isinstance(after, str):
+            text += "".join(
+                difflib.unified_diff(
+                    before.splitlines(True),
+                    after.splitlines(True),
+                    d.get("before_header", "a"),
+                    d.get("after_header", "b"),
+                )
+            )
+    return text

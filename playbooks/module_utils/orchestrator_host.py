@@ -1,0 +1,707 @@
+"""What orchestrator's modules know about a host, in one place (roles/*/library import it).
+
+`systemctl show` parsing, cgroup membership, nvidia-smi's CSV, the unit digest, host paths,
+the deploy lock, the GPU release wait and the preflight checks. Pure functions (text in,
+values out) are kept apart from the ones that read the host, so that tests/unit/modules can
+prove them on captured output. Paths are never defaults here: the control machine passes
+them (`paths` = {unit_dir, state_dir, lock_dir}, orchestrator/hostplan.py HostPaths).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import signal
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+# --- option specs shared by several modules ------------------------------------------------
+
+PATHS_OPTIONS: dict[str, dict[str, Any]] = {
+    "unit_dir": {"type": "str", "required": True},
+    "state_dir": {"type": "str", "required": True},
+    "lock_dir": {"type": "str", "required": True},
+}
+PATHS_SPEC: dict[str, Any] = {"type": "dict", "required": True, "options": PATHS_OPTIONS}
+
+#: The deploy lock a run takes (orchestrator/hostplan.py LockSpec).
+LOCK_OPTIONS: dict[str, dict[str, Any]] = {
+    "holder": {"type": "str", "required": True},
+    "run_id": {"type": "str", "required": True},
+    "ttl_s": {"type": "float", "required": True},
+    "wait_s": {"type": "float", "required": True},
+    "control": {"type": "str", "default": ""},
+    "pid": {"type": "int", "default": 0},
+    "live_pids": {"type": "list", "elements": "int", "default": []},
+    "profile": {"type": "str", "default": ""},
+}
+
+#: The read-only checks before a restart (orchestrator/hostplan.py PreflightChecks): the
+#: `checks` option of sglang_preflight and the `preflight` option of sglang_probe.
+PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
+    "python": {"type": "str", "required": True},
+    "sglang_version": {"type": "str", "required": True},
+    "flags": {"type": "list", "elements": "str", "default": []},
+    "model_path": {"type": "str", "required": True},
+    "draft_model_path": {"type": "str", "default": ""},
+    "algorithm": {"type": "str", "default": ""},
+    "gpus_needed": {"type": "int", "default": 1},
+    "port": {"type": "int", "required": True},
+    "skip_flags_if_digest": {"type": "str", "default": ""},
+    "log_dir": {"type": "str", "default": "/var/log"},
+    "min_free_mib": {"type": "int", "default": 1024},
+    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+    "allow_gpu_holders": {"type": "bool", "default": False},
+}
+
+
+def validate_suboptions(module: Any, name: str, spec: dict[str, dict[str, Any]], value: dict) -> dict:
+    """`value` checked against `spec`, defaults filled in. For a dict option where {} means
+    "none": Ansible would reject {} against required suboptions, so they are checked here."""
+    result = ArgumentSpecValidator(spec).validate(value)
+    if result.error_messages:
+        module.fail_json(msg=f"{name}: {'; '.join(result.error_messages)}")
+    return result.validated_parameters
+
+
+# --- systemd -----------------------------------------------------------------------------------
+
+
+def parse_systemctl_show(text: str) -> dict[str, str]:
+    """`systemctl show` output as {property: value}. A value opening with `{` may go on over
+    several lines (ExecStart=...), as ansible-core's systemd_service module handles it."""
+    parsed: dict[str, str] = {}
+    key, multival = "", []
+    for line in text.splitlines():
+        if multival:
+            multival.append(line)
+            if line.rstrip().endswith("}"):
+                parsed[key] = "\n".join(multival).strip()
+                multival = []
+            continue
+        if "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        if value.lstrip().startswith("{") and not value.rstrip().endswith("}"):
+            multival = [value]
+        else:
+            parsed[key] = value.strip()
+    return parsed
+
+
+def systemctl_show(module: Any, unit: str, props: Iterable[str], *extra_args: str) -> dict[str, str]:
+    systemctl = module.get_bin_path("systemctl", required=True)
+    argv = [systemctl, "show", unit, f"--property={','.join(props)}", *extra_args]
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show {unit} failed: {(err or out).strip()}", rc=rc)
+    return parse_systemctl_show(out)
+
+
+def cgroup_in_unit(cgroup_text: str, unit: str) -> bool:
+    """Whether a /proc/PID/cgroup text puts the process in `unit` (or below it): a path
+    component equal to the unit name, so sglang.service is not sglang.service-b."""
+    for line in cgroup_text.splitlines():
+        path = line.split(":", 2)[-1]
+        if unit in path.split("/"):
+            return True
+    return False
+
+
+def in_unit_cgroup(pid: int | None, unit: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cgroup") as fh:
+            return cgroup_in_unit(fh.read(), unit)
+    except OSError:
+        return False
+
+
+def cgroup_procs(control_group: str) -> list[str]:
+    """PIDs left in a unit's cgroup (systemctl show's ControlGroup), cgroup v2."""
+    if not control_group:
+        return []
+    try:
+        with open(f"/sys/fs/cgroup{control_group}/cgroup.procs") as fh:
+            return fh.read().split()
+    except OSError:
+        return []
+
+
+def argv0(pid: int | None) -> str | None:
+    """argv[0] of a process (what nvidia-smi shows as its name), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().split(b"\0", 1)[0].decode(errors="replace")
+    except OSError:
+        return None
+
+
+# --- the unit, its files and the deploy lock ---------------------------------------------------
+
+
+def unit_digest(data: bytes) -> str:
+    """Identifies a unit text; the same rule as orchestrator/plan.py Plan.digest."""
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def unit_path(paths: dict, unit: str) -> str:
+    return os.path.join(paths["unit_dir"], unit)
+
+
+def facts_path(paths: dict, unit: str) -> str:
+    """The UnitFacts of the installed unit (written by sglang_unit with it)."""
+    return os.path.join(paths["state_dir"], "units", f"{unit}.json")
+
+
+def record_path(paths: dict, unit: str) -> str:
+    """The last unit that served healthy here (written by sglang_record)."""
+    return os.path.join(paths["state_dir"], "last-good", f"{unit}.json")
+
+
+def lock_path(paths: dict, unit: str) -> str:
+    """The deploy lock; lock_dir is on tmpfs, so a reboot ends every deploy and its lock."""
+    return os.path.join(paths["lock_dir"], f"{unit}.lock")
+
+
+def read_bytes(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def read_json(path: str) -> dict:
+    """A JSON object from `path`; {} when it is absent, unreadable or not an object."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_atomic(path: str, data: bytes, mode: int) -> None:
+    """Replace `path` with `data` (file mode `mode`) in one rename: a reader sees the old
+    file or the new one, never half of one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), mode)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def ensure_attrs(module: Any, path: str, mode: int, changed: bool = False) -> bool:
+    """`path` owned by root:root with `mode`; whether anything changed (check mode aware)."""
+    changed = module.set_mode_if_different(path, f"{mode:04o}", changed)
+    changed = module.set_owner_if_different(path, "root", changed)
+    return module.set_group_if_different(path, "root", changed)
+
+
+def ensure_dir(module: Any, path: str, mode: int = 0o700) -> bool:
+    """`path` a root-owned directory with `mode`; whether anything changed."""
+    if os.path.isdir(path):
+        return ensure_attrs(module, path, mode)
+    if not module.check_mode:
+        os.makedirs(path, mode=mode, exist_ok=True)
+        ensure_attrs(module, path, mode)  # makedirs' mode is masked by the umask
+    return True
+
+
+def ensure_file(module: Any, path: str, data: bytes, mode: int) -> bool:
+    """`path` holding exactly `data`, root-owned with `mode`; whether anything changed."""
+    if read_bytes(path) == data:
+        return ensure_attrs(module, path, mode)
+    if not module.check_mode:
+        write_atomic(path, data, mode)  # a new file: the module's user, root
+    return True
+
+
+def _stale(current: dict, mine: dict) -> bool:
+    """A lock taken from our own control machine by a process that no longer runs there is
+    stale: its deploy died (killed, crashed) before releasing it."""
+    same_control = current.get("control") and current.get("control") == mine.get("control")
+    return bool(same_control) and current.get("pid") not in (mine.get("live_pids") or [])
+
+
+def try_lock(path: str, mine: dict, record: dict | None = None) -> dict | None:
+    """Take the lock atomically (O_EXCL), writing `record` (default `mine`); None when taken,
+    else the current holder. An expired or stale lock, or one of this same run (a rollback
+    after our own Ctrl-C), is taken over."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            current = read_json(path)
+            ours = current.get("run_id") == mine.get("run_id")
+            if current.get("expires", 0) > time.time() and not _stale(current, mine) and not ours:
+                return current
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            continue
+        with os.fdopen(fd, "w") as fh:
+            json.dump(record or mine, fh)
+        return None
+    return {"holder": "unknown (lock file keeps reappearing)"}
+
+
+def acquire(module: Any, paths: dict, unit: str, lock: dict) -> None:
+    """Wait up to lock's wait_s for the host's deploy lock, or fail naming who holds it."""
+    now = time.time()
+    mine = {**lock, "since": now, "expires": now + lock["ttl_s"]}
+    record = {k: v for k, v in mine.items() if k != "live_pids"}
+    deadline = time.monotonic() + lock["wait_s"]
+    while True:
+        holder = try_lock(lock_path(paths, unit), mine, record)
+        if holder is None:
+            return
+        if time.monotonic() >= deadline:
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("since", 0)))
+            module.fail_json(
+                msg=f"another deploy holds this host: {holder.get('holder', '?')} since {since}, "
+                f"deploying {holder.get('profile') or '?'} (waited {lock['wait_s']:.0f} s)",
+                lock_holder=holder,
+            )
+        time.sleep(0.25)
+
+
+def release_if_ours(paths: dict, unit: str, run_id: str) -> bool:
+    """Remove the lock if `run_id` holds it; whether it was removed."""
+    path = lock_path(paths, unit)
+    if not run_id or read_json(path).get("run_id") != run_id:
+        return False
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+# --- nvidia-smi ----------------------------------------------------------------------------------
+
+GPU_FIELDS = ("index", "uuid", "name", "memory.used", "memory.total")
+APP_FIELDS = ("pid", "process_name", "used_memory", "gpu_uuid")
+
+
+def _number(cell: str) -> int | None:
+    """`4614`, or `4614 MiB` without nounits; None for `[N/A]`, `[No data]`, `[Not Supported]`."""
+    match = re.match(r"\s*(\d+)(\s*MiB)?\s*$", cell)
+    return int(match.group(1)) if match else None
+
+
+def parse_gpus(csv_text: str, fields: Iterable[str] = GPU_FIELDS) -> list[dict]:
+    """`--query-gpu=<fields> --format=csv,noheader,nounits` as one dict per GPU."""
+    fields = tuple(fields)
+    gpus = []
+    for line in csv_text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(fields) or _number(cells[0]) is None:
+            continue  # not a GPU row (a warning line)
+        row = dict(zip(fields, cells, strict=True))
+        gpus.append(
+            {
+                "index": _number(row["index"]),
+                "uuid": row["uuid"],
+                "name": row["name"],
+                "memory_used_mib": _number(row["memory.used"]),
+                "memory_total_mib": _number(row["memory.total"]),
+            }
+        )
+    return gpus
+
+
+def parse_apps(csv_text: str, by_uuid: dict[str, int]) -> list[dict]:
+    """`--query-compute-apps=pid,process_name,used_memory,gpu_uuid` (noheader, nounits) as one
+    dict per process; `gpu` is its GPU's index (None if the UUID is unknown). A process name
+    may hold commas: it is whatever lies between the PID and the last two cells."""
+    apps = []
+    for line in csv_text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < len(APP_FIELDS):
+            continue
+        pid, name, used, uuid = cells[0], ",".join(cells[1:-2]), cells[-2], cells[-1]
+        apps.append(
+            {"gpu": by_uuid.get(uuid), "pid": _number(pid), "process_name": name, "used_mib": _number(used)}
+        )
+    return apps
+
+
+def query_nvidia_smi(module: Any, nvidia_smi: str) -> tuple[list[dict], list[dict], str]:
+    """(gpus, apps, error) as nvidia-smi reports them now; error is '' when it answered."""
+    exe = module.get_bin_path(nvidia_smi)
+    if not exe:
+        return [], [], f"{nvidia_smi} not found on this host"
+    texts = []
+    for query, fields in (("gpu", GPU_FIELDS), ("compute-apps", APP_FIELDS)):
+        argv = [exe, f"--query-{query}={','.join(fields)}", "--format=csv,noheader,nounits"]
+        rc, out, err = module.run_command(argv)
+        if rc != 0:
+            return [], [], f"{' '.join(argv)} exited {rc}: {(out + err).strip()[-200:]}"
+        texts.append(out)
+    gpus = parse_gpus(texts[0])
+    if not gpus:
+        return [], [], f"nvidia-smi reported no GPU ({exe} printed {texts[0].strip()[:200]!r})"
+    return gpus, parse_apps(texts[1], {g["uuid"]: g["index"] for g in gpus}), ""
+
+
+def nvidia_smi_snapshot(module: Any, nvidia_smi: str) -> tuple[list[dict], list[dict]]:
+    """Every GPU and every compute process now; fails the module when nvidia-smi cannot tell."""
+    gpus, apps, error = query_nvidia_smi(module, nvidia_smi)
+    if error:
+        module.fail_json(msg=error)
+    return gpus, apps
+
+
+# --- GPU release ---------------------------------------------------------------------------------
+
+#: After kill_holders signalled a process, how long its memory may take to be freed even when
+#: no release timeout was asked for: a SIGKILLed process lingers as `[No data]` (real H200).
+KILLED_RELEASE_S = 10.0
+
+
+def busy_gpus(gpus: list[dict], apps: list[dict], wanted: list[int], limit: int) -> list[dict]:
+    """Checked GPUs above `limit` MiB used, with the processes listed on them. memory.used is
+    the signal that never lies (the process list is empty across PID namespaces); where it
+    reads `[N/A]` a listed process is all there is to go by."""
+    busy = []
+    for g in gpus:
+        if wanted and g["index"] not in wanted:
+            continue
+        holders = [a for a in apps if a["gpu"] == g["index"]]
+        used = g["memory_used_mib"]
+        if (used is None and holders) or (used is not None and used > limit):
+            busy.append({"index": g["index"], "memory_used_mib": used, "holders": holders})
+    return busy
+
+
+def foreign_gpus(
+    gpus: list[dict],
+    apps: list[dict],
+    wanted: list[int],
+    unit: str,
+    in_unit: Callable[[int | None, str], bool] = in_unit_cgroup,
+) -> list[dict]:
+    """Checked GPUs with a listed process outside `unit`, with those processes as holders
+    (memory.used counts our own server too, so only the process list can tell owners apart)."""
+    busy = []
+    for g in gpus:
+        if wanted and g["index"] not in wanted:
+            continue
+        holders = [a for a in apps if a["gpu"] == g["index"] and not in_unit(a["pid"], unit)]
+        if holders:
+            busy.append({"index": g["index"], "memory_used_mib": g["memory_used_mib"], "holders": holders})
+    return busy
+
+
+def _mib(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def describe(busy: list[dict], foreign_only: bool = False) -> str:
+    """One clause per busy GPU: index, MiB used, and each holder's PID, name and MiB."""
+    parts = []
+    for b in busy:
+        who = ", ".join(
+            f"PID {_mib(h['pid'])} {h['process_name']} {_mib(h['used_mib'])} MiB" for h in b["holders"]
+        )
+        who = who or "no process listed (another PID namespace?)"
+        if foreign_only:  # memory.used also counts our own server here: name only the others
+            parts.append(f"GPU {b['index']} is used by {who}")
+        else:
+            parts.append(f"GPU {b['index']} has {_mib(b['memory_used_mib'])} MiB used by {who}")
+    return "; ".join(parts)
+
+
+def kill(holders: list[dict], name_of: Callable[[int | None], str | None] = argv0) -> list[dict]:
+    """SIGTERM each holder, SIGKILL what is left after 5 s; returns the ones signalled. Only a
+    PID whose argv[0] is the name nvidia-smi listed is touched, so a PID from another
+    namespace (or a `[No data]` row of one already dying) is never signalled by mistake."""
+    targets = [h for h in holders if h["pid"] and name_of(h["pid"]) == h["process_name"]]
+    for h in targets:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(h["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{h['pid']}") for h in targets):
+        time.sleep(0.1)
+    for h in targets:
+        if os.path.exists(f"/proc/{h['pid']}"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(h["pid"], signal.SIGKILL)
+    return targets
+
+
+def wait_idle(
+    module: Any,
+    *,
+    nvidia_smi: str,
+    gpus: list[int],
+    max_used_mib: int,
+    release_timeout_s: float,
+    poll_interval_s: float,
+    kill_holders: bool,
+    allow_unit: str,
+    check_mode: bool,
+) -> dict:
+    """Poll nvidia-smi until the checked GPUs are idle or release_timeout_s has passed; with
+    kill_holders, kill what holds them once. Returns {idle, gpus, holders, busy, waited_s,
+    killed}; the caller decides whether busy GPUs fail it (idle_message)."""
+    start = time.monotonic()
+    deadline = start + release_timeout_s
+    killed: list[dict] = []
+    while True:
+        all_gpus, apps = nvidia_smi_snapshot(module, nvidia_smi)
+        missing = sorted(set(gpus) - {g["index"] for g in all_gpus})
+        if missing:
+            module.fail_json(msg=f"no GPU with index {missing} (the host has {len(all_gpus)})", gpus=all_gpus)
+        if allow_unit:
+            busy = foreign_gpus(all_gpus, apps, gpus, allow_unit)
+        else:
+            busy = busy_gpus(all_gpus, apps, gpus, max_used_mib)
+        if busy and kill_holders and not check_mode and not killed:
+            killed = kill([h for b in busy for h in b["holders"]])
+            if killed:
+                deadline = max(deadline, time.monotonic() + KILLED_RELEASE_S)
+                continue  # look again now that they are gone
+        if not busy or time.monotonic() >= deadline:
+            break
+        time.sleep(poll_interval_s)
+    wanted = set(gpus) or {g["index"] for g in all_gpus}
+    return {
+        "idle": not busy,
+        "gpus": all_gpus,
+        "holders": [a for a in apps if a["gpu"] in wanted],
+        "busy": busy,
+        "waited_s": round(time.monotonic() - start, 2),
+        "killed": killed,
+    }
+
+
+def idle_message(report: dict, release_timeout_s: float, allow_unit: str = "") -> str:
+    """Why wait_idle's GPUs are not idle, as a person reads it."""
+    if allow_unit:
+        return f"GPUs held outside {allow_unit}: {describe(report['busy'], True)}"
+    after = f" after waiting {report['waited_s']:.1f} s" if release_timeout_s or report["killed"] else ""
+    return f"GPUs not idle{after}: {describe(report['busy'])}"
+
+
+# --- HTTP ----------------------------------------------------------------------------------------
+
+
+def health_status(url: str, timeout: float) -> int | None:
+    """The HTTP status of `url`; None when nothing answered (refused, timed out)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+# --- preflight -----------------------------------------------------------------------------------
+
+#: EAGLE-1 style algorithms: an EAGLE-3 drafter under them runs with accept length 1.0.
+EAGLE1 = ("EAGLE", "NEXTN")
+
+
+def read_config(path: str) -> tuple[dict, str]:
+    """A model directory's config.json, or an error saying what is wrong with the directory."""
+    config = os.path.join(path, "config.json")
+    if not os.path.isdir(path):
+        return {}, f"{path} does not exist"
+    try:
+        with open(config) as fh:
+            return json.load(fh), ""
+    except FileNotFoundError:
+        return {}, f"{path} holds no config.json"
+    except (OSError, ValueError) as exc:
+        return {}, f"{config} is unreadable: {exc}"
+
+
+def hidden_size(config: dict) -> int | None:
+    """The target's hidden size: top level, or text_config for multimodal wrappers (Kimi-K2.5)."""
+    return config.get("hidden_size") or (config.get("text_config") or {}).get("hidden_size")
+
+
+def drafter_problems(algorithm: str, target: dict, draft: dict, draft_path: str) -> list[str]:
+    archs = draft.get("architectures") or []
+    eagle3 = any("Eagle3" in a for a in archs)
+    problems = []
+    if eagle3 and algorithm in EAGLE1:
+        problems.append(
+            f"drafter {draft_path} is an EAGLE-3 model ({', '.join(archs)}) but the algorithm is "
+            f"{algorithm}: the server would start and silently run with accept length 1.0; "
+            "use --speculative-algorithm EAGLE3"
+        )
+    elif algorithm == "EAGLE3" and archs and not eagle3:
+        problems.append(
+            f"drafter {draft_path} is not an EAGLE-3 model ({', '.join(archs)}) but the algorithm is EAGLE3; "
+            "use an ...Eagle3 drafter or --speculative-algorithm EAGLE"
+        )
+    want, have = hidden_size(target), draft.get("target_hidden_size") or draft.get("hidden_size")
+    if eagle3 and want and have and int(want) != int(have):
+        problems.append(
+            f"drafter {draft_path} expects target hidden size {have}, the target model has {want}"
+        )
+    return problems
+
+
+def help_flags(help_text: str) -> set[str]:
+    """The long options `sglang.launch_server --help` names."""
+    return set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", help_text))
+
+
+def listeners(table_text: str, port: int) -> set[str]:
+    """Socket inodes listening (state 0A) on `port` in a /proc/net/tcp or tcp6 text."""
+    inodes = set()
+    for row in table_text.splitlines()[1:]:
+        cols = row.split()
+        if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+            inodes.add(cols[9])
+    return inodes
+
+
+def socket_owners(inodes: set[str]) -> list[int]:
+    """PIDs holding one of these socket inodes open."""
+    owners = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    owners.append(int(pid))
+                    break
+    return owners
+
+
+def port_problem(port: int, unit: str) -> str:
+    """Who outside `unit` listens on `port`, if anyone (our own server may hold it)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        text = read_bytes(table)
+        if text is not None:
+            inodes |= listeners(text.decode(), port)
+    if not inodes:
+        return ""
+    foreign = []
+    for pid in socket_owners(inodes):
+        name = argv0(pid)
+        if name is not None and not in_unit_cgroup(pid, unit):
+            foreign.append(f"PID {pid} {name}")
+    return f"port {port} is taken by {', '.join(foreign)} (not {unit})" if foreign else ""
+
+
+def disk_problem(log_dir: str, min_free_mib: int) -> str:
+    try:
+        stat = os.statvfs(log_dir)
+    except OSError as exc:
+        return f"log dir {log_dir}: {exc.strerror}"
+    free_mib = stat.f_bavail * stat.f_frsize // 2**20
+    return (
+        f"{log_dir} has {free_mib} MiB free, the logs need {min_free_mib} MiB"
+        if free_mib < min_free_mib
+        else ""
+    )
+
+
+def _sglang_problems(module: Any, unit_name: str, paths: dict, c: dict) -> tuple[list[str], str, bool]:
+    """(problems, installed version, whether --help was checked) for the unit's python."""
+    python = c["python"]
+    if not os.access(python, os.X_OK):
+        return [f"python {python} does not exist or is not executable"], "", False
+    code = "import importlib.metadata as m; print(m.version('sglang'))"
+    rc, out, err = module.run_command([python, "-c", code])
+    if rc != 0:
+        tail = (err.strip().splitlines() or ["no output"])[-1]
+        return [f"SGLang is not importable by {python}: {tail}"], "", False
+    version, problems = out.strip(), []
+    if version != c["sglang_version"]:
+        problems.append(
+            f"SGLang {version} is installed, the profile renders flags for {c['sglang_version']}: "
+            f'set server.sglang_version: "{version}" or install {c["sglang_version"]}'
+        )
+    installed = read_bytes(unit_path(paths, unit_name))
+    if (
+        c["skip_flags_if_digest"]
+        and installed is not None
+        and unit_digest(installed) == c["skip_flags_if_digest"]
+    ):
+        return problems, version, False  # this unit's flags already run here
+    rc, out, err = module.run_command([python, "-m", "sglang.launch_server", "--help"])
+    if rc != 0:
+        tail = (err or out).strip()[-200:]
+        return [*problems, f"`{python} -m sglang.launch_server --help` failed ({rc}): {tail}"], version, True
+    known = help_flags(out)
+    problems += [
+        f"flag {flag} is not in this host's `sglang.launch_server --help` (SGLang {version})"
+        for flag in c["flags"]
+        if flag not in known
+    ]
+    return problems, version, True
+
+
+def _model_problems(c: dict) -> list[str]:
+    target, error = read_config(c["model_path"])
+    problems = [f"model path: {error}"] if error else []
+    if c["draft_model_path"]:
+        draft, error = read_config(c["draft_model_path"])
+        if error:
+            problems.append(f"draft model path: {error}")
+        elif c["algorithm"]:
+            problems += drafter_problems(c["algorithm"], target, draft, c["draft_model_path"])
+    return problems
+
+
+def _gpu_problems(module: Any, unit_name: str, c: dict) -> tuple[list[str], int]:
+    gpus, apps, error = query_nvidia_smi(module, c["nvidia_smi"])
+    if error:
+        return [error], 0
+    problems = []
+    if c["gpus_needed"] > len(gpus):
+        problems.append(
+            f"TP x DP = {c['gpus_needed']} GPUs needed, nvidia-smi reports {len(gpus)} on this host"
+        )
+    if not c["allow_gpu_holders"]:
+        for b in foreign_gpus(gpus, apps, [], unit_name):
+            for h in b["holders"]:  # one line per process, as --kill-gpu-holders would kill it
+                who = describe([{**b, "holders": [h]}], foreign_only=True)
+                problems.append(f"{who}, outside {unit_name} (--kill-gpu-holders kills it)")
+    return problems, len(gpus)
+
+
+def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> dict:
+    """Everything that can be known before a stop, read-only: SGLang's version and flags, the
+    model and drafter, GPUs and their holders, the port, disk for logs. Every problem at once,
+    one line each: {problems, sglang_version, gpus, help_checked}."""
+    problems, version, help_checked = _sglang_problems(module, unit_name, paths, checks)
+    problems += _model_problems(checks)
+    gpu_problems, gpus = _gpu_problems(module, unit_name, checks)
+    problems += gpu_problems
+    taken = port_problem(checks["port"], unit_name)
+    if taken:
+        problems.append(taken)
+    disk = disk_problem(checks["log_dir"], checks["min_free_mib"])
+    if disk:
+        problems.append(disk)
+    return {"problems": problems, "sglang_version": version, "gpus": gpus, "help_checked": help_checked}

@@ -1,0 +1,150 @@
+#!/usr/bin/python
+"""Ansible module: stop a unit, wait until its cgroup is empty, then until its GPUs are released.
+
+One module instead of stop, show, wait and a GPU check: every task costs a round trip, and the
+server's memory is only free once the driver has released it, some time after its processes
+are gone.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_stop
+short_description: Stop a systemd unit, wait until its processes are gone and its GPUs are released
+description:
+  - systemctl stop sends SIGTERM to the unit's processes, waits TimeoutStopSec, then
+    SIGKILLs what is left of the unit's own cgroup; nothing outside the unit is touched.
+  - A unit that does not exist is already stopped.
+  - Then waits until memory.used of the checked GPUs is at most I(max_used_mib), failing with
+    C(GPUs not idle after waiting N s) naming what holds them. Processes outside the unit are
+    killed only with I(kill_gpu_holders).
+options:
+  unit_name:
+    description: The systemd unit.
+    type: str
+    required: true
+  gone_timeout_s:
+    description: Seconds to wait for the unit's cgroup to empty after the stop.
+    type: float
+    default: 30.0
+  gpus:
+    description: GPU indices to wait for; empty means every GPU on the host.
+    type: list
+    elements: int
+    default: []
+  gpu_release_timeout_s:
+    description: Seconds to wait for the GPUs' memory to be released.
+    type: float
+    default: 30.0
+  kill_gpu_holders:
+    description: Kill the processes nvidia-smi still lists on the GPUs after the stop (as gpu_idle does).
+    type: bool
+    default: false
+  max_used_mib:
+    description: A GPU counts as released at or below this many MiB used.
+    type: int
+    default: 0
+  nvidia_smi:
+    description: The nvidia-smi executable.
+    type: str
+    default: nvidia-smi
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is stopped; the GPUs are reported, busy or not, without failing.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Stop the server and wait for its GPUs
+  sglang_stop:
+    unit_name: sglang.service
+    gpus: [0, 1, 2, 3]
+  register: __sglang_stop
+"""
+
+RETURN = r"""
+was_active:
+  description: Whether the unit was running before.
+  type: bool
+  returned: always
+main_pid:
+  description: MainPID before the stop (0 if none).
+  type: int
+  returned: always
+stop_s:
+  description: Seconds the stop took (0 when nothing was stopped).
+  type: float
+  returned: always
+gpus:
+  description: "The GPU wait, as the gpu_idle module returns it: idle, gpus, holders, busy, waited_s, killed."
+  type: dict
+  returned: success, or when the GPUs were not released
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.orchestrator_host import cgroup_procs, idle_message, systemctl_show, wait_idle
+
+ARGUMENT_SPEC = {
+    "unit_name": {"type": "str", "required": True},
+    "gone_timeout_s": {"type": "float", "default": 30.0},
+    "gpus": {"type": "list", "elements": "int", "default": []},
+    "gpu_release_timeout_s": {"type": "float", "default": 30.0},
+    "kill_gpu_holders": {"type": "bool", "default": False},
+    "max_used_mib": {"type": "int", "default": 0},
+    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+}
+PROPS = ("LoadState", "ActiveState", "MainPID", "ControlGroup")
+RUNNING = ("active", "activating", "deactivating", "reloading")
+
+
+def stop(module: AnsibleModule, unit: str, gone_timeout_s: float, result: dict) -> float:
+    """systemctl stop, then wait until no process of the unit's cgroup is left; seconds taken."""
+    start = time.monotonic()
+    rc, _, err = module.run_command([module.get_bin_path("systemctl", required=True), "stop", unit])
+    if rc != 0:
+        module.fail_json(msg=f"systemctl stop {unit} failed: {err.strip()}", **result)
+    deadline = time.monotonic() + gone_timeout_s
+    while True:
+        now = systemctl_show(module, unit, PROPS)
+        left = cgroup_procs(now.get("ControlGroup", ""))
+        if now.get("MainPID") == "0" and now.get("ActiveState") in ("inactive", "failed") and not left:
+            return round(time.monotonic() - start, 2)
+        if time.monotonic() > deadline:
+            left = left or [now.get("MainPID")]
+            module.fail_json(msg=f"{unit} still has processes {left} after stop", **result)
+        time.sleep(0.1)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    before = systemctl_show(module, p["unit_name"], PROPS)
+    was_active = before.get("ActiveState") in RUNNING
+    result = {"changed": was_active, "was_active": was_active, "main_pid": int(before.get("MainPID") or 0)}
+    result["stop_s"] = 0.0
+    if before.get("LoadState") != "not-found" and not module.check_mode:
+        result["stop_s"] = stop(module, p["unit_name"], p["gone_timeout_s"], result)
+    release_timeout_s = 0.0 if module.check_mode else p["gpu_release_timeout_s"]
+    result["gpus"] = wait_idle(
+        module,
+        nvidia_smi=p["nvidia_smi"],
+        gpus=p["gpus"],
+        max_used_mib=p["max_used_mib"],
+        release_timeout_s=release_timeout_s,
+        poll_interval_s=0.5,
+        kill_holders=p["kill_gpu_holders"],
+        allow_unit="",
+        check_mode=module.check_mode,
+    )
+    result["changed"] = was_active or bool(result["gpus"]["killed"])
+    if not result["gpus"]["idle"] and not module.check_mode:
+        module.fail_json(msg=idle_message(result["gpus"], release_timeout_s), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+#!/usr/bin/python
+"""Ansible module: install an SGLang unit, its secret config and its facts, as one step.
+
+The unit text comes rendered from the control machine (`orchestrator render` shows the same
+bytes); it is installed only once `systemd-analyze verify` has accepted it, so a unit systemd
+would refuse never replaces a working one.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_unit
+short_description: Write the SGLang unit (checked by systemd-analyze verify), its secret config and its facts
+description:
+  - Makes I(paths.state_dir) a root-only (0700) directory.
+  - Checks I(content) with C(systemd-analyze verify), as a temporary file with the unit's suffix
+    in the unit's directory; when refused, fails with systemd-analyze's output and changes no file.
+  - Writes I(secret_content) to I(secret_path) (0600) when a secret path is given.
+  - Writes I(content) to the unit file (0644) in one rename.
+  - Writes C({state_dir}/units/<unit_name>.json) (0600), the I(facts) and the digest of I(content),
+    which sglang_probe reads back.
+  - Does not reload systemd or restart anything.
+options:
+  unit_name:
+    description: The systemd unit name (its file name in I(paths.unit_dir)).
+    type: str
+    required: true
+  paths:
+    description: Where orchestrator keeps things on the host.
+    type: dict
+    required: true
+    suboptions:
+      unit_dir: {description: Where unit files live., type: str, required: true}
+      state_dir: {description: Root-only state directory (unit facts)., type: str, required: true}
+      lock_dir: {description: Where deploy locks live (tmpfs)., type: str, required: true}
+  content:
+    description: The unit text the plan rendered.
+    type: str
+    required: true
+  facts:
+    description: The facts of this unit (profile, port, bind, gpus, health_url, rank, nnodes).
+    type: dict
+    required: true
+  secret_path:
+    description: Host path of the secret --config file; empty if none.
+    type: str
+    default: ""
+  secret_content:
+    description: The secret config's text.
+    type: str
+    default: ""
+attributes:
+  check_mode:
+    support: full
+    details: Nothing is written and the unit is not verified; changed and the diff say what would change.
+  diff_mode:
+    support: full
+    details: The diff is the unit text's; the secret is never shown.
+"""
+
+EXAMPLES = r"""
+- name: Write the unit
+  sglang_unit:
+    unit_name: sglang.service
+    paths: {unit_dir: /etc/systemd/system, state_dir: /etc/orchestrator, lock_dir: /run/orchestrator}
+    content: "{{ lookup('ansible.builtin.file', 'sglang.service') }}"
+    facts: {profile: llama-8b, port: 30000, bind: 0.0.0.0, gpus: [0], health_url: "http://127.0.0.1:30000/health"}
+  register: __sglang_unit
+"""
+
+RETURN = r"""
+digest:
+  description: Digest of the unit text (sha256 prefix, as the control machine computes it).
+  type: str
+  returned: always
+unit_path:
+  description: The unit file's path.
+  type: str
+  returned: always
+diff:
+  description: The unit text before and after (before_header, after_header, before, after).
+  type: dict
+  returned: in diff mode
+"""
+
+import contextlib
+import json
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.orchestrator_host import (
+    PATHS_SPEC,
+    ensure_dir,
+    ensure_file,
+    facts_path,
+    read_bytes,
+    unit_digest,
+    unit_path,
+)
+
+ARGUMENT_SPEC = {
+    "unit_name": {"type": "str", "required": True},
+    "paths": PATHS_SPEC,
+    "content": {"type": "str", "required": True},
+    "facts": {"type": "dict", "required": True},
+    "secret_path": {"type": "str", "default": "", "no_log": False},
+    "secret_content": {"type": "str", "default": "", "no_log": True},
+}
+
+
+def verified_copy(module: AnsibleModule, unit_dir: str, unit_name: str, data: bytes) -> str:
+    """A 0644 temporary file holding `data` beside the unit, accepted by systemd-analyze verify.
+    Its name starts with a dot, which systemd's unit search skips, and keeps the unit's suffix,
+    which systemd-analyze needs to know what it is checking."""
+    stem, suffix = os.path.splitext(unit_name)
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}-", suffix=suffix, dir=unit_dir)
+    with os.fdopen(fd, "wb") as fh:
+        os.fchmod(fh.fileno(), 0o644)
+        fh.write(data)
+    analyze = module.get_bin_path("systemd-analyze", required=True)
+    rc, out, err = module.run_command([analyze, "verify", tmp])
+    if rc != 0:
+        os.unlink(tmp)
+        output = (out + err).replace(os.path.basename(tmp), unit_name).strip()
+        module.fail_json(msg=f"systemd-analyze verify refused {unit_name}: {output}", rc=rc)
+    return tmp
+
+
+def write_all(module: AnsibleModule, p: dict, digest: str, before: bytes | None) -> bool:
+    """Directories, secret, unit, facts, in that order; the unit checked before any file changes."""
+    paths, name, content = p["paths"], p["unit_name"], p["content"].encode()
+    changed = ensure_dir(module, paths["state_dir"])
+    changed = ensure_dir(module, os.path.dirname(facts_path(paths, name))) or changed
+    new_unit = before != content
+    tmp = (
+        verified_copy(module, paths["unit_dir"], name, content) if new_unit and not module.check_mode else ""
+    )
+    try:
+        if p["secret_path"]:
+            if not module.check_mode:  # its directory is made if missing, never changed
+                os.makedirs(os.path.dirname(p["secret_path"]), mode=0o700, exist_ok=True)
+            changed = ensure_file(module, p["secret_path"], p["secret_content"].encode(), 0o600) or changed
+        if tmp:
+            os.replace(tmp, unit_path(paths, name))
+        elif not new_unit:
+            changed = ensure_file(module, unit_path(paths, name), content, 0o644) or changed  # mode, owner
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            if tmp:
+                os.unlink(tmp)
+    facts = json.dumps({**p["facts"], "digest": digest}, indent=2, sort_keys=True) + "\n"
+    changed = ensure_file(module, facts_path(paths, name), facts.encode(), 0o600) or changed
+    return changed or new_unit
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    path = unit_path(p["paths"], p["unit_name"])
+    digest = unit_digest(p["content"].encode())
+    before = read_bytes(path)
+    result = {"changed": write_all(module, p, digest, before), "digest": digest, "unit_path": path}
+    if module._diff:
+        result["diff"] = {
+            "before_header": path,
+            "after_header": path,
+            "before": before.decode(errors="replace") if before is not None else "",
+            "after": p["content"],
+        }
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Results are read by the module each task ran, never by its display name: with every task of
+every playbook and role renamed, deploy, status, logs, preflight and a failing deploy still read
+the hosts right."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from labutil import GOOD, service, variant
+from orchestrator import deploy, hostops, logs, runner
+from orchestrator import profile as profile_mod
+from orchestrator.paths import PLAYBOOKS_DIR, ROLES_DIR
+
+pytestmark = pytest.mark.lab
+
+
+def _rename_tasks(node: object, counter: list[int]) -> None:
+    """Every task (and block) gets a new name; play names stay."""
+    if isinstance(node, list):
+        for item in node:
+            if isinstance(item, dict) and "hosts" not in item and "name" in item:
+                counter[0] += 1
+                item["name"] = f"renamed task {counter[0]}"
+            _rename_tasks(item, counter)
+    elif isinstance(node, dict):
+        for value in node.values():
+            _rename_tasks(value, counter)
+
+
+@pytest.fixture
+def renamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Playbooks and roles copied with every task renamed, and the runner pointed at the copy."""
+    books, roles = tmp_path / "playbooks", tmp_path / "roles"
+    shutil.copytree(PLAYBOOKS_DIR, books, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROLES_DIR, roles, ignore=shutil.ignore_patterns("__pycache__"))
+    counter = [0]
+    for path in [*books.glob("*.yml"), *books.glob("tasks/*.yml"), *roles.glob("*/tasks/*.yml")]:
+        data = yaml.safe_load(path.read_text())
+        _rename_tasks(data, counter)
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    monkeypatch.setattr(runner, "PLAYBOOKS_DIR", books)
+    monkeypatch.setattr(runner, "ROLES_DIR", roles)
+    monkeypatch.setattr(runner, "MODULE_UTILS_DIR", books / "module_utils")
+    return counter[0]
+
+
+def test_renaming_every_task_changes_nothing(lab, renamed, tmp_path):
+    assert renamed > 15  # every task of the playbooks and roles
+    host = lab.hosts[-1]
+    good = profile_mod.load(GOOD)
+    opts = deploy.Options(limit=host.name, force_restart=True)
+
+    report = deploy.deploy(good, lab.inventory, opts)
+    (h,) = report.hosts
+    assert h.ok and h.restarted and h.step == "record" and h.healthy_after_s, h
+    pid = service(host)["MainPID"]
+
+    again = deploy.deploy(good, lab.inventory, deploy.Options(limit=host.name))
+    (h,) = again.hosts
+    assert h.ok and not h.restarted and not h.changed and h.step == "probe", h
+    assert service(host)["MainPID"] == pid
+
+    (row,) = hostops.status(lab.inventory, limit=host.name)
+    assert (row.profile, row.digest, row.health, row.port) == (GOOD, h.digest, 200, good.server.port)
+    assert row.gpu_used_mib > 0 and row.accept_len is not None
+
+    batch = logs.read(lab.inventory, limit=host.name, lines=5)
+    assert batch.lines and not batch.failures
+
+    (pf,) = hostops.preflight(good, lab.inventory, host.name)
+    assert pf.ok and pf.sglang_version == good.server.sglang_version, pf
+
+    # A failure is still placed at its step, with its diagnosis, and rolled back.
+    missing = profile_mod.load(variant(tmp_path, "nomodel", server={"model_path": "/data/models/none"}))
+    bad = deploy.deploy(missing, lab.inventory, deploy.Options(limit=host.name))
+    (h,) = bad.hosts
+    assert not h.ok and h.step == "preflight", h
+    assert "model path: /data/models/none does not exist" in h.diagnosis
+    assert service(host)["MainPID"] == pid  # nothing was stopped

@@ -1,0 +1,118 @@
+"""Helpers of the module tests, which test the roles' modules as ansible-core tests its own
+(test/units/modules/).
+
+The module files are imported directly, with playbooks/module_utils made part of
+`ansible.module_utils` as ANSIBLE_MODULE_UTILS makes it on a real run. The `run_module`
+fixture (conftest.py) drives a module's main() with the documented pattern: module args
+patched in (module_args), exit_json/fail_json raising Exit. What only a host has (systemctl,
+nvidia-smi) is answered by `FakeHost`, whose nvidia-smi output is captured real output
+(tests/data/nvidia-smi, tests/unit/modules/data).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import ansible.module_utils
+from ansible.module_utils import basic
+
+from orchestrator.paths import MODULE_UTILS_DIR, ROLES_DIR, ROOT
+
+if str(MODULE_UTILS_DIR) not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(MODULE_UTILS_DIR))
+
+CAPTURES = ROOT / "tests/data/nvidia-smi"
+DATA = Path(__file__).parent / "data"
+
+
+def load_module(role: str, name: str) -> types.ModuleType:
+    """roles/<role>/library/<name>.py as a Python module."""
+    spec = importlib.util.spec_from_file_location(name, ROLES_DIR / role / "library" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def module_args(args: dict[str, Any]) -> Iterator[None]:
+    """Hand `args` to the next AnsibleModule: ansible-core 2.19's patch_module_args, or the older
+    set_module_args way on 2.17 and 2.18."""
+    try:
+        from ansible.module_utils.testing import patch_module_args
+    except ImportError:
+        payload = json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode()
+        with mock.patch.object(basic, "_ANSIBLE_ARGS", payload):
+            yield
+        return
+    with patch_module_args(args):
+        yield
+
+
+class Exit(Exception):
+    def __init__(self, result: dict, failed: bool) -> None:
+        super().__init__(result.get("msg", ""))
+        self.result, self.failed = result, failed
+
+
+def exit_json(self: basic.AnsibleModule, **result: Any) -> None:
+    raise Exit(result, failed=False)
+
+
+def fail_json(self: basic.AnsibleModule, msg: str, **result: Any) -> None:
+    raise Exit({"msg": msg, **result}, failed=True)
+
+
+def capture(name: str) -> str:
+    path = DATA / name if (DATA / name).exists() else CAPTURES / name
+    return path.read_text()
+
+
+class FakeHost:
+    """Answers run_command for the binaries a module calls. `answers[name]` is a list of
+    (rc, stdout, stderr) or a function of argv; a list is consumed one call at a time, its
+    last entry repeating. nvidia-smi takes (gpu_csv, apps_csv) pairs in `smi`."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.answers: dict[str, Any] = {}
+        self.smi: list[tuple[str, str]] = []
+        self._smi_at = 0
+
+    def run_command(self, argv: list[str], **_: Any) -> tuple[int, str, str]:
+        argv = [str(a) for a in argv]
+        self.calls.append(argv)
+        name = Path(argv[0]).name
+        if name == "nvidia-smi":
+            return self._nvidia_smi(argv)
+        answer = self.answers.get(name)
+        if answer is None:
+            raise AssertionError(f"unexpected command {argv}")
+        if callable(answer):
+            return answer(argv)
+        return answer.pop(0) if len(answer) > 1 else answer[0]
+
+    def _nvidia_smi(self, argv: list[str]) -> tuple[int, str, str]:
+        gpu_csv, apps_csv = self.smi[min(self._smi_at, len(self.smi) - 1)]
+        if argv[1].startswith("--query-gpu="):
+            return 0, gpu_csv, ""
+        self._smi_at += 1  # a snapshot is the gpu query, then the apps query
+        return 0, apps_csv, ""
+
+    @staticmethod
+    def get_bin_path(module: Any, arg: str, required: bool = False, opt_dirs: Any = None) -> str:
+        return arg if arg.startswith("/") else f"/usr/bin/{arg}"
+
+    def ran(self, name: str) -> list[list[str]]:
+        return [c for c in self.calls if Path(c[0]).name == name]
+
+
+def systemctl_show(**props: str) -> tuple[int, str, str]:
+    return 0, "".join(f"{k}={v}\n" for k, v in props.items()), ""

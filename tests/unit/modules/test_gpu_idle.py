@@ -1,0 +1,115 @@
+"""roles/gpu_idle: the module's main() against captured nvidia-smi output, and the three
+defects of the module before module_utils (each of these tests fails on it)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections.abc import Iterator
+
+import pytest
+from hostfakes import capture, load_module
+
+H200 = "GPU-8b9e1fa8-32f8-da01-8524-833ee60332e7"  # the GPU of the kill captures
+
+
+@pytest.fixture
+def gpu_idle():
+    return load_module("gpu_idle", "gpu_idle")
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen]:
+    """A process nvidia-smi will be made to list as a GPU holder; reaped as soon as it dies,
+    so that it does not linger as a zombie."""
+    proc = subprocess.Popen(["sleep", "60"])
+    threading.Thread(target=proc.wait, daemon=True).start()
+    yield proc
+    proc.kill()
+
+
+def test_an_idle_gpu_passes(gpu_idle, host, run_module):
+    host.smi = [
+        (capture("idle-query-gpu.csv").replace(", 00000000:00:06.0", "").rsplit(",", 1)[0] + "\n", "")
+    ]
+    failed, result = run_module(gpu_idle, {"release_timeout_s": 0})
+    assert not failed and result["idle"] and result["busy"] == [] and result["changed"] is False
+    assert result["gpus"][0]["memory_total_mib"] == 143771
+
+
+def test_a_busy_gpu_fails_naming_its_holder(gpu_idle, host, run_module):
+    host.smi = [(capture("killed-query-gpu.csv"), f"516, /opt/torch/.venv/bin/python3, 4614, {H200}\n")]
+    failed, result = run_module(gpu_idle, {"release_timeout_s": 0})
+    assert failed
+    assert (
+        result["msg"]
+        == "GPUs not idle: GPU 0 has 4623 MiB used by PID 516 /opt/torch/.venv/bin/python3 4614 MiB"
+    )
+
+
+def test_the_check_waits_for_release(gpu_idle, host, run_module):
+    host.smi = [
+        (capture("killed-query-gpu.csv"), capture("killed-compute-apps.csv")),
+        (capture("released-query-gpu.csv"), capture("released-compute-apps.csv")),
+    ]
+    failed, result = run_module(gpu_idle, {"release_timeout_s": 5, "poll_interval_s": 0.01})
+    assert not failed and result["idle"]
+
+
+def test_check_mode_reports_busy_gpus_without_failing_or_killing(gpu_idle, host, run_module, sleeper):
+    host.smi = [(capture("killed-query-gpu.csv"), f"{sleeper.pid}, sleep, 4614, {H200}\n")]
+    failed, result = run_module(gpu_idle, {"kill_holders": True}, check_mode=True)
+    assert not failed and not result["idle"] and result["killed"] == []
+    assert sleeper.poll() is None
+
+
+def test_memory_used_na_is_no_crash(gpu_idle, host, run_module):
+    """Defect 1: int('[N/A]') raised ValueError."""
+    host.smi = [(f"0, {H200}, NVIDIA H200, [N/A], [N/A]\n", "")]
+    failed, result = run_module(gpu_idle, {"release_timeout_s": 0})
+    assert not failed and result["idle"]
+    assert result["gpus"][0]["memory_used_mib"] is None
+    host.smi = [(f"0, {H200}, NVIDIA H200, [N/A], [N/A]\n", f"77, python3, [N/A], {H200}\n")]
+    failed, result = run_module(gpu_idle, {"release_timeout_s": 0})
+    assert failed and result["msg"] == "GPUs not idle: GPU 0 has ? MiB used by PID 77 python3 ? MiB"
+
+
+def test_nvidia_smi_reporting_no_gpu_fails(gpu_idle, host, run_module):
+    """Defect 2: exit 0 with no output was reported as idle, with gpus []."""
+    host.smi = [("", "")]
+    failed, result = run_module(gpu_idle, {"release_timeout_s": 0})
+    assert failed and result["msg"].startswith("nvidia-smi reported no GPU")
+
+
+def test_killed_holders_are_waited_for_even_without_a_release_timeout(gpu_idle, host, run_module, sleeper):
+    """Defect 3: with kill_holders and release_timeout_s 0 it looked once right after the kill
+    and failed, while the killed process still showed as `[No data]` holding its memory. On a
+    real H200, with a holder that ignores SIGTERM (so it gets SIGKILL), the old module failed
+    3 times out of 3 with "GPU 0 has 4623 MiB used by PID 597 [No data] 4614 MiB"; this one
+    passed each time, about 0.3 s after the SIGKILL."""
+    pid = str(sleeper.pid)
+    host.smi = [
+        (capture("killed-query-gpu.csv"), f"{pid}, sleep, 4614, {H200}\n"),
+        (capture("killed-query-gpu.csv"), capture("killed-compute-apps.csv").replace("443", pid)),
+        (capture("killed-query-gpu.csv"), capture("killed-compute-apps.csv").replace("443", pid)),
+        (capture("released-query-gpu.csv"), capture("released-compute-apps.csv")),
+    ]
+    failed, result = run_module(
+        gpu_idle, {"kill_holders": True, "release_timeout_s": 0, "poll_interval_s": 0.01}
+    )
+    assert not failed, result["msg"]
+    assert result["idle"] and result["changed"]
+    assert [(k["pid"], k["process_name"]) for k in result["killed"]] == [(sleeper.pid, "sleep")]
+    assert sleeper.poll() is not None
+
+
+def test_a_missing_gpu_index_fails(gpu_idle, host, run_module):
+    host.smi = [(capture("released-query-gpu.csv"), "")]
+    failed, result = run_module(gpu_idle, {"gpus": [0, 3]})
+    assert failed and result["msg"] == "no GPU with index [3] (the host has 1)"
+
+
+def test_allow_unit_counts_only_processes_outside_the_unit(gpu_idle, host, run_module):
+    host.smi = [(capture("killed-query-gpu.csv"), f"1, init, 100, {H200}\n")]
+    failed, result = run_module(gpu_idle, {"allow_unit": "sglang.service", "release_timeout_s": 0})
+    assert failed and result["msg"] == "GPUs held outside sglang.service: GPU 0 is used by PID 1 init 100 MiB"

@@ -1,0 +1,353 @@
+"""playbooks/module_utils/orchestrator_host.py: the parsers and rules every module relies on,
+proved on real captured output where there is some."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from ansible.module_utils import orchestrator_host as oh
+from hostfakes import CAPTURES, DATA, capture
+
+from orchestrator.plan import Plan
+
+H200 = "GPU-1c99f63f-3983-6cc7-7349-904bbbeb995b"
+CAPTURED_GPU_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "pci.bus_id",
+    "memory.used",
+    "memory.total",
+    "utilization.gpu",
+)
+
+
+# --- systemd -----------------------------------------------------------------------------------
+
+
+def test_systemctl_show_values_keep_their_equals_signs_and_multiline_braces():
+    text = (
+        "ActiveState=active\nMainPID=4242\nEnvironment=A=1 B=2\n"
+        "ExecStart={ path=/usr/bin/python ; argv[]=/usr/bin/python -m x\n  --port 1 ; }\nInvocationID=\n"
+    )
+    shown = oh.parse_systemctl_show(text)
+    assert shown["ActiveState"] == "active"
+    assert shown["Environment"] == "A=1 B=2"
+    assert shown["ExecStart"].startswith("{ path=/usr/bin/python") and shown["ExecStart"].endswith("; }")
+    assert shown["InvocationID"] == ""
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "inside"),
+    [
+        ("0::/system.slice/sglang.service\n", True),
+        ("0::/system.slice/sglang.service/payload\n", True),
+        ("12:pids:/system.slice/sglang.service\n1:name=systemd:/system.slice/sglang.service\n", True),
+        ("0::/system.slice/sglang.service-b\n", False),
+        ("0::/system.slice/xsglang.service\n", False),
+        ("0::/user.slice/user-0.slice/session-3.scope\n", False),
+        ("", False),
+    ],
+)
+def test_a_process_is_in_the_unit_only_when_a_cgroup_path_component_is_its_name(cgroup, inside):
+    assert oh.cgroup_in_unit(cgroup, "sglang.service") is inside
+
+
+def test_a_process_that_is_gone_is_in_no_unit():
+    assert oh.in_unit_cgroup(2**22 + 7, "sglang.service") is False
+
+
+# --- nvidia-smi --------------------------------------------------------------------------------
+
+
+def test_real_gpu_capture_parses_by_field_name():
+    [gpu] = oh.parse_gpus(capture("busy-query-gpu.csv"), CAPTURED_GPU_FIELDS)
+    assert gpu == {
+        "index": 0,
+        "uuid": H200,
+        "name": "NVIDIA H200",
+        "memory_used_mib": 7821,
+        "memory_total_mib": 143771,
+    }
+    [idle] = oh.parse_gpus(capture("idle-query-gpu.csv"), CAPTURED_GPU_FIELDS)
+    assert idle["memory_used_mib"] == 0
+
+
+def test_header_format_with_units_parses_too():
+    [gpu] = oh.parse_gpus(capture("idle-query-gpu-header.csv"), CAPTURED_GPU_FIELDS)
+    assert (gpu["index"], gpu["memory_used_mib"], gpu["memory_total_mib"]) == (0, 0, 143771)
+
+
+def test_real_compute_apps_capture_parses_with_the_gpu_index():
+    apps = oh.parse_apps(capture("busy-compute-apps.csv"), {H200: 0})
+    assert apps == [
+        {"gpu": 0, "pid": 424, "process_name": "python3", "used_mib": 3380},
+        {"gpu": 0, "pid": 450, "process_name": "python3", "used_mib": 4426},
+    ]
+    assert oh.parse_apps(capture("idle-compute-apps.csv"), {H200: 0}) == []
+
+
+def test_a_killed_process_lingers_as_no_data_and_parses_without_a_crash():
+    [gpu] = oh.parse_gpus(capture("killed-query-gpu.csv"))
+    [app] = oh.parse_apps(capture("killed-compute-apps.csv"), {gpu["uuid"]: 0})
+    assert app == {"gpu": 0, "pid": 443, "process_name": "[No data]", "used_mib": 4614}
+    assert gpu["memory_used_mib"] == 4623
+
+
+@pytest.mark.parametrize("value", ["[N/A]", "[No data]", "[Not Supported]", "[Insufficient Permissions]"])
+def test_unreadable_figures_become_none(value):
+    [gpu] = oh.parse_gpus(f"0, {H200}, NVIDIA H200, {value}, {value}\n")
+    assert gpu["memory_used_mib"] is None and gpu["memory_total_mib"] is None
+    [app] = oh.parse_apps(f"424, python3, {value}, {H200}\n", {H200: 0})
+    assert app["used_mib"] is None
+
+
+def test_a_process_name_with_commas_and_an_unknown_gpu():
+    [app] = oh.parse_apps("7, /opt/a,b/python, 12, GPU-elsewhere\n", {H200: 0})
+    assert app == {"gpu": None, "pid": 7, "process_name": "/opt/a,b/python", "used_mib": 12}
+
+
+def test_error_text_is_no_gpu():
+    assert oh.parse_gpus((CAPTURES / "badfield.txt").read_text()) == []
+    assert oh.parse_gpus((CAPTURES / "badid.txt").read_text()) == []
+
+
+# --- GPU decisions -----------------------------------------------------------------------------
+
+
+def gpu(index: int, used: int | None) -> dict:
+    return {"index": index, "uuid": f"GPU-{index}", "name": "NVIDIA H200", "memory_used_mib": used}
+
+
+def app(gpu_index: int, pid: int, mib: int | None = 100, name: str = "python3") -> dict:
+    return {"gpu": gpu_index, "pid": pid, "process_name": name, "used_mib": mib}
+
+
+def test_busy_means_memory_above_the_limit_on_a_checked_gpu():
+    gpus = [gpu(0, 0), gpu(1, 4623), gpu(2, 10)]
+    apps = [app(1, 516, 4614)]
+    assert [b["index"] for b in oh.busy_gpus(gpus, apps, [], 0)] == [1, 2]
+    assert [b["index"] for b in oh.busy_gpus(gpus, apps, [], 10)] == [1]
+    assert [b["index"] for b in oh.busy_gpus(gpus, apps, [0, 2], 10)] == []
+    assert oh.busy_gpus(gpus, apps, [1], 0)[0]["holders"] == apps
+
+
+def test_memory_in_use_with_no_process_listed_is_still_busy():
+    [busy] = oh.busy_gpus([gpu(0, 4623)], [], [], 0)
+    assert busy["holders"] == []
+    assert oh.describe([busy]) == "GPU 0 has 4623 MiB used by no process listed (another PID namespace?)"
+
+
+def test_unknown_memory_is_judged_by_the_process_list():
+    assert oh.busy_gpus([gpu(0, None)], [], [], 0) == []
+    assert [b["index"] for b in oh.busy_gpus([gpu(0, None)], [app(0, 5)], [], 0)] == [0]
+
+
+def test_foreign_gpus_name_only_processes_outside_the_unit():
+    ours = {10}
+    in_unit = lambda pid, unit: unit == "sglang.service" and pid in ours  # noqa: E731
+    gpus = [gpu(0, 9000), gpu(1, 9000), gpu(2, 0)]
+    apps = [app(0, 10), app(1, 10), app(1, 77, name="other")]
+    [busy] = oh.foreign_gpus(gpus, apps, [], "sglang.service", in_unit)
+    assert busy["index"] == 1 and [h["pid"] for h in busy["holders"]] == [77]
+    assert oh.foreign_gpus(gpus, apps, [0], "sglang.service", in_unit) == []
+
+
+def test_describe_names_each_holder():
+    busy = [{"index": 0, "memory_used_mib": 4623, "holders": [app(0, 516, 4614), app(0, 517, None)]}]
+    assert oh.describe(busy) == "GPU 0 has 4623 MiB used by PID 516 python3 4614 MiB, PID 517 python3 ? MiB"
+    assert oh.describe(busy, foreign_only=True).startswith("GPU 0 is used by PID 516")
+
+
+def test_kill_touches_only_a_pid_whose_argv0_is_the_listed_name():
+    names = {5: "python3", 6: "bash"}
+    assert oh.kill([app(0, 6)], name_of=names.get) == []  # PID 6 is someone else now
+    assert oh.kill([app(0, 7, name="[No data]")], name_of=names.get) == []  # already dying
+    assert oh.kill([app(0, None)], name_of=names.get) == []
+
+
+def test_idle_message_says_how_long_it_waited():
+    report = {"busy": [{"index": 0, "memory_used_mib": 5, "holders": []}], "waited_s": 30.04, "killed": []}
+    assert oh.idle_message(report, 30).startswith("GPUs not idle after waiting 30.0 s: GPU 0 has 5 MiB")
+    assert oh.idle_message(report, 0).startswith("GPUs not idle: GPU 0")
+    assert oh.idle_message(report, 0, "sglang.service").startswith(
+        "GPUs held outside sglang.service: GPU 0 is"
+    )
+
+
+# --- preflight rules ---------------------------------------------------------------------------
+
+TARGET = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}
+EAGLE3 = {"architectures": ["LlamaForCausalLMEagle3"], "target_hidden_size": 4096}
+
+
+def test_an_eagle3_drafter_under_eagle_would_silently_run_at_accept_length_one():
+    [problem] = oh.drafter_problems("EAGLE", TARGET, EAGLE3, "/m/d")
+    assert "EAGLE-3 model" in problem and "accept length 1.0" in problem
+    assert oh.drafter_problems("EAGLE3", TARGET, EAGLE3, "/m/d") == []
+
+
+def test_eagle3_needs_an_eagle3_drafter_of_the_target_size():
+    [problem] = oh.drafter_problems("EAGLE3", TARGET, {"architectures": ["LlamaForCausalLMEagle"]}, "/m/d")
+    assert "is not an EAGLE-3 model" in problem
+    [size] = oh.drafter_problems("EAGLE3", TARGET, {**EAGLE3, "target_hidden_size": 5120}, "/m/d")
+    assert "expects target hidden size 5120, the target model has 4096" in size
+
+
+def test_hidden_size_of_a_multimodal_wrapper_is_its_text_configs():
+    assert oh.hidden_size({"text_config": {"hidden_size": 7168}}) == 7168
+    assert oh.hidden_size({"hidden_size": 4096, "text_config": {"hidden_size": 1}}) == 4096
+    assert oh.hidden_size({}) is None
+
+
+def test_read_config_says_what_is_wrong(tmp_path: Path):
+    assert oh.read_config(str(tmp_path / "nope"))[1].endswith("does not exist")
+    assert oh.read_config(str(tmp_path))[1].endswith("holds no config.json")
+    (tmp_path / "config.json").write_text("{")
+    assert "is unreadable" in oh.read_config(str(tmp_path))[1]
+    (tmp_path / "config.json").write_text(json.dumps(TARGET))
+    assert oh.read_config(str(tmp_path)) == (TARGET, "")
+
+
+#: /proc/net/tcp: a listener on 30000 (0x7530) on any address, one on 3306 on loopback, and an
+#: established connection from port 30000.
+PROC_NET_TCP = (DATA / "proc-net-tcp.txt").read_text()
+
+
+def test_listeners_are_the_listening_sockets_of_the_port():
+    assert oh.listeners(PROC_NET_TCP, 30000) == {"31337"}  # 0x7530; the established row is no listener
+    assert oh.listeners(PROC_NET_TCP, 3306) == {"4242"}
+    assert oh.listeners(PROC_NET_TCP, 8080) == set()
+    assert oh.listeners("", 30000) == set()
+
+
+def test_help_flags_are_the_long_options_of_the_real_help_text():
+    from orchestrator.paths import ROOT
+
+    text = (ROOT / "orchestrator/sglang_help/launch_server-help-0.5.9.txt").read_text()
+    flags = oh.help_flags(text)
+    assert {"--model-path", "--port", "--speculative-algorithm"} <= flags
+    assert not any(f.startswith("---") for f in flags)
+
+
+def test_disk_problem_names_free_space(tmp_path: Path):
+    assert oh.disk_problem(str(tmp_path), 0) == ""
+    assert "MiB free, the logs need" in oh.disk_problem(str(tmp_path), 2**40)
+    assert oh.disk_problem(str(tmp_path / "missing"), 1).startswith("log dir ")
+
+
+# --- digest, paths, files ----------------------------------------------------------------------
+
+
+def test_unit_digest_is_the_control_machines():
+    text = "[Unit]\nDescription=SGLang ü\n[Service]\nExecStart=/bin/true\n"
+    plan = Plan(profile="p", unit_name="sglang.service", argv=[], environment={}, unit=text, port=30000)
+    assert oh.unit_digest(text.encode()) == plan.digest
+    assert len(plan.digest) == 16
+
+
+def test_host_paths():
+    paths = {"unit_dir": "/u", "state_dir": "/s", "lock_dir": "/l"}
+    assert oh.unit_path(paths, "a.service") == "/u/a.service"
+    assert oh.facts_path(paths, "a.service") == "/s/units/a.service.json"
+    assert oh.record_path(paths, "a.service") == "/s/last-good/a.service.json"
+    assert oh.lock_path(paths, "a.service") == "/l/a.service.lock"
+
+
+def test_read_json_is_empty_for_anything_but_an_object(tmp_path: Path):
+    f = tmp_path / "x.json"
+    assert oh.read_json(str(f)) == {}
+    for text, want in (("{", {}), ("[1]", {}), ('{"a": 1}', {"a": 1})):
+        f.write_text(text)
+        assert oh.read_json(str(f)) == want
+
+
+def test_write_atomic_sets_the_mode_and_leaves_no_temporary_file(tmp_path: Path):
+    target = tmp_path / "secret.yaml"
+    oh.write_atomic(str(target), b"api-key: x\n", 0o600)
+    assert target.read_bytes() == b"api-key: x\n"
+    assert target.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["secret.yaml"]
+
+
+# --- the deploy lock ---------------------------------------------------------------------------
+
+
+class Failed(Exception):
+    pass
+
+
+class StubModule:
+    def fail_json(self, msg: str, **kw: object) -> None:
+        raise Failed(msg, kw)
+
+
+def lock(run_id: str, pid: int = 10, live: tuple[int, ...] = (10, 20), wait_s: float = 0.0) -> dict:
+    return {
+        "holder": f"me@vm (pid {pid})",
+        "run_id": run_id,
+        "ttl_s": 600.0,
+        "wait_s": wait_s,
+        "control": "vm",
+        "pid": pid,
+        "live_pids": list(live),
+        "profile": "llama",
+    }
+
+
+@pytest.fixture
+def lock_paths(tmp_path: Path) -> dict[str, str]:
+    return {"unit_dir": str(tmp_path), "state_dir": str(tmp_path), "lock_dir": str(tmp_path / "run")}
+
+
+def test_acquire_writes_the_holder_without_the_control_machines_pid_list(lock_paths):
+    oh.acquire(StubModule(), lock_paths, "sglang.service", lock("a"))
+    held = json.loads(Path(oh.lock_path(lock_paths, "sglang.service")).read_text())
+    assert held["run_id"] == "a" and held["profile"] == "llama" and "live_pids" not in held
+    assert held["expires"] - held["since"] == 600.0
+
+
+def test_another_live_deploy_makes_acquire_wait_then_fail_naming_it(lock_paths):
+    oh.acquire(StubModule(), lock_paths, "sglang.service", lock("a", pid=10))
+    start = time.monotonic()
+    with pytest.raises(Failed) as failed:
+        oh.acquire(StubModule(), lock_paths, "sglang.service", lock("b", pid=20, wait_s=0.5))
+    assert time.monotonic() - start >= 0.5
+    msg, extra = failed.value.args
+    assert msg.startswith("another deploy holds this host: me@vm (pid 10) since ")
+    assert "deploying llama (waited 0 s)" in msg and extra["lock_holder"]["run_id"] == "a"
+
+
+def test_a_dead_pids_lock_from_the_same_control_machine_is_taken_over(lock_paths):
+    path = oh.lock_path(lock_paths, "sglang.service")
+    oh.acquire(StubModule(), lock_paths, "sglang.service", lock("a", pid=10))
+    assert oh.try_lock(path, {**lock("b", pid=20, live=(20,)), "expires": time.time() + 60}) is None
+    assert oh.read_json(path)["run_id"] == "b"
+
+
+def test_an_expired_lock_is_taken_over(lock_paths):
+    path = Path(oh.lock_path(lock_paths, "sglang.service"))
+    path.parent.mkdir()
+    path.write_text(json.dumps({"run_id": "old", "control": "elsewhere", "expires": time.time() - 1}))
+    assert oh.try_lock(str(path), {**lock("b"), "expires": time.time() + 60}) is None
+
+
+def test_release_only_removes_the_runs_own_lock(lock_paths):
+    oh.acquire(StubModule(), lock_paths, "sglang.service", lock("a"))
+    assert oh.release_if_ours(lock_paths, "sglang.service", "b") is False
+    assert oh.release_if_ours(lock_paths, "sglang.service", "") is False
+    assert oh.release_if_ours(lock_paths, "sglang.service", "a") is True
+    assert oh.release_if_ours(lock_paths, "sglang.service", "a") is False
+
+
+# --- HTTP --------------------------------------------------------------------------------------
+
+
+def test_health_status_is_the_http_status_or_none_when_refused(server: str):
+    assert oh.health_status(f"{server}/health", 2) == 200
+    assert oh.health_status(f"{server}/loading", 2) == 503
+    assert oh.health_status("http://127.0.0.1:9/health", 2) is None
+    assert oh.health_status("", 2) is None

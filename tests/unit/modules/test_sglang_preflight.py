@@ -1,0 +1,131 @@
+"""roles/sglang_preflight: every problem at once, read from the host as it is (a real port taken by
+this test's process, real model directories), SGLang and nvidia-smi answering as captured."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.orchestrator_host import argv0, unit_digest
+from hostfakes import capture, load_module
+
+from orchestrator.paths import ROOT
+
+HELP = (ROOT / "orchestrator/sglang_help/launch_server-help-0.5.9.txt").read_text()
+H200 = "GPU-8b9e1fa8-32f8-da01-8524-833ee60332e7"
+IDLE = (capture("released-query-gpu.csv"), "")
+
+
+@pytest.fixture
+def preflight():
+    return load_module("sglang_preflight", "sglang_preflight")
+
+
+@pytest.fixture
+def checks(tmp_path: Path, host) -> dict:
+    """Checks that pass: a python answering as SGLang 0.5.9 does, a target and an EAGLE-3 drafter."""
+    python = tmp_path / "python"
+    python.write_text("")
+    python.chmod(0o755)
+    host.answers["python"] = lambda argv: (0, "0.5.9\n", "") if argv[1] == "-c" else (0, HELP, "")
+    host.smi = [IDLE]
+    for name, config in (
+        ("target", {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}),
+        ("draft", {"architectures": ["LlamaForCausalLMEagle3"], "target_hidden_size": 4096}),
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    return {
+        "python": str(python),
+        "sglang_version": "0.5.9",
+        "flags": ["--model-path", "--speculative-algorithm"],
+        "model_path": str(tmp_path / "target"),
+        "draft_model_path": str(tmp_path / "draft"),
+        "algorithm": "EAGLE3",
+        "port": free_port(),
+        "log_dir": str(tmp_path),
+        "min_free_mib": 1,
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def run(run_module, preflight, paths: dict, checks: dict) -> tuple[bool, dict]:
+    return run_module(preflight, {"unit_name": "sglang.service", "paths": paths, "checks": checks})
+
+
+def test_a_host_that_can_run_the_plan_passes(preflight, paths, checks, run_module, host):
+    failed, result = run(run_module, preflight, paths, checks)
+    assert not failed, result["msg"]
+    assert result == {
+        "changed": False,
+        "problems": [],
+        "sglang_version": "0.5.9",
+        "gpus": 1,
+        "help_checked": True,
+    }
+
+
+def test_every_problem_is_named_at_once(preflight, paths, checks, run_module, host, listener):
+    host.smi = [(capture("killed-query-gpu.csv"), f"1, init, 100, {H200}\n")]
+    checks = {**checks, "sglang_version": "0.5.23", "flags": ["--no-such-flag"], "algorithm": "EAGLE"}
+    failed, result = run(run_module, preflight, paths, {**checks, "gpus_needed": 2, "port": listener})
+    assert failed
+    assert result["problems"] == [
+        'SGLang 0.5.9 is installed, the profile renders flags for 0.5.23: set server.sglang_version: "0.5.9" '
+        "or install 0.5.23",
+        "flag --no-such-flag is not in this host's `sglang.launch_server --help` (SGLang 0.5.9)",
+        f"drafter {checks['draft_model_path']} is an EAGLE-3 model (LlamaForCausalLMEagle3) but the "
+        "algorithm is EAGLE: the server would start and silently run with accept length 1.0; "
+        "use --speculative-algorithm EAGLE3",
+        "TP x DP = 2 GPUs needed, nvidia-smi reports 1 on this host",
+        "GPU 0 is used by PID 1 init 100 MiB, outside sglang.service (--kill-gpu-holders kills it)",
+        f"port {listener} is taken by PID {os.getpid()} {argv0(os.getpid())} (not sglang.service)",
+    ]
+    assert result["msg"] == "preflight: " + "; ".join(result["problems"])
+
+
+def test_allowed_gpu_holders_are_no_problem(preflight, paths, checks, run_module, host):
+    host.smi = [(capture("killed-query-gpu.csv"), f"1, init, 100, {H200}\n")]
+    failed, result = run(run_module, preflight, paths, {**checks, "allow_gpu_holders": True})
+    assert not failed and result["problems"] == []
+
+
+def test_the_help_check_is_skipped_for_the_unit_already_running(preflight, paths, checks, run_module, host):
+    Path(paths["unit_dir"], "sglang.service").write_text("[Unit]\n")
+    skip = unit_digest(b"[Unit]\n")
+    failed, result = run(run_module, preflight, paths, {**checks, "skip_flags_if_digest": skip})
+    assert not failed and result["help_checked"] is False
+    assert not any("--help" in call for call in host.ran("python"))
+
+
+def test_no_gpu_and_no_sglang(preflight, paths, checks, run_module, host):
+    host.answers["python"] = [(1, "", "Traceback\nModuleNotFoundError: No module named 'sglang'\n")]
+    host.smi = [("", "")]
+    failed, result = run(run_module, preflight, paths, checks)
+    assert failed and result["problems"][0] == (
+        f"SGLang is not importable by {checks['python']}: ModuleNotFoundError: No module named 'sglang'"
+    )
+    assert result["problems"][1].startswith("nvidia-smi reported no GPU")
+    assert result["gpus"] == 0 and result["help_checked"] is False
+
+
+def test_checks_missing_a_required_key_are_refused(preflight, paths, run_module):
+    failed, result = run(run_module, preflight, paths, {"python": "/x"})
+    assert failed and "missing required arguments" in result["msg"]

@@ -1,0 +1,191 @@
+"""roles/sglang_probe: what is installed and running, the restart decision, the deploy lock and
+the preflight checks under it, through the module's main()."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.orchestrator_host import lock_path, unit_digest
+from hostfakes import capture, load_module, systemctl_show
+
+UNIT = "# profile: llama-8b\n[Unit]\nDescription=SGLang\n[Service]\nExecStart=/bin/true\n"
+DIGEST = unit_digest(UNIT.encode())
+ACTIVE = {"LoadState": "loaded", "ActiveState": "active", "MainPID": "4242", "NRestarts": "0"}
+INACTIVE = {"LoadState": "not-found", "ActiveState": "inactive", "MainPID": "0"}
+
+
+@pytest.fixture
+def probe():
+    return load_module("sglang_probe", "sglang_probe")
+
+
+def install(paths: dict, facts: dict | None = None, digest: str = DIGEST) -> None:
+    Path(paths["unit_dir"], "sglang.service").write_text(UNIT)
+    if facts is not None:
+        Path(paths["state_dir"], "units").mkdir(parents=True)
+        Path(paths["state_dir"], "units", "sglang.service.json").write_text(
+            json.dumps({**facts, "digest": digest})
+        )
+
+
+def lock(run_id: str = "r1", wait_s: float = 0.0) -> dict:
+    return {
+        "holder": "me@vm (pid 1)",
+        "run_id": run_id,
+        "ttl_s": 600,
+        "wait_s": wait_s,
+        "control": "vm",
+        "pid": 1,
+    }
+
+
+def test_nothing_installed_is_reported_without_a_decision(probe, host, paths, run_module):
+    host.answers["systemctl"] = [systemctl_show(**INACTIVE)]
+    failed, result = run_module(probe, {"unit_name": "sglang.service", "paths": paths})
+    assert not failed and result["changed"] is False
+    assert (result["installed"], result["digest"], result["facts"], result["restart_needed"]) == (
+        False,
+        "",
+        {},
+        False,
+    )
+    assert (result["health_url"], result["health_status"], result["healthy"]) == ("", None, False)
+    assert (result["locked"], result["preflight"], result["last_good"], result["uptime_s"]) == (
+        False,
+        {},
+        {},
+        None,
+    )
+
+
+def test_a_running_unit_is_asked_for_health_at_the_url_stored_with_it(probe, host, paths, run_module, server):
+    install(paths, {"profile": "llama-8b", "port": 30000, "health_url": f"{server}/health"})
+    host.answers["systemctl"] = [systemctl_show(**ACTIVE, ActiveEnterTimestampMonotonic="1000000")]
+    failed, result = run_module(
+        probe, {"unit_name": "sglang.service", "paths": paths, "desired_digest": DIGEST, "lock": lock()}
+    )
+    assert not failed
+    assert result["installed"] and result["digest"] == DIGEST and result["profile"] == "llama-8b"
+    assert result["facts"] == {"profile": "llama-8b", "port": 30000, "health_url": f"{server}/health"}
+    assert (result["health_url"], result["health_status"], result["healthy"]) == (
+        f"{server}/health",
+        200,
+        True,
+    )
+    assert result["restart_needed"] is False and result["locked"] is False
+    assert result["uptime_s"] > 0
+    assert not Path(lock_path(paths, "sglang.service")).exists()
+
+
+def test_the_planned_health_url_wins_and_a_non_200_is_not_healthy(probe, host, paths, run_module, server):
+    install(paths, {"health_url": f"{server}/health"})
+    host.answers["systemctl"] = [systemctl_show(**ACTIVE)]
+    failed, result = run_module(
+        probe, {"unit_name": "sglang.service", "paths": paths, "health_url": f"{server}/loading"}
+    )
+    assert not failed and (result["health_status"], result["healthy"]) == (503, False)
+
+
+def test_facts_stored_with_another_unit_text_are_not_this_units(probe, host, paths, run_module, server):
+    install(paths, {"health_url": f"{server}/health"}, digest="0000000000000000")
+    host.answers["systemctl"] = [systemctl_show(**ACTIVE)]
+    failed, result = run_module(probe, {"unit_name": "sglang.service", "paths": paths})
+    assert not failed and result["facts"] == {} and result["health_url"] == ""
+    assert result["health_status"] is None
+
+
+def test_a_needed_restart_takes_the_lock(probe, host, paths, run_module):
+    install(paths)
+    host.answers["systemctl"] = [systemctl_show(**ACTIVE)]
+    args = {
+        "unit_name": "sglang.service",
+        "paths": paths,
+        "desired_digest": "feedfeedfeedfeed",
+        "lock": lock(),
+    }
+    failed, result = run_module(probe, {**args, "desired_secret_digest": "abc", "force_restart": True})
+    assert not failed and result["restart_needed"] and result["locked"]
+    assert result["reasons"] == [
+        f"unit differs ({DIGEST} -> feedfeedfeedfeed)",
+        "secret config differs",
+        "--force-restart",
+    ]
+    held = json.loads(Path(lock_path(paths, "sglang.service")).read_text())
+    assert held["run_id"] == "r1" and "live_pids" not in held
+
+
+def test_check_mode_takes_no_lock(probe, host, paths, run_module):
+    host.answers["systemctl"] = [systemctl_show(**INACTIVE)]
+    args = {"unit_name": "sglang.service", "paths": paths, "desired_digest": DIGEST, "lock": lock()}
+    failed, result = run_module(probe, args, check_mode=True)
+    assert not failed and result["restart_needed"] and not result["locked"]
+    assert result["reasons"] == ["unit not installed", "service is inactive"]
+    assert not Path(lock_path(paths, "sglang.service")).exists()
+
+
+def test_another_deploys_lock_fails_the_probe_naming_it(probe, host, paths, run_module):
+    Path(paths["lock_dir"]).mkdir()
+    Path(lock_path(paths, "sglang.service")).write_text(
+        json.dumps(
+            {"holder": "ann@ws (pid 9)", "run_id": "x", "profile": "qwen", "expires": 2**40, "since": 0}
+        )
+    )
+    host.answers["systemctl"] = [systemctl_show(**INACTIVE)]
+    args = {"unit_name": "sglang.service", "paths": paths, "desired_digest": DIGEST, "lock": lock()}
+    failed, result = run_module(probe, args)
+    assert failed and result["msg"].startswith("another deploy holds this host: ann@ws (pid 9) since ")
+    assert result["lock_holder"]["profile"] == "qwen"
+
+
+def test_preflight_problems_fail_the_probe_and_release_the_lock(probe, host, paths, run_module, tmp_path):
+    install(paths)
+    host.answers["systemctl"] = [systemctl_show(**ACTIVE)]
+    host.smi = [(capture("released-query-gpu.csv"), "")]
+    checks = {
+        "python": str(tmp_path / "no-python"),
+        "sglang_version": "0.5.9",
+        "model_path": str(tmp_path / "no-model"),
+        "port": 1,
+        "log_dir": str(tmp_path),
+        "min_free_mib": 0,
+    }
+    args = {
+        "unit_name": "sglang.service",
+        "paths": paths,
+        "desired_digest": "feedfeedfeedfeed",
+        "lock": lock(),
+    }
+    failed, result = run_module(probe, {**args, "preflight": checks})
+    assert failed and result["locked"] is False
+    assert result["msg"] == (
+        f"preflight: python {tmp_path}/no-python does not exist or is not executable; "
+        f"model path: {tmp_path}/no-model does not exist"
+    )
+    assert result["preflight"]["gpus"] == 1 and result["digest"] == DIGEST and result["restart_needed"]
+    assert not Path(lock_path(paths, "sglang.service")).exists()
+
+
+def test_no_preflight_when_nothing_changes(probe, host, paths, run_module):
+    install(paths)
+    host.answers["systemctl"] = [systemctl_show(**ACTIVE)]
+    checks = {"python": "/nope", "sglang_version": "1", "model_path": "/nope", "port": 1}
+    args = {"unit_name": "sglang.service", "paths": paths, "desired_digest": DIGEST, "preflight": checks}
+    failed, result = run_module(probe, args)
+    assert not failed and result["preflight"] == {}
+
+
+def test_a_lock_without_its_required_keys_is_refused(probe, host, paths, run_module):
+    host.answers["systemctl"] = [systemctl_show(**INACTIVE)]
+    failed, result = run_module(
+        probe, {"unit_name": "sglang.service", "paths": paths, "lock": {"holder": "me"}}
+    )
+    assert failed and result["msg"].startswith("lock: missing required arguments: ")
+    assert "run_id" in result["msg"]
+
+
+def test_systemctl_failing_fails_naming_the_unit(probe, host, paths, run_module):
+    host.answers["systemctl"] = [(1, "", "Failed to connect to bus")]
+    failed, result = run_module(probe, {"unit_name": "sglang.service", "paths": paths})
+    assert failed and result["msg"] == "systemctl show sglang.service failed: Failed to connect to bus"

@@ -1,0 +1,132 @@
+"""No import cycles among the orchestrator's own modules.
+
+A cycle works only as long as every module in it happens to be imported in the right
+order (or hides the import inside a function), and it means neither module can be read
+or tested without the other. Every import counts: at the top, inside a function, or
+under `if TYPE_CHECKING:`.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "orchestrator"
+#: Files copied onto the lab hosts and run there as their own packages, never imported as ours.
+HOST_FILES = PACKAGE / "lab" / "standins" / "host"
+
+
+def _module_name(path: Path, package: Path) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {
+        _module_name(p, PACKAGE): p for p in sorted(PACKAGE.rglob("*.py")) if not p.is_relative_to(HOST_FILES)
+    }
+
+
+def _imported(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
+    """The orchestrator modules `path` (module `name`) imports anywhere in its body."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from pkg import mod` imports the module pkg.mod; `from mod import name` imports mod.
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in modules else base)
+    return {m for m in found if m in modules and m != name}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imported(path, name, modules) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one module (Tarjan's)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_cycle_in(graph, component) for component in components]
+
+
+def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """A shortest path from the component's first module back to itself, by breadth-first search."""
+    start = min(component)
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for nxt in sorted(graph[node] & component):
+                if nxt == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if nxt not in came_from:
+                    came_from[nxt] = node
+                    following.append(nxt)
+        frontier = following
+    raise AssertionError(f"no cycle in component {component}")
+
+
+def test_the_orchestrator_has_no_import_cycles() -> None:
+    cycles = [" -> ".join(cycle) for cycle in _cycles(_graph())]
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_a_cycle_is_named_module_by_module() -> None:
+    graph = {"a": {"b"}, "b": {"c", "d"}, "c": {"a"}, "d": set(), "e": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c", "a"]]
+
+
+def test_relative_and_lazy_imports_are_edges(tmp_path: Path) -> None:
+    pkg = tmp_path / "orchestrator"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from orchestrator.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("from .. import a\nfrom . import c\n")
+    (pkg / "sub" / "c.py").write_text("from ..a import f\n")
+    modules = {_module_name(p, pkg): p for p in pkg.rglob("*.py")}
+    got = {name: _imported(path, name, modules) for name, path in modules.items()}
+    assert got["orchestrator.a"] == {"orchestrator.sub.b"}
+    assert got["orchestrator.sub.b"] == {"orchestrator.a", "orchestrator.sub.c"}
+    assert got["orchestrator.sub.c"] == {"orchestrator.a"}
