@@ -6,7 +6,9 @@ view) and a `PlayResult` at the end.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import signal
 import sysconfig
@@ -179,6 +181,17 @@ def _prune_runs(runs: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def _vars_file(private: Path, orch: PlayVars) -> Path:
+    """The play's one extra var in a file of the run's private (0700) directory, read with
+    `-e @FILE`: on the command line it would be visible to every local user, and one argument
+    over 128 KiB (a unit per host, for a hundred hosts) fails to start at all (E2BIG)."""
+    path = private / "orch.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(orch.extravars(), fh)
+    return path
+
+
 def run_playbook(
     playbook: str,
     inventory: Path,
@@ -211,7 +224,13 @@ def run_playbook(
         return True
 
     private = _new_run_dir(playbook)
-    cmdline = " ".join(["--check --diff" if check else "", f"--limit {limit}" if limit else ""]).strip()
+    cmdline = " ".join(
+        [
+            f"--extra-vars @{shlex.quote(str(_vars_file(private, orch)))}",
+            "--check --diff" if check else "",
+            f"--limit {shlex.quote(limit)}" if limit else "",
+        ]
+    ).strip()
     env_for_run = {**os.environ, **_settings(forks), **(env or {})}
     env_for_run["PATH"] = _path_first_ours(env_for_run.get("PATH", os.defpath))
     with _interrupts() as interrupted:
@@ -219,7 +238,6 @@ def run_playbook(
             private_data_dir=str(private),
             playbook=str(PLAYBOOKS_DIR / playbook),
             inventory=str(inventory.resolve()),
-            extravars=orch.extravars(),
             cmdline=cmdline or None,
             envvars=env_for_run,
             quiet=True,

@@ -66,7 +66,7 @@ def test_renaming_every_task_changes_nothing(lab, renamed, tmp_path):
 
     (row,) = hostops.status(lab.inventory, limit=host.name)
     assert (row.profile, row.digest, row.health, row.port) == (GOOD, h.digest, 200, good.server.port)
-    assert row.gpu_used_mib > 0 and row.accept_len is not None
+    assert row.gpu_used_mib > 0 and row.active_state == "active" and row.main_pid == int(pid)
 
     batch = logs.read(lab.inventory, limit=host.name, lines=5)
     assert batch.lines and not batch.failures

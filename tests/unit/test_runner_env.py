@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sysconfig
@@ -42,3 +43,37 @@ def test_a_play_is_canceled_by_int_term_or_hup_but_an_ignored_hangup_stays_ignor
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def test_the_plan_of_many_hosts_reaches_the_play_through_a_private_file(tmp_path, monkeypatch) -> None:
+    """A HostPlan per host for 100 hosts is ~300 KB of JSON: one argument over 128 KiB would not
+    even start (E2BIG), and on argv every local user could read it."""
+    from orchestrator.hostplan import HostPlan, PlayVars, UnitFacts
+
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    books = tmp_path / "playbooks"
+    books.mkdir()
+    (books / "count.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.debug:\n"
+        '        msg: "{{ orch.hosts | length }} {{ orch.hosts[inventory_hostname].profile }}"\n'
+    )
+    (books / "strategy_plugins").symlink_to(runner.PLAYBOOKS_DIR / "strategy_plugins")
+    monkeypatch.setattr(runner, "PLAYBOOKS_DIR", books)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(
+        "all:\n  hosts:\n" + "".join(f"    h{i}: {{ansible_connection: local}}\n" for i in range(100))
+    )
+    facts = UnitFacts(profile="p", port=30000, bind="127.0.0.1", gpus=[0], health_url="http://x/health")
+    unit = "# " + "x" * 3000 + "\n"
+    hosts = {
+        f"h{i}": HostPlan(unit_name="s.service", profile=f"p{i}", unit=unit, digest="d", facts=facts)
+        for i in range(100)
+    }
+    play = runner.run_playbook("count.yml", inv, PlayVars(hosts=hosts), limit="h7")
+    assert play.hosts["h7"].result_of("ansible.builtin.debug")["msg"] == "100 p7"
+    command = next(play.artifacts.glob("command"), None) or next(play.artifacts.parent.glob("*/command"))
+    argv = json.loads(command.read_text())["command"]
+    assert max(len(a) for a in argv) < 1000 and not any("p7" in a for a in argv)
+    vars_file = next(Path(tmp_path / "state" / "runs").glob("*/orch.json"))
+    assert vars_file.stat().st_mode & 0o777 == 0o600
