@@ -53,13 +53,11 @@ def play_vars(prof: Profile, where: dict[str, Placement], options: Options, run_
     svc = prof.service
     ttl = svc.stop_timeout_s + 60 + svc.health_timeout_s + 120
     lock = None if options.check else hostplan.lock(run_id, prof.name, ttl, options.lock_wait_s)
-    secret = secret_config(prof)
     hosts = {
         name: hostplan.for_profile(
             prof,
             p.plan,
             p.facts,
-            secret=secret,
             preflight=options.preflight and (name, p.plan.digest) not in _PREFLIGHT_PASSED,
             lock=lock,
             force_restart=options.force_restart,
@@ -101,7 +99,8 @@ def deploy(
             orch,
             limit=options.limit,
             check=options.check,
-            env={"ORCH_SECRET_CONFIG": secret_config(prof)},
+            secret=secret_config(prof),
+            hide_env=[prof.api_key.env] if prof.api_key and prof.api_key.env else [],
             on_event=on_event,
         )
     except PlayCanceled as exc:

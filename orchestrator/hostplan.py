@@ -9,7 +9,6 @@ here is read.
 from __future__ import annotations
 
 import getpass
-import hashlib
 import os
 import socket
 from dataclasses import dataclass
@@ -95,7 +94,6 @@ class HostPlan(_Record):
     facts: UnitFacts
     paths: HostPaths = Field(default_factory=HostPaths)
     secret_path: str = ""
-    secret_digest: str = Field("", description="sha1 of the secret --config text (change detection).")
     force_restart: bool = False
     kill_gpu_holders: bool = False
     lock: LockSpec | None = None
@@ -132,6 +130,9 @@ class PlayVars(_Record):
     serial: int | str = 0
     #: Percent of a batch that may fail before no further batch starts (0: one failing ends all).
     max_fail_percent: int = 100
+    #: The secret --config text in a 0600 file outside the state directory, only while the play
+    #: runs (runner.run_playbook writes and removes it): never in argv, artifacts or the vars.
+    secret_file: str = ""
 
     def extravars(self) -> dict[str, Any]:
         return {"orch": self.model_dump(mode="json")}
@@ -228,10 +229,6 @@ def preflight_checks(prof: Profile, plan: Plan, gpus_needed: int, kill_holders: 
     )
 
 
-def secret_digest(secret: str) -> str:
-    return hashlib.sha1(secret.encode()).hexdigest() if secret else ""  # change detection only
-
-
 def lock(run_id: str, profile: str, ttl_s: float, wait_s: float) -> LockSpec:
     return LockSpec(
         holder=f"{getpass.getuser()}@{socket.gethostname()} (pid {os.getpid()})",
@@ -252,7 +249,7 @@ def _live_pids() -> list[int]:
 
 
 def for_profile(
-    prof: Profile, plan: Plan, facts: UnitFacts, *, secret: str = "", preflight: bool = True, **run: Any
+    prof: Profile, plan: Plan, facts: UnitFacts, *, preflight: bool = True, **run: Any
 ) -> HostPlan:
     """One host's plan for a profile; `run` holds the run's own fields (lock, force_restart,
     kill_gpu_holders)."""
@@ -264,7 +261,6 @@ def for_profile(
         digest=plan.digest,
         facts=facts,
         secret_path=plan.secret_path or "",
-        secret_digest=secret_digest(secret),
         preflight=checks if preflight else None,
         health_timeout_s=prof.service.health_timeout_s,
         health_interval_s=prof.service.health_poll_interval_s,

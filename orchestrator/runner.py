@@ -12,10 +12,11 @@ import shlex
 import shutil
 import signal
 import sysconfig
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,6 +182,37 @@ def _prune_runs(runs: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+@contextmanager
+def _secret_file(secret: str) -> Iterator[str]:
+    """The secret in a 0600 file of a private directory on tmpfs where there is one (so it never
+    reaches a disk), for the play's lookup; removed when the play ends. "" when no secret."""
+    if not secret:
+        yield ""
+        return
+    tmpfs = next(
+        (d for d in (os.environ.get("XDG_RUNTIME_DIR"), "/dev/shm") if d and os.access(d, os.W_OK)), None
+    )
+    folder = tempfile.mkdtemp(prefix="orchestrator-secret-", dir=tmpfs)  # mode 0700
+    try:
+        path = Path(folder, "secret")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secret)
+        yield str(path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def _without_env(names: Iterable[str]) -> Iterator[None]:
+    """os.environ without `names` for the play: ansible-runner copies os.environ itself."""
+    saved = {n: os.environ.pop(n) for n in list(names) if n in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 def _vars_file(private: Path, orch: PlayVars) -> Path:
     """The play's one extra var in a file of the run's private (0700) directory, read with
     `-e @FILE`: on the command line it would be visible to every local user, and one argument
@@ -200,11 +232,31 @@ def run_playbook(
     limit: str | None = None,
     check: bool = False,
     forks: int = 20,
-    env: dict[str, str] | None = None,
+    secret: str = "",
+    hide_env: Iterable[str] = (),
     on_event: Callable[[TaskEvent], None] | None = None,
 ) -> PlayResult:
-    """Run playbooks/<playbook> against `inventory`; `env` reaches Ansible's environment only."""
+    """Run playbooks/<playbook> against `inventory`.
+
+    `secret` reaches the play as `orch.secret_file` (see `_secret_file`); the environment
+    variables in `hide_env` (where a secret came from) are kept out of Ansible's environment,
+    which ansible-runner writes whole into the run's artifacts.
+    """
     inventory_mod.check(inventory)
+    with _secret_file(secret) as path, _without_env(hide_env):
+        orch = orch.model_copy(update={"secret_file": path})
+        return _run(playbook, inventory, orch, limit, check, forks, on_event)
+
+
+def _run(
+    playbook: str,
+    inventory: Path,
+    orch: PlayVars,
+    limit: str | None,
+    check: bool,
+    forks: int,
+    on_event: Callable[[TaskEvent], None] | None,
+) -> PlayResult:
     hosts: dict[str, HostRun] = {}
 
     def handle(event: dict[str, Any]) -> bool:
@@ -231,7 +283,7 @@ def run_playbook(
             f"--limit {shlex.quote(limit)}" if limit else "",
         ]
     ).strip()
-    env_for_run = {**os.environ, **_settings(forks), **(env or {})}
+    env_for_run = {**os.environ, **_settings(forks)}
     env_for_run["PATH"] = _path_first_ours(env_for_run.get("PATH", os.defpath))
     with _interrupts() as interrupted:
         result = ansible_runner.run(

@@ -298,8 +298,35 @@ def test_api_key_never_leaks(lab, host, tmp_path):
             [*argv, "-p", ref, *extra], capture_output=True, text=True, timeout=300, env=env
         )
 
-    done = deploy()  # the human-readable output, then the same deploy as JSON
+    # The process list of the control machine while a deploy runs (every argv, sampled).
+    seen_argv: set[str] = set()
+    running = subprocess.Popen(
+        [
+            "python3",
+            "-m",
+            "orchestrator",
+            "deploy",
+            "-i",
+            str(lab.inventory),
+            "--limit",
+            host.name,
+            "-p",
+            ref,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    while running.poll() is None:
+        seen_argv |= set(
+            subprocess.run(["ps", "-eww", "-o", "args="], capture_output=True, text=True).stdout.splitlines()
+        )
+        time.sleep(0.05)
+    out, errs = running.communicate()
+    done = subprocess.CompletedProcess(running.args, running.returncode, out, errs)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert any("ansible-playbook" in a for a in seen_argv), "the sampling never saw the play"
     report = json.loads(deploy("--json").stdout)
     # The server got the key: unauthenticated generation is refused, the key is accepted.
     url = f"http://{host.address}:30000/v1/models"
@@ -319,8 +346,17 @@ def test_api_key_never_leaks(lab, host, tmp_path):
         "deploy output": done.stdout + done.stderr + json.dumps(report),
         "ledger": ledger.path().read_bytes().decode(errors="replace"),
     }
-    for path in (state_dir() / "runs").rglob("*"):
-        if path.is_file():
-            places[f"artifact {path.name}"] = path.read_bytes().decode(errors="replace")
+    places["control machine process list"] = "\n".join(seen_argv)
+    # Every file of the state directory: runs, artifacts, vars, ledger, caches; not the lab's own
+    # host file systems (the host holds the key, in its --config file, by design).
+    for folder, subdirs, files in os.walk(state_dir()):
+        if Path(folder) == state_dir() / "lab":
+            subdirs.remove("hosts")
+        for name in files:
+            path = Path(folder, name)
+            if path.is_file():
+                places[str(path)] = path.read_bytes().decode(errors="replace")
+    assert len(places) > 20
+    assert not list(Path("/dev/shm").glob("orchestrator-secret-*")), "the play's secret file was left behind"
     leaks = [where for where, text in places.items() if key in text]
     assert not leaks, f"API key found in: {leaks}"

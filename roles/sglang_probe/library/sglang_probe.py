@@ -40,8 +40,10 @@ options:
     description: Host path of the secret --config file; empty if none.
     type: str
     default: ""
-  desired_secret_digest:
-    description: sha1 of the planned secret file content (change detection); empty if none.
+  secret_content:
+    description:
+      - The planned secret file's text; the file at I(secret_path) is compared with it here, on
+        the host, so no digest of the key leaves the control machine. Never logged.
     type: str
     default: ""
   force_restart:
@@ -156,7 +158,7 @@ preflight:
   returned: always
 """
 
-import hashlib
+import hmac
 import re
 import time
 
@@ -184,7 +186,7 @@ ARGUMENT_SPEC = {
     "paths": PATHS_SPEC,
     "desired_digest": {"type": "str", "default": ""},
     "secret_path": {"type": "str", "default": "", "no_log": False},
-    "desired_secret_digest": {"type": "str", "default": "", "no_log": False},
+    "secret_content": {"type": "str", "default": "", "no_log": True},
     "force_restart": {"type": "bool", "default": False},
     "health_url": {"type": "str", "default": ""},
     "lock": {"type": "dict", "default": {}},
@@ -216,12 +218,16 @@ def uptime_s(state: dict[str, str], now_monotonic: float) -> float | None:
     return round(now_monotonic - int(value) / 1e6, 1)
 
 
-def secret_digest(path: str) -> str:
-    data = read_bytes(path) if path else None
-    return hashlib.sha1(data).hexdigest() if data is not None else ""  # change detection only
+def secret_differs(path: str, content: str) -> bool:
+    """Whether the secret --config on the host differs from the planned one. Compared here, on
+    the host, in constant time: no digest of the key ever leaves the control machine."""
+    if not path:
+        return False
+    data = read_bytes(path)
+    return data is None or not hmac.compare_digest(data, content.encode())
 
 
-def restart_reasons(p: dict, digest: str, secret: str, state: dict[str, str]) -> list[str]:
+def restart_reasons(p: dict, digest: str, secret_changed: bool, state: dict[str, str]) -> list[str]:
     """Why the planned unit needs a restart; none without a desired digest (only a report)."""
     if not p["desired_digest"]:
         return []
@@ -230,7 +236,7 @@ def restart_reasons(p: dict, digest: str, secret: str, state: dict[str, str]) ->
         reasons.append("unit not installed")
     elif digest != p["desired_digest"]:
         reasons.append(f"unit differs ({digest} -> {p['desired_digest']})")
-    if secret != p["desired_secret_digest"]:
+    if secret_changed:
         reasons.append("secret config differs")
     if state.get("ActiveState") != "active":
         reasons.append(f"service is {state.get('ActiveState')}")
@@ -257,7 +263,7 @@ def probe(module: AnsibleModule) -> dict:
     facts = stored_facts(p["paths"], p["unit_name"], digest)
     url = p["health_url"] or facts.get("health_url", "")
     status = health_status(url, timeout=2) if url and state.get("ActiveState") == "active" else None
-    reasons = restart_reasons(p, digest, secret_digest(p["secret_path"]), state)
+    reasons = restart_reasons(p, digest, secret_differs(p["secret_path"], p["secret_content"]), state)
     return {
         "installed": raw is not None,
         "digest": digest,

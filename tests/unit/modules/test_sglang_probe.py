@@ -105,7 +105,8 @@ def test_a_needed_restart_takes_the_lock(probe, host, paths, run_module):
         "desired_digest": "feedfeedfeedfeed",
         "lock": lock(),
     }
-    failed, result = run_module(probe, {**args, "desired_secret_digest": "abc", "force_restart": True})
+    secret = {"secret_path": str(Path(paths["state_dir"]) / "sglang.config.yaml"), "secret_content": "k"}
+    failed, result = run_module(probe, {**args, **secret, "force_restart": True})
     assert not failed and result["restart_needed"] and result["locked"]
     assert result["reasons"] == [
         f"unit differs ({DIGEST} -> feedfeedfeedfeed)",
@@ -189,3 +190,23 @@ def test_systemctl_failing_fails_naming_the_unit(probe, host, paths, run_module)
     host.answers["systemctl"] = [(1, "", "Failed to connect to bus")]
     failed, result = run_module(probe, {"unit_name": "sglang.service", "paths": paths})
     assert failed and result["msg"] == "systemctl show sglang.service failed: Failed to connect to bus"
+
+
+def test_the_secret_is_compared_on_the_host_and_never_returned(probe, host, paths, run_module):
+    """The planned --config text goes to the host (no_log) and is compared there: no digest of the
+    key leaves the control machine, and the result never carries the key."""
+    install(paths)
+    secret = Path(paths["state_dir"]) / "sglang.config.yaml"
+    secret.parent.mkdir(parents=True, exist_ok=True)
+    secret.write_text('api-key: "sk-same"\n')
+    args = {
+        "unit_name": "sglang.service",
+        "paths": paths,
+        "desired_digest": DIGEST,
+        "secret_path": str(secret),
+    }
+    for content, differs in (('api-key: "sk-same"\n', False), ('api-key: "sk-other"\n', True)):
+        host.answers["systemctl"] = [systemctl_show(**ACTIVE)]
+        failed, result = run_module(probe, {**args, "secret_content": content})
+        assert not failed and ("secret config differs" in result["reasons"]) is differs
+        assert "sk-" not in json.dumps({k: v for k, v in result.items() if k != "invocation"})
