@@ -82,6 +82,8 @@ class PreflightChecks(_Record):
     port: int
     skip_flags_if_digest: str = ""
     allow_gpu_holders: bool = False
+    #: The planned unit, for systemd-analyze verify on the host before the stop.
+    unit_content: str = ""
 
 
 class HostPlan(_Record):
@@ -226,6 +228,7 @@ def preflight_checks(prof: Profile, plan: Plan, gpus_needed: int, kill_holders: 
         port=s.port,
         skip_flags_if_digest=plan.digest,
         allow_gpu_holders=kill_holders,
+        unit_content=plan.unit,
     )
 
 

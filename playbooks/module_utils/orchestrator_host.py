@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import tempfile
 import time
@@ -61,6 +62,7 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
     "min_free_mib": {"type": "int", "default": 1024},
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
     "allow_gpu_holders": {"type": "bool", "default": False},
+    "unit_content": {"type": "str", "default": ""},
 }
 
 
@@ -690,11 +692,56 @@ def _gpu_problems(module: Any, unit_name: str, c: dict) -> tuple[list[str], int]
     return problems, len(gpus)
 
 
+def verify_unit(module: Any, unit_name: str, data: bytes, folder: str | None = None) -> tuple[str, str]:
+    """(path, complaint) of `systemd-analyze verify` on the unit text, written as a 0644 file
+    named like the unit (systemd-analyze needs the suffix) in `folder`, else in a private
+    temporary directory. The complaint is "" when systemd accepts it; the file is left for the
+    caller (to rename into place), removed with its private directory otherwise."""
+    private = folder is None
+    folder = folder or tempfile.mkdtemp(prefix="orchestrator-verify-")
+    stem, suffix = os.path.splitext(unit_name)
+    fd, path = tempfile.mkstemp(prefix=f".{stem}-" if not private else "", suffix=suffix, dir=folder)
+    if private:
+        os.close(fd)
+        path = os.path.join(folder, unit_name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        os.fchmod(fh.fileno(), 0o644)
+        fh.write(data)
+    analyze = module.get_bin_path("systemd-analyze", required=True)
+    rc, out, err = module.run_command([analyze, "verify", path])
+    complaint = "" if rc == 0 else (out + err).replace(path, unit_name).strip()
+    complaint = complaint.replace(os.path.basename(path), unit_name)
+    if private:
+        shutil.rmtree(folder, ignore_errors=True)
+    elif complaint:
+        os.unlink(path)
+    return path, complaint
+
+
+def _unit_problems(module: Any, unit_name: str, paths: dict, c: dict) -> tuple[list[str], str]:
+    """systemd-analyze's verdict on the planned unit before anything stops, not after; skipped
+    when that very unit is installed (it runs). (problems, digest verified)."""
+    if not c["unit_content"]:
+        return [], ""
+    data = c["unit_content"].encode()
+    installed = read_bytes(unit_path(paths, unit_name))
+    if installed is not None and installed == data:
+        return [], ""
+    _, complaint = verify_unit(module, unit_name, data)
+    if complaint:
+        return [f"systemd-analyze verify refuses the planned {unit_name}: {complaint}"], ""
+    return [], unit_digest(data)
+
+
 def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> dict:
     """Everything that can be known before a stop, read-only: SGLang's version and flags, the
-    model and drafter, GPUs and their holders, the port, disk for logs. Every problem at once,
-    one line each: {problems, sglang_version, gpus, help_checked}."""
-    problems, version, help_checked = _sglang_problems(module, unit_name, paths, checks)
+    unit as systemd reads it, the model and drafter, GPUs and their holders, the port, disk for
+    logs. Every problem at once, one line each: {problems, sglang_version, gpus, help_checked,
+    verified_digest}."""
+    problems, verified = _unit_problems(module, unit_name, paths, checks)
+    more, version, help_checked = _sglang_problems(module, unit_name, paths, checks)
+    problems += more
     problems += _model_problems(checks)
     gpu_problems, gpus = _gpu_problems(module, unit_name, checks)
     problems += gpu_problems
@@ -704,4 +751,10 @@ def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> 
     disk = disk_problem(checks["log_dir"], checks["min_free_mib"])
     if disk:
         problems.append(disk)
-    return {"problems": problems, "sglang_version": version, "gpus": gpus, "help_checked": help_checked}
+    return {
+        "problems": problems,
+        "sglang_version": version,
+        "gpus": gpus,
+        "help_checked": help_checked,
+        "verified_digest": verified,
+    }

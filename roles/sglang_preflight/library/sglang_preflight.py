@@ -55,6 +55,12 @@ options:
         description: Processes outside I(unit_name) on the GPUs are no problem (the deploy kills them).
         type: bool
         default: false
+      unit_content:
+        description:
+          - The planned unit text, checked with C(systemd-analyze verify) before anything stops
+            (unless that very text is installed); empty skips the check.
+        type: str
+        default: ""
 attributes:
   check_mode:
     support: full
@@ -92,6 +98,10 @@ gpus:
 help_checked:
   description: Whether the C(--help) flag check ran.
   type: bool
+  returned: always
+verified_digest:
+  description: Digest of the planned unit systemd-analyze verify accepted; empty when not checked.
+  type: str
   returned: always
 """
 

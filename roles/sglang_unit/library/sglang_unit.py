@@ -49,6 +49,12 @@ options:
     description: The secret config's text.
     type: str
     default: ""
+  verified_digest:
+    description:
+      - Digest of a unit text this run's preflight already had systemd-analyze verify accept;
+        when it is I(content)'s, the check is not run twice.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -97,6 +103,7 @@ from ansible.module_utils.orchestrator_host import (
     read_bytes,
     unit_digest,
     unit_path,
+    verify_unit,
 )
 
 ARGUMENT_SPEC = {
@@ -106,24 +113,25 @@ ARGUMENT_SPEC = {
     "facts": {"type": "dict", "required": True},
     "secret_path": {"type": "str", "default": "", "no_log": False},
     "secret_content": {"type": "str", "default": "", "no_log": True},
+    "verified_digest": {"type": "str", "default": ""},
 }
 
 
-def verified_copy(module: AnsibleModule, unit_dir: str, unit_name: str, data: bytes) -> str:
-    """A 0644 temporary file holding `data` beside the unit, accepted by systemd-analyze verify.
-    Its name starts with a dot, which systemd's unit search skips, and keeps the unit's suffix,
-    which systemd-analyze needs to know what it is checking."""
-    stem, suffix = os.path.splitext(unit_name)
-    fd, tmp = tempfile.mkstemp(prefix=f".{stem}-", suffix=suffix, dir=unit_dir)
-    with os.fdopen(fd, "wb") as fh:
-        os.fchmod(fh.fileno(), 0o644)
-        fh.write(data)
-    analyze = module.get_bin_path("systemd-analyze", required=True)
-    rc, out, err = module.run_command([analyze, "verify", tmp])
-    if rc != 0:
-        os.unlink(tmp)
-        output = (out + err).replace(os.path.basename(tmp), unit_name).strip()
-        module.fail_json(msg=f"systemd-analyze verify refused {unit_name}: {output}", rc=rc)
+def verified_copy(module: AnsibleModule, p: dict, data: bytes) -> str:
+    """A 0644 temporary file holding `data` beside the unit, accepted by systemd-analyze verify
+    (unless this run's preflight already verified these bytes: I(verified_digest)). Its name
+    starts with a dot, which systemd's unit search skips."""
+    unit_dir, name = p["paths"]["unit_dir"], p["unit_name"]
+    if p["verified_digest"] and p["verified_digest"] == unit_digest(data):
+        stem, suffix = os.path.splitext(name)
+        fd, tmp = tempfile.mkstemp(prefix=f".{stem}-", suffix=suffix, dir=unit_dir)
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o644)
+            fh.write(data)
+        return tmp
+    tmp, complaint = verify_unit(module, name, data, unit_dir)
+    if complaint:
+        module.fail_json(msg=f"systemd-analyze verify refused {name}: {complaint}")
     return tmp
 
 
@@ -133,9 +141,7 @@ def write_all(module: AnsibleModule, p: dict, digest: str, before: bytes | None)
     changed = ensure_dir(module, paths["state_dir"])
     changed = ensure_dir(module, os.path.dirname(facts_path(paths, name))) or changed
     new_unit = before != content
-    tmp = (
-        verified_copy(module, paths["unit_dir"], name, content) if new_unit and not module.check_mode else ""
-    )
+    tmp = verified_copy(module, p, content) if new_unit and not module.check_mode else ""
     try:
         if p["secret_path"]:
             if not module.check_mode:  # its directory is made if missing, never changed

@@ -79,7 +79,35 @@ def test_a_host_that_can_run_the_plan_passes(preflight, paths, checks, run_modul
         "sglang_version": "0.5.9",
         "gpus": 1,
         "help_checked": True,
+        "verified_digest": "",
     }
+
+
+def test_the_planned_unit_is_verified_by_systemd_before_anything_stops(
+    preflight, paths, checks, run_module, host
+):
+    """A unit systemd-analyze refuses fails the preflight (the old server still runs); an
+    accepted one returns its digest, so the write after the stop need not verify it again."""
+    unit = "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server\n"
+    seen: list[str] = []
+
+    def analyze(argv: list[str]) -> tuple[int, str, str]:
+        seen.append(Path(argv[-1]).read_text())
+        assert Path(argv[-1]).name == "sglang.service"  # systemd-analyze needs the unit's own name
+        return (1, "", f"{argv[-1]}:3: Unknown key name 'Bogus'") if "Bogus" in seen[-1] else (0, "", "")
+
+    host.answers["systemd-analyze"] = analyze
+    failed, result = run(run_module, preflight, paths, {**checks, "unit_content": unit})
+    assert not failed and result["verified_digest"] == unit_digest(unit.encode()) and seen == [unit]
+    failed, result = run(run_module, preflight, paths, {**checks, "unit_content": unit + "Bogus=1\n"})
+    assert failed and result["verified_digest"] == ""
+    assert result["problems"] == [
+        "systemd-analyze verify refuses the planned sglang.service: "
+        "sglang.service:3: Unknown key name 'Bogus'"
+    ]
+    Path(paths["unit_dir"], "sglang.service").write_text(unit)  # installed and running: not checked again
+    failed, result = run(run_module, preflight, paths, {**checks, "unit_content": unit})
+    assert not failed and result["verified_digest"] == "" and len(seen) == 2
 
 
 def test_every_problem_is_named_at_once(preflight, paths, checks, run_module, host, listener):
