@@ -6,7 +6,10 @@ Shared by every command module (`__main__`, `bench_cli`, `logs_cli`), which cann
 
 from __future__ import annotations
 
+import errno
 import functools
+import itertools
+import os
 import sys
 import time
 import traceback
@@ -17,7 +20,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from orchestrator.errors import OrchestratorError, ProfileError
+from orchestrator.errors import OrchestratorError, ProfileError, StateError, state_dir_error
 from orchestrator.paths import state_dir
 
 # Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default.
@@ -41,14 +44,73 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(exc.exit_code)
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
-        except Exception:
-            path = state_dir() / "crash" / f"{time.strftime('%Y%m%d-%H%M%S')}.log"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(traceback.format_exc())
-            err.print(f"internal error: {sys.exc_info()[1]!r}; traceback saved to {path}", markup=False)
+        except Exception as exc:
+            problem = state_dir_problem(exc)
+            if problem is not None:
+                err.print(f"error: {problem}", markup=False)
+                sys.exit(problem.exit_code)
+            report_crash(exc)
             sys.exit(1)
 
     return wrapper
+
+
+#: What an OSError on a path says about the state directory rather than about the code: it cannot
+#: be created, written or filled. ENOENT is not here: a file missing under a usable directory is a bug.
+_UNUSABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.ENOSPC, errno.EDQUOT}
+
+
+def state_dir_problem(exc: BaseException) -> StateError | None:
+    """An OSError on the state directory (or a path in or above it) as one line naming it.
+
+    Every module that keeps files there (runs, caches, the lab, crash logs) makes its folders as it
+    needs them; catching the failure here gives every command the same line, wherever it happened.
+    """
+    if not isinstance(exc, OSError) or exc.errno not in _UNUSABLE:
+        return None
+    root = Path(os.path.abspath(state_dir()))
+    for name in (exc.filename, exc.filename2):
+        if not isinstance(name, (str, bytes, os.PathLike)):
+            continue
+        where = Path(os.path.abspath(os.fsdecode(name)))
+        if where == root or root in where.parents or where in root.parents:
+            return state_dir_error(f"cannot be used ({exc.strerror}: {where})")
+    return None
+
+
+def report_crash(exc: BaseException) -> None:
+    """Save the traceback to a crash log and say where; print it here when it cannot be saved
+    (a state directory that is a file, read-only or full must not hide the original error)."""
+    text = "".join(traceback.format_exception(exc))
+    summary = f"internal error: {exc!r}"
+    try:
+        path = _write_crash_log(text)
+    except OSError as failed:
+        err.print(
+            f"{summary}; the crash log could not be written ({failed}), so here is the traceback:",
+            markup=False,
+        )
+        sys.stderr.write(text)
+        return
+    err.print(f"{summary}; traceback saved to {path}", markup=False)
+
+
+def _write_crash_log(text: str) -> Path:
+    """A new file under <state>/crash: the second's time and the pid name it, and O_EXCL with a
+    counter keeps two crashes in one second (one process or two) from overwriting each other."""
+    folder = state_dir() / "crash"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    for n in itertools.count(1):
+        path = folder / (f"{stem}.log" if n == 1 else f"{stem}-{n}.log")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # a message may quote a secret
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        return path
+    raise AssertionError("unreachable")
 
 
 def inventory_option(default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

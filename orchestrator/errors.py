@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+
+from orchestrator.paths import state_dir
 
 
 class OrchestratorError(Exception):
@@ -15,6 +18,20 @@ class InputError(OrchestratorError):
     """The user gave something invalid (a profile, a flag, an inventory): exit 2."""
 
     exit_code = 2
+
+
+class StateError(InputError):
+    """The state directory, or the ledger in it, cannot be used as it is: exit 2, like bad input,
+    because the fix is the user's (a path, a permission, a file to move aside), said in the message."""
+
+
+def state_dir_error(why: str) -> StateError:
+    """The state directory `why` (e.g. "is a file, not a directory"), and the variable that moves it."""
+    where = "ORCHESTRATOR_STATE_DIR" if os.environ.get("ORCHESTRATOR_STATE_DIR") else "the default"
+    return StateError(
+        f"state directory {state_dir()} ({where}) {why}: fix it, or point ORCHESTRATOR_STATE_DIR "
+        "at a writable directory"
+    )
 
 
 class Interrupted(OrchestratorError):

@@ -2,22 +2,26 @@
 last known good unit of each host, and every bench result (`bench_results`).
 
 Versioned schema (PRAGMA user_version, migrations in order), WAL and a busy timeout so
-two orchestrator processes can write at once.
+two orchestrator processes can write at once. Commands that only read open it read-only and
+never migrate it. A ledger that cannot be used (corrupt, a directory, newer or half-migrated,
+not writable) is a StateError naming the file and what to do.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.errors import StateError, state_dir_error
 from orchestrator.paths import state_dir
 
 BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another one before giving up
@@ -119,18 +123,129 @@ def path() -> Path:
 
 @contextmanager
 def connect(db: Path | None = None) -> Iterator[sqlite3.Connection]:
-    """A connection with the schema migrated; commits on success."""
+    """A connection for writing, with the schema migrated; commits on success."""
     db = db or path()
-    db.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S)
-    conn.row_factory = sqlite3.Row
+    _make_dir(db.parent)
+    _check_file(db)
+    with _explained(db, writing=True):
+        conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S)
+        conn.row_factory = sqlite3.Row
+        try:
+            _use_wal(conn)
+            _migrate(conn, db)
+            yield conn
+            conn.commit()
+        finally:
+            conn.close()
+
+
+@contextmanager
+def _reading(db: Path | None = None) -> Iterator[sqlite3.Connection | None]:
+    """A read-only connection, or None while there is no ledger yet.
+
+    It never creates the file, migrates or switches the journal mode, so `history`, `results` and
+    a rollback's look-up work on a ledger this user may only read (another user's, a backup, a
+    read-only mount). An older schema is read as it is; a write command migrates it.
+    """
+    db = db or path()
+    _check_dir(db.parent)
+    if not db.exists():
+        yield None
+        return
+    _check_file(db)
+    with _explained(db, writing=False):
+        conn = _open_read_only(db)
+        try:
+            _check_schema(conn, _version(conn, db), db)
+            yield conn
+        finally:
+            conn.close()
+
+
+def _open_read_only(db: Path) -> sqlite3.Connection:
+    """`mode=ro`, or `immutable=1` where that cannot open the ledger and nothing is lost by it.
+
+    Reading a WAL ledger takes its -shm file, which a reader creates beside it; in a folder this
+    user may not write, `mode=ro` fails (SQLITE_CANTOPEN). `immutable=1` reads without one but
+    also skips the -wal, so it is used only when no -wal holds writes not yet merged into the file
+    (the last writer to close merges them and removes it). Where the folder can be written, a
+    reader leaves an empty -wal and the -shm there, as any SQLite reader of a WAL file does.
+    """
+    uri = db.resolve().as_uri()
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
     try:
-        _use_wal(conn)
-        _migrate(conn)
-        yield conn
-        conn.commit()
-    finally:
+        conn.execute("PRAGMA user_version")  # opening is lazy: a failure to open shows here
+    except sqlite3.OperationalError as e:
         conn.close()
+        if getattr(e, "sqlite_errorname", "") != "SQLITE_CANTOPEN":
+            raise
+        wal = db.with_name(db.name + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise StateError(
+                f"{db}: its newest records are still in {wal.name}, which cannot be read without "
+                f"writing in {db.parent}: run a command that records (deploy, bench) once as a user "
+                "who can write there"
+            ) from e
+        conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def _check_dir(folder: Path) -> None:
+    """A state directory that is a file, or lies under one, can never hold the ledger."""
+    for above in (folder, *folder.parents):
+        if above.exists():
+            if not above.is_dir():
+                why = "is a file, not a directory" if above == folder else f"lies under a file ({above})"
+                raise _dir_error(folder, why)
+            return
+
+
+def _make_dir(folder: Path) -> None:
+    _check_dir(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _dir_error(folder, f"cannot be created ({e.strerror})") from e
+
+
+def _dir_error(folder: Path, why: str) -> StateError:
+    if folder.absolute() == state_dir().absolute():
+        return state_dir_error(why)
+    return StateError(f"ledger directory {folder} {why}")
+
+
+def _check_file(db: Path) -> None:
+    if db.exists() and not db.is_file():
+        kind = "a directory" if db.is_dir() else "not a regular file"
+        raise StateError(f"{db} is {kind}, not a ledger: {_move_aside(db)}")
+
+
+def _move_aside(db: Path) -> str:
+    return f"move it aside (mv {db} {db}.broken) and the next command that records starts an empty ledger"
+
+
+#: SQLite's errors about the file rather than the query (extended codes start with these).
+_CORRUPT = ("SQLITE_NOTADB", "SQLITE_CORRUPT")
+_NO_ACCESS = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_IOERR", "SQLITE_FULL")
+
+
+@contextmanager
+def _explained(db: Path, writing: bool) -> Iterator[None]:
+    """SQLite's errors about the ledger file as a StateError naming it and what to do."""
+    try:
+        yield
+    except sqlite3.DatabaseError as e:
+        name = getattr(e, "sqlite_errorname", "")
+        if name.startswith(_CORRUPT):
+            raise StateError(f"{db} is not a readable ledger ({e}): {_move_aside(db)}") from e
+        if name.startswith(_NO_ACCESS):
+            done, do = ("written", "write") if writing else ("read", "read")
+            raise StateError(
+                f"{db} cannot be {done} ({e}): let this user {do} it and {db.parent}, "
+                "or point ORCHESTRATOR_STATE_DIR at another directory"
+            ) from e
+        raise
 
 
 def _use_wal(conn: sqlite3.Connection) -> None:
@@ -151,17 +266,81 @@ def _use_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.02)
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version >= len(MIGRATIONS):
+def _migrate(conn: sqlite3.Connection, db: Path) -> None:
+    version = _version(conn, db)
+    _check_schema(conn, version, db)
+    if version == len(MIGRATIONS):
         return
     conn.execute("BEGIN IMMEDIATE")  # one writer migrates; the other waits, then sees the new version
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    version = _version(conn, db)
     for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-        for statement in filter(str.strip, script.split(";")):
-            conn.execute(statement)
+        try:
+            for statement in filter(str.strip, script.split(";")):
+                conn.execute(statement)
+        except sqlite3.OperationalError as e:  # a table or column of a later version already there
+            raise _half_migrated(db, version, f"migration {number} fails: {e}") from e
         conn.execute(f"PRAGMA user_version={number}")
     conn.commit()
+
+
+def _version(conn: sqlite3.Connection, db: Path) -> int:
+    """The schema version (PRAGMA user_version), refused when newer than this code knows."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version > len(MIGRATIONS):
+        raise StateError(
+            f"{db} has schema version {version}, newer than this orchestrator knows "
+            f"({len(MIGRATIONS)}): a newer orchestrator wrote it; use that one, or point "
+            "ORCHESTRATOR_STATE_DIR at another directory"
+        )
+    return version
+
+
+def _check_schema(conn: sqlite3.Connection, version: int, db: Path) -> None:
+    """Every table and column the first `version` migrations make is there."""
+    have = _columns(conn)
+    wrong = []
+    for table, columns in sorted(_expected_columns(version).items()):
+        if table not in have:
+            wrong.append(f"table {table} is missing")
+        elif missing := sorted(columns - have[table]):
+            wrong.append(f"{table} lacks {', '.join(missing)}")
+    if wrong:
+        raise _half_migrated(db, version, "; ".join(wrong))
+
+
+def _half_migrated(db: Path, version: int, what: str) -> StateError:
+    return StateError(f"{db} is half-migrated (schema version {version}, but {what}): {_move_aside(db)}")
+
+
+def _columns(conn: sqlite3.Connection) -> dict[str, frozenset[str]]:
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    return {
+        t: frozenset(r[0] for r in conn.execute("SELECT name FROM pragma_table_info(?)", (t,)))
+        for t in tables
+    }
+
+
+@functools.cache
+def _expected_columns(version: int) -> dict[str, frozenset[str]]:
+    """The tables and columns after the first `version` migrations, from running them in memory."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for script in MIGRATIONS[:version]:
+            conn.executescript(script)
+        return _columns(conn)
+    finally:
+        conn.close()
+
+
+def _select(table: str, query: str, args: Sequence[Any] = (), db: Path | None = None) -> list[sqlite3.Row]:
+    """The rows of a read-only query on `table`: none while the ledger does not exist, or is of
+    an older schema that has no such table yet (a ledger from before bench holds no results)."""
+    with _reading(db) as conn:
+        if conn is None:
+            return []
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone():
+            return []
+        return conn.execute(query, args).fetchall()
 
 
 @dataclass(frozen=True)
@@ -225,29 +404,24 @@ def _good(row: sqlite3.Row | None) -> dict[str, Any] | None:
 
 def good_unit(host: str, unit_name: str, profile: str | None = None) -> dict[str, Any] | None:
     """The last healthy unit of `host` (of `profile`, when given)."""
-    with connect() as conn:
-        if profile is None:
-            query = "SELECT * FROM last_good WHERE host=? AND unit_name=?"
-            return _good(conn.execute(query, (host, unit_name)).fetchone())
-        query = "SELECT * FROM good_units WHERE host=? AND unit_name=? AND profile=?"
-        return _good(conn.execute(query, (host, unit_name, profile)).fetchone())
+    if profile is None:
+        query = "SELECT * FROM last_good WHERE host=? AND unit_name=?"
+        return _good(next(iter(_select("last_good", query, (host, unit_name))), None))
+    query = "SELECT * FROM good_units WHERE host=? AND unit_name=? AND profile=?"
+    return _good(next(iter(_select("good_units", query, (host, unit_name, profile))), None))
 
 
 def previous_good(host: str, unit_name: str, current_digest: str) -> dict[str, Any] | None:
     """The most recent healthy unit of `host` other than the one it runs now."""
-    with connect() as conn:
-        query = (
-            "SELECT * FROM good_units WHERE host=? AND unit_name=? AND digest!=? ORDER BY time DESC LIMIT 1"
-        )
-        return _good(conn.execute(query, (host, unit_name, current_digest)).fetchone())
+    query = "SELECT * FROM good_units WHERE host=? AND unit_name=? AND digest!=? ORDER BY time DESC LIMIT 1"
+    return _good(next(iter(_select("good_units", query, (host, unit_name, current_digest))), None))
 
 
 def history(host: str | None = None, limit: int = 50) -> list[sqlite3.Row]:
-    with connect() as conn:
-        if host:
-            query = "SELECT * FROM deploys WHERE host=? ORDER BY time DESC, id DESC LIMIT ?"
-            return conn.execute(query, (host, limit)).fetchall()
-        return conn.execute("SELECT * FROM deploys ORDER BY time DESC, id DESC LIMIT ?", (limit,)).fetchall()
+    if host:
+        query = "SELECT * FROM deploys WHERE host=? ORDER BY time DESC, id DESC LIMIT ?"
+        return _select("deploys", query, (host, limit))
+    return _select("deploys", "SELECT * FROM deploys ORDER BY time DESC, id DESC LIMIT ?", (limit,))
 
 
 #: bench_results columns a caller fills (id is SQLite's).
@@ -314,8 +488,7 @@ def bench_results(
         query, args = query + " AND profile=?", [*args, profile]
     if since is not None:
         query, args = query + " AND time>=?", [*args, since]
-    with connect(db) as conn:
-        return conn.execute(query + " ORDER BY time, id", args).fetchall()
+    return _select("bench_results", query + " ORDER BY time, id", args, db)
 
 
 def to_csv(rows: list[sqlite3.Row] | list[dict[str, Any]]) -> str:

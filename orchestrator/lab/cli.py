@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.console import state_dir_problem
 from orchestrator.errors import OrchestratorError
 from orchestrator.lab import hosts as lab_hosts
 
@@ -28,6 +29,12 @@ def _errors_to_exit(command: Callable[..., Any]) -> Callable[..., Any]:
         except OrchestratorError as error:
             err.print(Text(f"error: {error}", style="red"))
             raise SystemExit(error.exit_code) from None
+        except OSError as exc:  # the state directory (a file, read-only): one line, as every command
+            problem = state_dir_problem(exc)
+            if problem is None:
+                raise
+            err.print(Text(f"error: {problem}", style="red"))
+            raise SystemExit(problem.exit_code) from None
 
     return wrapper
 
