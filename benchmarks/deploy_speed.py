@@ -47,9 +47,9 @@ def newest_deploy() -> Path:
     return max((state_dir() / "runs").glob("*-deploy-*"), key=lambda p: p.stat().st_mtime)
 
 
-def timeline(run: Path) -> list[tuple[str, str, float]]:
+def timeline(artifacts: Path) -> list[tuple[str, str, float]]:
     """(action, outcome, seconds) of each task a host ran, in order, from the run's job events."""
-    events = [json.loads(p.read_text()) for p in run.glob("artifacts/*/job_events/*.json")]
+    events = [json.loads(p.read_text()) for p in artifacts.glob("job_events/*.json")]
     rows = []
     for ev in sorted(events, key=lambda e: e.get("counter", 0)):
         kind = ev.get("event", "")
@@ -94,7 +94,8 @@ def main() -> None:
         noops.append(timed(deploy))
         plays.append(replay_last_play())
         fulls.append(timed([*deploy, "--force-restart"]))
-    tasks = timeline(newest_deploy())
+    last = subprocess.run([*deploy, "--force-restart"], capture_output=True, text=True, check=True)
+    tasks = timeline(Path(json.loads(last.stdout)["artifacts"]))
     delay = standin_delay(host)
     ping_s, noop_s, play_s, full_s = (statistics.median(x) for x in (pings, noops, plays, fulls))
 
