@@ -24,14 +24,14 @@ if str(MODULE_UTILS_DIR) not in ansible.module_utils.__path__:
 
 from ansible.module_utils import orchestrator_host as host  # found through the path above
 
-#: The module each role's tasks/main.yml runs (None: ansible.builtin only).
+#: The module each role's tasks/main.yml runs.
 ROLE_MODULE = {
     "gpu_idle": "gpu_idle",
     "sglang_health": "sglang_health_wait",
     "sglang_preflight": "sglang_preflight",
     "sglang_probe": "sglang_probe",
     "sglang_record": "sglang_record",
-    "sglang_service": None,
+    "sglang_service": "sglang_start",
     "sglang_stop": "sglang_stop",
     "sglang_unit": "sglang_unit",
 }
