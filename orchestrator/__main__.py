@@ -1,4 +1,5 @@
-"""The command line: the one place that prints and picks exit codes (0 ok, 1 a host failed, 2 bad input)."""
+"""The command line: the one place that prints and picks exit codes (0 ok, 1 a host failed, 2 bad input,
+an unusable state directory or ledger included)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from orchestrator import console
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.console import err, handle_errors, inventory_or_lab, inventory_or_running_lab, out
-from orchestrator.errors import InputError, ProfileError
+from orchestrator.errors import InputError, Problem, ProfileError
 
 
 class LazyGroup(click.Group):
@@ -70,8 +71,8 @@ def validate(profile_ref: str | None) -> None:
     for ref in refs:
         try:
             prof = profile_mod.load(ref)
-        except ProfileError as exc:
-            problems += exc.problems
+        except InputError as exc:  # ProfileError, or a file that does not load (bad YAML)
+            problems += exc.problems if isinstance(exc, ProfileError) else [Problem("error", "", str(exc))]
             continue
         plan = plan_mod.build(prof)
         out.print(f"ok: {prof.name} ({_spec_summary(prof)}, digest {plan.digest})", markup=False)
@@ -133,8 +134,8 @@ def profiles() -> None:
     for name in profile_mod.available():
         try:
             prof = profile_mod.load(name)
-        except ProfileError as exc:
-            problems += exc.problems
+        except InputError as exc:  # ProfileError, or a file that does not load (bad YAML)
+            problems += exc.problems if isinstance(exc, ProfileError) else [Problem("error", "", str(exc))]
             table.add_row(name, "", "", "", "", "[red]invalid: run `validate`[/red]")
             continue
         spec = prof.speculative

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator import inventory as inventory_mod
 from orchestrator import plan as plan_mod
+from orchestrator import sglang_flags
 from orchestrator.errors import InputError
 from orchestrator.plan import Plan
 from orchestrator.profile import Profile
@@ -164,10 +165,10 @@ def multinode_hosts(
         return None
     if len(kinds) > 1:
         raise InputError("the selected hosts mix fleet and multinode deployments; --limit one group")
-    gpus = prof.server.tp_size * prof.server.dp_size
+    gpus = prof.server.gpus_needed
     if len(selected) < 2 or gpus % len(selected):
         raise InputError(
-            f"a multinode server needs 2 or more hosts that split TP x DP = {gpus} GPUs evenly; "
+            f"a multinode server needs 2 or more hosts that split its {gpus} GPUs evenly; "
             f"{len(selected)} selected: {', '.join(h.name for h in selected)}"
         )
     return selected
@@ -202,7 +203,7 @@ def unit_facts(prof: Profile, *, rank: int = 0, nnodes: int = 1, rank0_address: 
     """The facts of a profile's unit on one host (a multi-node rank: its share of the GPUs, and
     rank 0's /health, the server's only HTTP endpoint)."""
     s = prof.server
-    per_node = s.tp_size * s.dp_size // nnodes
+    per_node = s.gpus_needed // nnodes
     return UnitFacts(
         profile=prof.name,
         port=s.port,
@@ -220,7 +221,9 @@ def preflight_checks(prof: Profile, plan: Plan, gpus_needed: int, kill_holders: 
     return PreflightChecks(
         python=s.python,
         sglang_version=s.sglang_version,
-        flags=sorted({a.split("=", 1)[0] for a in plan.argv[3:] if a.startswith("--")}),
+        # As the help spells them: SGLang accepts an abbreviation (`--max-running=8`), a host's help
+        # lists the whole name.
+        flags=sglang_flags.spelled_flags(s.sglang_version, plan.argv[3:]),
         model_path=s.model_path,
         draft_model_path=spec.draft_model_path or "",
         algorithm=spec.algorithm or "",

@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 
 import jinja2
 
-from orchestrator import sglang_flags
+from orchestrator import sglang_flags, systemd_rules
 from orchestrator.paths import TEMPLATES_DIR
 from orchestrator.profile import Profile
 
@@ -58,7 +58,12 @@ def build_argv(profile: Profile) -> list[str]:
     def opt(setting: str, value: object = None) -> list[str]:
         name = sglang_flags.flag(setting, version)
         assert name is not None, f"{setting} has no flag in SGLang {version} (validation missed it)"
-        return [name] if value is None else [name, _scalar(value)]
+        if value is None:
+            return [name]
+        text = _scalar(value)
+        # argparse takes a word starting with "-" for an option ("expected one argument"): such a
+        # value (a served model name "-x") only reaches SGLang as `--flag=value`.
+        return [f"{name}={text}"] if text.startswith("-") else [name, text]
 
     argv = [s.python, "-m", "sglang.launch_server", *opt("model_path", s.model_path)]
     if s.served_model_name:
@@ -125,8 +130,9 @@ def build_environment(profile: Profile) -> dict[str, str]:
 _SAFE = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:,+-=@")
 
 
-def _escape(text: str) -> str:
-    """Escape for a double-quoted systemd word: C escapes, `%%` against specifiers, `$$` against expansion."""
+def _escape(text: str, *, dollar: bool) -> str:
+    """Escape for a double-quoted systemd word: C escapes, `%%` against specifiers, and with
+    `dollar` `$$` against ExecStart='s `$` expansion (Environment= has none: `$$` would stay `$$`)."""
     out = []
     for ch in text:
         if ch == "\\":
@@ -135,7 +141,7 @@ def _escape(text: str) -> str:
             out.append('\\"')
         elif ch == "%":
             out.append("%%")
-        elif ch == "$":
+        elif ch == "$" and dollar:
             out.append("$$")
         elif ch == "\n":
             out.append("\\n")
@@ -155,7 +161,7 @@ def quote_exec_arg(arg: str) -> str:
     """
     if arg and set(arg) <= _SAFE:
         return arg
-    return f'"{_escape(arg)}"'
+    return f'"{_escape(arg, dollar=True)}"'
 
 
 def exec_start(argv: list[str]) -> str:
@@ -169,11 +175,17 @@ def exec_start(argv: list[str]) -> str:
 
 
 def unquote_exec(exec_start: str) -> list[str]:
-    """How systemd turns an ExecStart= value into argv: continuations, %%, quotes, C escapes, $$.
+    """How systemd turns an ExecStart= value into argv: `_unquote`, then `$$` is `$` at start.
 
-    The inverse of `exec_start` for what it emits; the lab tests prove both on real systemd.
+    The inverse of `exec_start` for what it emits; tests/unit/test_systemd_oracle.py proves both
+    against systemd's own reading.
     """
-    text = exec_start.replace("\\\n", " ")
+    return [word.replace("$$", "$") for word in _unquote(exec_start)]
+
+
+def _unquote(text: str) -> list[str]:
+    """The words of a unit value as systemd reads them: continuations, %%, quotes, C escapes."""
+    text = text.replace("\\\n", " ")
     text = text.replace("%%", "\0PCT\0")
     words, word, i, quote, have = [], [], 0, None, False
     escapes = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", " ": " "}
@@ -206,15 +218,12 @@ def unquote_exec(exec_start: str) -> list[str]:
         i += 1
     if have:
         words.append("".join(word))
-    out = []
-    for w in words:
-        out.append(w.replace("$$", "$").replace("\0PCT\0", "%"))
-    return out
+    return [w.replace("\0PCT\0", "%") for w in words]
 
 
 def environment_line(name: str, value: str) -> str:
-    """The value of one `Environment=` assignment, quoted for systemd."""
-    return f'"{_escape(f"{name}={value}")}"'
+    """The value of one `Environment=` assignment, quoted for systemd (which expands no `$` there)."""
+    return f'"{_escape(f"{name}={value}", dollar=False)}"'
 
 
 # --- the unit ------------------------------------------------------------------------
@@ -237,6 +246,18 @@ def _env() -> jinja2.Environment:
     return env
 
 
+def _working_directory(path: str) -> str:
+    """WorkingDirectory= is read unquoted and unescaped: only specifiers (`%%`) can be escaped.
+
+    Validation refuses what cannot be written there (systemd_rules); this refuses it again, so a
+    profile built past validation cannot make a trailing backslash swallow the next unit line.
+    """
+    problems = systemd_rules.working_directory_problems(path)
+    if problems:
+        raise ValueError(f"service.working_directory: {problems[0]}")
+    return path.replace("%", "%%")
+
+
 def render_unit(profile: Profile, argv: list[str], environment: dict[str, str]) -> str:
     svc = profile.service
     return (
@@ -248,7 +269,7 @@ def render_unit(profile: Profile, argv: list[str], environment: dict[str, str]) 
             sglang_version=profile.server.sglang_version,
             description=f"SGLang {profile.server.sglang_version} server, profile {profile.name}",
             user=svc.user,
-            working_directory=svc.working_directory.replace("%", "%%"),  # specifiers only: not a quoted word
+            working_directory=_working_directory(svc.working_directory),
             environment_lines=[environment_line(k, v) for k, v in environment.items()],
             exec_start=exec_start(argv),
             start_timeout_s=svc.start_timeout_s,
@@ -307,7 +328,7 @@ def parse_unit(unit: str) -> tuple[list[str], dict[str, str]]:
     argv = unquote_exec(match.group(1)) if match else []
     env = {}
     for value in re.findall(r"^Environment=(.*)$", unit, re.M):
-        for assignment in unquote_exec(value):
+        for assignment in _unquote(value):  # Environment= expands no `$`
             name, _, val = assignment.partition("=")
             env[name] = val
     return argv, env

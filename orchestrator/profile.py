@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -23,11 +23,12 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     ValidationError,
     model_validator,
 )
 
-from orchestrator import rules, sglang_flags
+from orchestrator import rules, sglang_flags, systemd_rules
 from orchestrator.errors import InputError, Problem, ProfileError
 from orchestrator.paths import PROFILES_DIR
 
@@ -44,6 +45,12 @@ MAX_DEPTH = 32
 #: so 10**30 is refused here rather than by systemd-analyze on the host.
 INT_MAX = 2**31 - 1
 
+#: Counts, ports and timeouts take integers only. Pydantic's lax mode would read the YAML
+#: boolean in `tp_size: true` as 1 (rendered `--tp-size 1`), and "8" or 8.0 as 8.
+Int = Annotated[int, Strict()]
+#: Fractions and intervals take ints and floats, never a boolean (`true` would be 1.0).
+Number = Annotated[float, Strict()]
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -58,6 +65,14 @@ def _env_scalar(value: Any) -> Any:
     return value
 
 
+def _argparse_value(value: str) -> str:
+    """SGLang's argparse drops a value that is exactly `--` (Python's argparse strips it), so
+    the server would get none."""
+    if value == "--":
+        raise ValueError("'--' cannot reach SGLang (its argparse drops it); choose another value")
+    return value
+
+
 def _profile_name(value: str) -> str:
     """The name reaches file names and the unit on every host: no paths, no spaces, no surprises."""
     if not NAME_RE.fullmatch(value):
@@ -67,7 +82,28 @@ def _profile_name(value: str) -> str:
     return value
 
 
+def _systemd(check: Callable[[str], list[str]]) -> AfterValidator:
+    """A systemd_rules check as a field validator: what systemd would refuse or change is an error here."""
+
+    def validate(value: str) -> str:
+        problems = check(value)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+    return AfterValidator(validate)
+
+
+def _env_name(name: str) -> str:
+    """systemd drops non-ASCII names; rules.check_env words the other bad names (and the same for ASCII)."""
+    problem = None if name.isascii() else systemd_rules.env_name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    return name
+
+
 EnvValue = Annotated[str, BeforeValidator(_env_scalar)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
 AbsPath = Annotated[str, Field(pattern=r"^/[^\x00-\x1f]*$", description="An absolute path on the host.")]
 
 
@@ -77,22 +113,32 @@ class Server(_Model):
     sglang_version: Literal["0.5.9", "0.5.23"] = Field(
         "0.5.9", description="SGLang version installed on the hosts; flags are rendered for it."
     )
-    python: AbsPath = Field("/usr/bin/python3", description="Python executable that has SGLang installed.")
+    python: Annotated[AbsPath, _systemd(systemd_rules.executable_problems)] = Field(
+        "/usr/bin/python3", description="Python executable that has SGLang installed."
+    )
     model_path: AbsPath = Field(description="Target model directory on the host.")
-    served_model_name: str | None = Field(None, description="Name the OpenAI API reports for the model.")
-    tp_size: int = Field(1, ge=1, le=64, description="Tensor parallel size (GPUs per replica).")
-    dp_size: int = Field(1, ge=1, le=64, description="Data parallel size (replicas inside one server).")
+    served_model_name: Annotated[str, AfterValidator(_argparse_value)] | None = Field(
+        None, description="Name the OpenAI API reports for the model."
+    )
+    tp_size: Int = Field(1, ge=1, le=64, description="Tensor parallel size (GPUs per replica).")
+    dp_size: Int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Data parallel size: replicas inside one server, or attention groups "
+        "sharing the tp_size GPUs with --enable-dp-attention in extra_args.",
+    )
     host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
-    port: int = Field(30000, ge=1, le=65535, description="HTTP port of the server.")
-    mem_fraction_static: float | None = Field(
+    port: Int = Field(30000, ge=1, le=65535, description="HTTP port of the server.")
+    mem_fraction_static: Number | None = Field(
         None, gt=0, lt=1, description="Fraction of GPU memory for weights and KV cache, in (0, 1)."
     )
-    context_length: int | None = Field(
+    context_length: Int | None = Field(
         None, ge=1, le=INT_MAX, description="Maximum context length; model default if unset."
     )
     trust_remote_code: bool = Field(False, description="Allow the model's own modelling code.")
     cuda_graph: bool = Field(True, description="Capture CUDA graphs (off renders --disable-cuda-graph).")
-    cuda_graph_max_bs: int | None = Field(
+    cuda_graph_max_bs: Int | None = Field(
         None, ge=1, le=INT_MAX, description="Largest batch size captured in CUDA graphs."
     )
     log_level: Literal["debug", "info", "warning", "error", "critical"] | None = Field(
@@ -103,6 +149,17 @@ class Server(_Model):
         default_factory=list, description="Further SGLang flags, verbatim; must not repeat a modelled one."
     )
 
+    @property
+    def gpus_needed(self) -> int:
+        """GPUs this server uses over all its nodes, as SGLang counts them: tp x pp per replica,
+        dp_size replicas, or one TP group when --enable-dp-attention shares it (rules.gpus_needed)."""
+        return rules.gpus_needed(
+            sglang_version=self.sglang_version,
+            tp_size=self.tp_size,
+            dp_size=self.dp_size,
+            extra_args=self.extra_args,
+        )
+
 
 class Speculative(_Model):
     """Speculative decoding: all of steps/topk/draft_tokens, or none to let SGLang choose."""
@@ -111,9 +168,9 @@ class Speculative(_Model):
         None, description="Speculative algorithm; EAGLE3 for EAGLE-3 drafters."
     )
     draft_model_path: AbsPath | None = Field(None, description="Draft model directory on the host.")
-    num_steps: int | None = Field(None, ge=1, le=32, description="Draft steps per verify.")
-    eagle_topk: int | None = Field(None, ge=1, le=64, description="Branching factor of the draft tree.")
-    num_draft_tokens: int | None = Field(None, ge=1, le=256, description="Tokens verified per step.")
+    num_steps: Int | None = Field(None, ge=1, le=32, description="Draft steps per verify.")
+    eagle_topk: Int | None = Field(None, ge=1, le=64, description="Branching factor of the draft tree.")
+    num_draft_tokens: Int | None = Field(None, ge=1, le=256, description="Tokens verified per step.")
 
 
 class Service(_Model):
@@ -125,15 +182,17 @@ class Service(_Model):
     user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$")] = Field(
         "root", description="User the server runs as."
     )
-    working_directory: AbsPath = Field("/", description="Working directory of the server.")
-    start_timeout_s: int = Field(900, ge=1, le=INT_MAX, description="systemd TimeoutStartSec.")
-    stop_timeout_s: int = Field(
+    working_directory: Annotated[AbsPath, _systemd(systemd_rules.working_directory_problems)] = Field(
+        "/", description="Working directory of the server."
+    )
+    start_timeout_s: Int = Field(900, ge=1, le=INT_MAX, description="systemd TimeoutStartSec.")
+    stop_timeout_s: Int = Field(
         60, ge=1, le=INT_MAX, description="systemd TimeoutStopSec: SIGTERM, then SIGKILL."
     )
-    health_timeout_s: int = Field(
+    health_timeout_s: Int = Field(
         1800, ge=1, le=INT_MAX, description="How long a deploy waits for /health to answer 200."
     )
-    health_poll_interval_s: float = Field(
+    health_poll_interval_s: Number = Field(
         0.25, gt=0, le=1.0, description="Seconds between health polls (at most 1)."
     )
 
@@ -164,7 +223,7 @@ class Deployment(_Model):
         description="fleet: every host runs its own replica; multinode: one SGLang server over all "
         "selected hosts (--nnodes from their count, --node-rank from their order).",
     )
-    dist_init_port: int = Field(
+    dist_init_port: Int = Field(
         5757, ge=1, le=65535, description="Port on node rank 0 for --dist-init-addr (multinode)."
     )
 
@@ -178,7 +237,7 @@ class Profile(_Model):
     server: Server
     speculative: Speculative = Field(default_factory=Speculative)
     nccl: dict[str, EnvValue] = Field(default_factory=dict, description="NCCL_* environment variables.")
-    env: dict[str, EnvValue] = Field(
+    env: dict[EnvName, EnvValue] = Field(
         default_factory=dict, description="Other environment variables of the server."
     )
     service: Service = Field(default_factory=Service)
@@ -206,7 +265,11 @@ def resolve_path(ref: str) -> Path:
     """
     if ref.endswith((".yml", ".yaml")) or "/" in ref:
         path = Path(ref)
-        if not path.is_file():
+        try:
+            found = path.is_file()
+        except OSError as exc:  # a name over 255 bytes (ENAMETOOLONG), a folder it may not search
+            raise InputError(f"no profile file {_short(ref)}: {exc.strerror or exc} ({PATH_RULE})") from None
+        if not found:
             raise InputError(f"no profile file {_short(ref)} ({PATH_RULE})")
         return path
     profiles = available()
@@ -225,11 +288,46 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing duplicate keys and noting whether the file uses aliases."""
+
+    def __init__(self, stream: bytes) -> None:
+        super().__init__(stream)
+        self.aliased = False
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self.aliased = True
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """YAML says keys are unique; PyYAML keeps the last of two silently, so `server:` twice
+        would drop the first. Keys merged in with `<<:` may be overridden: that is what merging is."""
+        first: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if key in first:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {_short(key)} (first on line {first[key] + 1}); keep one",
+                    key_node.start_mark,
+                )
+            first[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     """The file's mapping; bad bytes, bad YAML and alias bombs are input errors, not crashes."""
     try:
         # Bytes, not text: PyYAML honours a BOM and names the offset of invalid UTF-8.
-        data = yaml.safe_load(path.read_bytes())
+        loader = _Loader(path.read_bytes())
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
@@ -240,7 +338,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise InputError(f"{path}: a profile must be a mapping, got {type(data).__name__}")
-    _check_shape(data, path)
+    _check_shape(data, path, loader.aliased)
     return data
 
 
@@ -256,10 +354,11 @@ def _yaml_reason(exc: yaml.YAMLError) -> str:
     return " ".join(str(exc).split())
 
 
-def _check_shape(data: dict[str, Any], path: Path) -> None:
+def _check_shape(data: dict[str, Any], path: Path, aliased: bool) -> None:
     """Refuse alias bombs and self-referencing aliases, and strings no unit file can hold.
 
-    Walks the values as if aliases were expanded, without recursion, stopping at the limits.
+    Walks the values as if aliases were expanded, without recursion, stopping at the limits;
+    the hint about aliases only where the file has some (`aliased`).
     """
     problems: list[Problem] = []
     stack: list[tuple[str, Any, int]] = [("", data, 0)]
@@ -268,9 +367,17 @@ def _check_shape(data: dict[str, Any], path: Path) -> None:
         loc, value, depth = stack.pop()
         walked += 1
         if walked > MAX_VALUES:
-            raise InputError(f"{path}: expands to over {MAX_VALUES} values; are aliases nested in aliases?")
+            if aliased:
+                raise InputError(
+                    f"{path}: expands to over {MAX_VALUES} values; are aliases nested in aliases?"
+                )
+            raise InputError(f"{path}: has over {MAX_VALUES} values; no profile comes near that")
         if depth > MAX_DEPTH:
-            raise InputError(f"{path}: nested more than {MAX_DEPTH} levels (an alias inside its own anchor?)")
+            if aliased:
+                raise InputError(
+                    f"{path}: nested more than {MAX_DEPTH} levels (an alias inside its own anchor?)"
+                )
+            raise InputError(f"{path}: nested more than {MAX_DEPTH} levels; a profile needs three")
         if isinstance(value, dict):
             for key, item in value.items():
                 problems += _bad_string(path, loc, key)
@@ -323,6 +430,10 @@ def load_raw(ref: str, _seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], Pat
             if "/" not in parent and not parent.endswith((".yml", ".yaml"))
             else str((path.parent / parent).resolve())
         )
+        try:
+            resolve_path(ref_parent)
+        except InputError as exc:  # name the file that says `extends:`, not only the missing one
+            raise InputError(f"{path}: extends: {exc}") from None
         parent_data, _ = load_raw(ref_parent, (*_seen, key))
         parent_data.pop("name", None)
         parent_data.pop("description", None)
@@ -371,6 +482,7 @@ def _rule_findings(profile: Profile) -> list[rules.Finding]:
         # Every field of `speculative` by name: a new field the rules do not take fails loudly.
         *rules.check_speculative(**profile.speculative.model_dump()),
         *_server_findings(profile.server),
+        *_across_findings(profile.server, profile.speculative),
         *rules.check_nccl(profile.nccl),
         *rules.check_env(profile.env),
     ]
@@ -382,6 +494,23 @@ def _server_findings(server: Server) -> Iterator[rules.Finding]:
         cuda_graph=server.cuda_graph,
         cuda_graph_max_bs=server.cuda_graph_max_bs,
         served_model_name=server.served_model_name,
+        extra_args=server.extra_args,
+    )
+
+
+def _across_findings(server: Server, spec: Speculative) -> Iterator[rules.Finding]:
+    """Rules that read the server and speculative sections together."""
+    yield from rules.check_parallel(
+        sglang_version=server.sglang_version,
+        tp_size=server.tp_size,
+        dp_size=server.dp_size,
+        extra_args=server.extra_args,
+    )
+    yield from rules.check_speculative_server(
+        sglang_version=server.sglang_version,
+        algorithm=spec.algorithm,
+        eagle_topk=spec.eagle_topk,
+        dp_size=server.dp_size,
         extra_args=server.extra_args,
     )
 

@@ -7,7 +7,11 @@ SGLang does not check these itself, or checks them badly:
   num_draft_tokens > num_steps * eagle_topk + 1 is not a meaningful draft tree;
 - EAGLE3 needs a draft model path (so do EAGLE, its alias NEXTN, and STANDALONE);
 - flags drift between versions: 0.5.23 has no --cuda-graph-max-bs, and argparse calls
-  that spelling ambiguous; a flag argparse rejects is exit 2 after start;
+  that spelling ambiguous; a flag argparse rejects is exit 2 after start, and argparse
+  takes any unique prefix, so `--api-k KEY` is `--api-key KEY`;
+- some settings SGLang refuses only after reading the model (DP attention with a tp_size
+  it does not divide, STANDALONE or NGRAM with DP attention, top-k > 1 over pages), and
+  NGRAM silently overwrites eagle_topk;
 - NCCL ignores NCCL_* names it does not know, so a typo silently does nothing.
 
 The rules take plain values, not the profile's models, so that this module depends on
@@ -17,7 +21,9 @@ nothing of the profile: `profile` calls them, never the other way round.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterator
+from typing import Any
 
 from orchestrator import sglang_flags
 
@@ -83,6 +89,9 @@ def check_speculative(
     num_draft_tokens: int | None,
 ) -> Iterator[Finding]:
     """The `speculative` section's fields, by name."""
+    if algorithm == "NGRAM":  # no draft tree of its own: the trio rules do not apply
+        yield from _ngram_overwrites(num_steps, eagle_topk, num_draft_tokens, draft_model_path)
+        return
     trio = {"num_steps": num_steps, "eagle_topk": eagle_topk, "num_draft_tokens": num_draft_tokens}
     given = [k for k, v in trio.items() if v is not None]
     if given and len(given) < 3:
@@ -123,9 +132,6 @@ def check_speculative(
 
 # --- server --------------------------------------------------------------------------
 
-#: Flags that must not come through extra_args: they are modelled, or must never be inline.
-_FORBIDDEN_EXTRA = {"--api-key": "never put the key inline; use api_key: {file: PATH} or {env: NAME}"}
-
 
 def check_server(
     *,
@@ -151,30 +157,265 @@ def check_server(
     yield from check_extra_args(sglang_version, extra_args)
 
 
+def _secret_finding(shown: str, canonical: str) -> str:
+    """A secret on argv is readable by every local user (/proc/PID/cmdline), and in the 0644 unit."""
+    text = (
+        f"{shown}: never put a secret inline (argv and the unit file are world-readable); "
+        "use api_key: {file: PATH} or {env: NAME}, which reaches SGLang in a 0600 --config file"
+    )
+    if canonical == "--api-key":
+        return text
+    return f"{text}; it carries --api-key only, so leave {canonical} out"
+
+
 def check_extra_args(version: str, extra_args: list[str]) -> Iterator[Finding]:
-    """Extra args must be flags of that version, unambiguous, and not a modelled setting."""
-    table = sglang_flags.flag_table(version)
+    """Each extra flag as SGLang's argparse reads it (prefixes, `=`, values, choices, stray words),
+    refusing secrets, `--help` and modelled settings."""
     modelled = sglang_flags.modelled_flag_names(version)
-    for i, arg in enumerate(extra_args):
-        if not arg.startswith("-"):
+    for arg in sglang_flags.read_args(version, extra_args):
+        loc = f"server.extra_args[{arg.index}]"
+        opt = arg.option
+        name = arg.name
+        shown = (
+            name if opt is None or name in opt.names else f"{name} (SGLang reads it as {_spelled(opt, name)})"
+        )
+        if opt is not None and set(opt.names) & set(sglang_flags.SECRET_FLAGS):
+            # First, and alone: no other message may echo the value.
+            yield (loc, _secret_finding(shown, opt.names[0]))
             continue
-        name = arg.split("=", 1)[0]
-        loc = f"server.extra_args[{i}]"
-        if name in _FORBIDDEN_EXTRA:
-            yield (loc, f"{name}: {_FORBIDDEN_EXTRA[name]}")
-            continue
-        matches = [n for n in table.names if n == name] or [n for n in table.names if n.startswith(name)]
-        if not matches:
-            close = difflib.get_close_matches(name, table.names, n=1)
+        if arg.error is not None:
+            yield (loc, _argparse_finding(version, arg.error))
+        elif arg.unknown:
+            close = difflib.get_close_matches(name, sglang_flags.flag_table(version).names, n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
             yield (loc, f"{name} is not a flag of SGLang {version}{hint}")
-        elif len(matches) > 1 and name not in matches:
-            yield (
-                loc,
-                f"{name} is ambiguous in SGLang {version} ({', '.join(sorted(matches))}); spell it out",
-            )
-        elif matches[0] in modelled:
-            yield (loc, f"{name} duplicates a modelled setting; set it in the profile's fields instead")
+        elif opt is not None and "--help" in opt.names:
+            yield (loc, f"{shown} prints SGLang's help and exits: the server would never start; remove it")
+        elif opt is not None and modelled.intersection(opt.names):
+            yield (loc, f"{shown} duplicates a modelled setting; set it in the profile's fields instead")
+        for i in arg.stray:
+            yield (f"server.extra_args[{i}]", _stray_finding(version, extra_args[i]))
+
+
+def _spelled(opt: sglang_flags.OptionSpec, prefix: str) -> str:
+    """The spelling of `opt` that `prefix` abbreviates."""
+    return next((n for n in opt.names if n.startswith(prefix)), opt.names[0])
+
+
+def _argparse_finding(version: str, message: str) -> str:
+    """argparse's refusal in the words of a profile field."""
+    ambiguous = re.match(r"ambiguous option: (.*?) could match (.*)$", message)
+    if ambiguous:
+        word, matches = ambiguous.groups()
+        candidates = ", ".join(sorted(matches.split(", ")))
+        return f"{word.split('=', 1)[0]} is ambiguous in SGLang {version} ({candidates}); spell it out"
+    return f"SGLang {version} would exit at start with: {message}"
+
+
+def _stray_finding(version: str, word: str) -> str:
+    text = (
+        f"stray word {_quote(word)}: SGLang {version} takes no positional arguments "
+        "(argparse: unrecognized arguments)"
+    )
+    if word.startswith("-") and " " in word:
+        flag, value = word.split(" ", 1)
+        return f"{text}; give a flag and its value as two items: {flag!r}, {value!r}"
+    return f"{text}; is it a value of the flag before it, which takes fewer?"
+
+
+def _quote(word: str, limit: int = 40) -> str:
+    text = repr(word)
+    return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
+
+
+# --- parallelism and speculative decoding against SGLang's own checks ----------------
+# SGLang checks these at start, after the weights' config is read, and dies or silently
+# changes the setting. Each rule cites the version and function of server_args.py (0.5.9)
+# or of the arg_groups/ module (0.5.23) it follows; the two versions differ in places.
+
+
+def dp_layout(version: str, dp_size: int, extra: dict[str, Any]) -> tuple[int, int]:
+    """(replicas, attention-DP groups) of a server: DP attention splits one TP group's GPUs.
+
+    0.5.9, ServerArgs._handle_data_parallelism: --enable-dp-attention with dp_size 1 is
+    switched off; otherwise dp_size groups share the tp_size GPUs (DataParallelController.
+    launch_dp_attention_schedulers), where plain DP launches dp_size groups of tp_size GPUs.
+    0.5.23, parallel_hook.handle_deprecated_dp_attention: --dp-size N --enable-dp-attention
+    becomes --attn-dp-size N with dp_size 1, unless --attn-dp-size is given; dp_size then
+    counts replicas only (runtime_context.num_dp_ranks_of: dp_size x attn_dp_size).
+    """
+    enabled = bool(extra.get("--enable-dp-attention"))
+    if "--attn-dp-size" not in sglang_flags.flag_table(version).names:
+        return (1, dp_size) if enabled and dp_size > 1 else (dp_size, 1)
+    attn = int(extra.get("--attn-dp-size", 1))
+    if enabled and attn == 1:
+        return 1, dp_size
+    return dp_size, attn
+
+
+def gpus_needed(*, sglang_version: str, tp_size: int, dp_size: int, extra_args: list[str]) -> int:
+    """GPUs one server uses over all its nodes: tp x pp per replica, and dp_size replicas unless
+    DP attention folds the DP groups into the TP group (see dp_layout)."""
+    extra = sglang_flags.option_values(sglang_version, extra_args)
+    replicas, _ = dp_layout(sglang_version, dp_size, extra)
+    return tp_size * int(extra.get("--pp-size", 1)) * replicas
+
+
+def check_parallel(
+    *, sglang_version: str, tp_size: int, dp_size: int, extra_args: list[str]
+) -> Iterator[Finding]:
+    """DP attention splits the TP group: SGLang asserts tp_size % groups == 0 (a bare
+    AssertionError: 0.5.9 ServerArgs._handle_data_parallelism; 0.5.23
+    parallel_hook.handle_data_parallelism), and 0.5.23 refuses replicas with attention DP."""
+    extra = sglang_flags.option_values(sglang_version, extra_args)
+    replicas, groups = dp_layout(sglang_version, dp_size, extra)
+    if groups > 1 and tp_size % groups:
+        yield (
+            "server.dp_size",
+            f"with DP attention SGLang {sglang_version} splits the tp_size {tp_size} GPUs into {groups} "
+            f"attention groups and asserts tp_size % {groups} == 0 (it dies on a bare AssertionError); "
+            f"use a dp_size (or --attn-dp-size) that divides tp_size",
+        )
+    if groups > 1 and replicas > 1:
+        yield (
+            "server.dp_size",
+            f"SGLang {sglang_version} refuses --dp-size {replicas} with --attn-dp-size {groups} "
+            "(parallel_hook.handle_data_parallelism): use one of them",
+        )
+
+
+#: With eagle_topk > 1 and a page size > 1, the attention backends SGLang accepts. 0.5.9:
+#: ServerArgs._handle_speculative_decoding; 0.5.23: speculative_hook._handle_eagle_family
+#: (_PAGE_TREE_SPEC_BACKENDS); NGRAM, both: flashinfer only (0.5.23 speculative_hook._handle_ngram).
+_PAGE_TREE_BACKENDS = {"0.5.9": ("flashinfer", "fa3"), "0.5.23": ("flashinfer", "fa3", "triton")}
+_NGRAM_PAGE_TREE_BACKENDS = ("flashinfer",)
+
+#: Backends that force a page size whatever --page-size says: backend -> (sizes kept, size forced).
+#: 0.5.9 ServerArgs._handle_attention_backend_compatibility; 0.5.23
+#: overrides._mla_backend_page_constraints (trtllm_mha also keeps 128 there).
+_FORCED_PAGE = {
+    "flashmla": ((64,), 64),
+    "cutlass_mla": ((128,), 128),
+    "trtllm_mla": ((32, 64), 64),
+    "cutedsl_mla": ((32, 64), 64),
+    "trtllm_mha": ((16, 32, 64), 64),
+    "hpc_ops": ((64,), 64),
+}
+
+#: SGLang's default of --speculative-ngram-max-bfs-breadth, which NGRAM uses as its top-k
+#: (0.5.9 ServerArgs.speculative_ngram_max_bfs_breadth; 0.5.23 arg_groups/fields/spec.py).
+NGRAM_DEFAULT_BFS_BREADTH = 10
+
+
+def check_speculative_server(
+    *,
+    sglang_version: str,
+    algorithm: str | None,
+    eagle_topk: int | None,
+    dp_size: int,
+    extra_args: list[str],
+) -> Iterator[Finding]:
+    """Speculative settings against the server's: what SGLang refuses or overwrites at start."""
+    if algorithm is None:
+        return
+    extra = sglang_flags.option_values(sglang_version, extra_args)
+    _, groups = dp_layout(sglang_version, dp_size, extra)
+    if algorithm in ("STANDALONE", "NGRAM") and groups > 1:
+        where = (
+            "ServerArgs._handle_speculative_decoding" if sglang_version == "0.5.9" else _SPEC_HOOK[algorithm]
+        )
+        yield (
+            "speculative.algorithm",
+            f"SGLang {sglang_version} refuses {algorithm} with DP attention ({where}: "
+            f"'Currently {algorithm.lower()} speculative decoding does not support dp attention'); "
+            "drop --enable-dp-attention/--attn-dp-size or use EAGLE/EAGLE3",
+        )
+    if algorithm == "NGRAM":
+        topk = int(extra.get("--speculative-ngram-max-bfs-breadth", NGRAM_DEFAULT_BFS_BREADTH))
+        yield from _page_tree(sglang_version, algorithm, topk, extra, _NGRAM_PAGE_TREE_BACKENDS)
+    elif eagle_topk is not None:
+        yield from _page_tree(
+            sglang_version, algorithm, eagle_topk, extra, _PAGE_TREE_BACKENDS[sglang_version]
+        )
+
+
+_SPEC_HOOK = {
+    "STANDALONE": "speculative_hook._handle_eagle_family",
+    "NGRAM": "speculative_hook._handle_ngram",
+}
+
+
+def _ngram_overwrites(
+    num_steps: int | None, eagle_topk: int | None, num_draft_tokens: int | None, draft_model_path: str | None
+) -> Iterator[Finding]:
+    """NGRAM drafts from n-grams of the context: 0.5.9 ServerArgs._handle_speculative_decoding and
+    0.5.23 speculative_hook._handle_ngram set speculative_eagle_topk to
+    --speculative-ngram-max-bfs-breadth whatever it was, and neither loads a draft model for it."""
+    if eagle_topk is not None:
+        yield (
+            "speculative.eagle_topk",
+            f"SGLang overwrites it for NGRAM with --speculative-ngram-max-bfs-breadth (default "
+            f"{NGRAM_DEFAULT_BFS_BREADTH}); leave num_steps, eagle_topk and num_draft_tokens out and set "
+            "that flag in server.extra_args",
+        )
+    elif num_steps is not None or num_draft_tokens is not None:
+        # The renderer emits the three together; without eagle_topk it has nothing to emit.
+        yield (
+            "speculative",
+            "for NGRAM leave num_steps and num_draft_tokens out too: they are rendered only with "
+            "eagle_topk, which SGLang overwrites; SGLang derives them for NGRAM",
+        )
+    if draft_model_path is not None:
+        yield (
+            "speculative.draft_model_path",
+            "NGRAM loads no draft model (it drafts from n-grams of the context), so SGLang ignores it; "
+            "remove draft_model_path or use EAGLE3",
+        )
+
+
+def _page_tree(
+    version: str, algorithm: str, topk: int, extra: dict[str, Any], allowed: tuple[str, ...]
+) -> Iterator[Finding]:
+    """top-k > 1 with pages > 1 needs a backend that draws the draft tree over pages."""
+    if topk <= 1:
+        return
+    backend = extra.get("--attention-backend")
+    prefill, decode = extra.get("--prefill-attention-backend"), extra.get("--decode-attention-backend")
+    if prefill is not None and prefill == decode:  # 0.5.9 _handle_attention_backend_compatibility
+        backend = prefill
+    if algorithm != "NGRAM" and "trtllm_mha" in (backend, prefill, decode):
+        yield (
+            "speculative.eagle_topk",
+            f"SGLang {version} refuses top-k {topk} with the trtllm_mha attention backend "
+            "('trtllm_mha backend only supports topk = 1'); use eagle_topk 1 or another backend",
+        )
+        return
+    page, forced_by = _page_size(extra, (backend, decode))
+    if page <= 1 or backend in allowed:
+        return
+    why = f"page size {page}" + (f" (forced by the {forced_by} backend)" if forced_by else " (--page-size)")
+    if backend:
+        problem = f"it refuses {backend} at start"
+    else:
+        problem = "with no --attention-backend it picks one by GPU and model, and refuses to start on another"
+    topk_name = "--speculative-ngram-max-bfs-breadth" if algorithm == "NGRAM" else "eagle_topk"
+    pages = "" if forced_by else ", drop --page-size,"
+    yield (
+        "speculative.eagle_topk" if algorithm != "NGRAM" else "speculative.algorithm",
+        f"{algorithm} with top-k {topk} and {why} needs attention backend {' or '.join(allowed)} in "
+        f"SGLang {version}; {problem}; set {topk_name} to 1{pages} or use --attention-backend {allowed[0]}",
+    )
+
+
+def _page_size(extra: dict[str, Any], backends: tuple[Any, ...]) -> tuple[int, str | None]:
+    """The page size SGLang ends up with, and the backend that forced it if one did."""
+    page = int(extra.get("--page-size") or 1)
+    for backend in backends:
+        if backend in _FORCED_PAGE:
+            kept, forced = _FORCED_PAGE[backend]
+            if page not in kept:
+                return forced, backend
+    return page, None
 
 
 # --- environment ---------------------------------------------------------------------

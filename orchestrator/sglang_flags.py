@@ -4,6 +4,10 @@ The help files in `sglang_help/` are the ground truth for which flags a version
 accepts. This module is standard-library only on purpose: the lab copies it to
 its hosts, where the SGLang stand-in builds its argparse parser from the same
 text, so the stand-in accepts exactly what the real server accepts.
+
+`read_args` resolves a list of extra flags the way SGLang's own argparse parser does
+(unique prefixes, `=` forms, values, choices, stray words), with Python's argparse doing
+the work, so a profile can be checked on the control machine rather than fail on a host.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 HELP_DIR = Path(__file__).resolve().parent / "sglang_help"
 
@@ -23,6 +28,25 @@ SUPPORTED_VERSIONS = ("0.5.9", "0.5.23")
 _REQUIRED = {"--model-path"}
 
 _ENTRY = re.compile(r"^  (-\S.*?)(?:\s{2,}\S.*)?$")
+
+#: Options whose value is a secret: on argv every local user reads it (/proc/PID/cmdline), and
+#: in the unit file every local user reads it too. Every option of the shipped help texts whose
+#: name says key, password, secret or credential is here or is a path (`--ssl-keyfile`).
+SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password")
+
+#: Options whose value SGLang parses with `type=int` (ServerArgs.add_cli_args in 0.5.9;
+#: arg_groups/fields in 0.5.23) and that the rules read as numbers: argparse then refuses
+#: `--page-size x` here as SGLang does on the host. The help text shows no types.
+INT_FLAGS = frozenset(
+    {
+        "--page-size",
+        "--pp-size",
+        "--pipeline-parallel-size",
+        "--attn-dp-size",
+        "--attention-data-parallel-size",
+        "--speculative-ngram-max-bfs-breadth",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -51,10 +75,27 @@ class FlagTable:
         return frozenset(n for o in self.options for n in o.names)
 
     def option(self, name: str) -> OptionSpec | None:
-        for opt in self.options:
+        for opt in self.all_options:
             if name in opt.names:
                 return opt
         return None
+
+    @property
+    def all_options(self) -> list[OptionSpec]:
+        """The options of the help text and those SGLang hides from it (see HIDDEN)."""
+        return [*self.options, *HIDDEN.get(self.version, ())]
+
+
+#: Options SGLang's parser takes but its --help hides (`help=argparse.SUPPRESS`). argparse
+#: matches prefixes against them too, so `--forward-pass-metrics` is ambiguous in 0.5.23.
+#: Found by building SGLang's own parser from each wheel's server_args and comparing: 0.5.23,
+#: arg_groups/fields/observability.py (forward_pass_metrics_worker_id, forward_pass_metrics_ipc_name).
+HIDDEN: dict[str, tuple[OptionSpec, ...]] = {
+    "0.5.23": (
+        OptionSpec(("--forward-pass-metrics-worker-id",), "1", metavar="FORWARD_PASS_METRICS_WORKER_ID"),
+        OptionSpec(("--forward-pass-metrics-ipc-name",), "1", metavar="FORWARD_PASS_METRICS_IPC_NAME"),
+    )
+}
 
 
 def _parse_invocation(invocation: str) -> OptionSpec:
@@ -69,8 +110,9 @@ def _parse_invocation(invocation: str) -> OptionSpec:
         if not rest:
             continue
         metavar = rest
+        listed = re.search(r"\{([^{}]*)\}", rest)  # `{a,b}`, `[{a,b} ...]`, `{a,b} [{a,b} ...]`
+        choices = tuple(listed.group(1).split(",")) if listed else ()
         if rest.startswith("{") and rest.endswith("}"):
-            choices = tuple(rest[1:-1].split(","))
             nargs = "1"
         elif rest.startswith("[") and rest.endswith(" ...]"):
             nargs = "*"
@@ -112,12 +154,41 @@ def flag_table(version: str) -> FlagTable:
     return FlagTable(version, parse_help(path.read_text()))
 
 
-def build_parser(table: FlagTable, prog: str = "python -m sglang.launch_server") -> argparse.ArgumentParser:
-    """An argparse parser accepting exactly the options of `table`, as SGLang's own does."""
-    parser = argparse.ArgumentParser(prog=prog, add_help=False)
-    for opt in table.options:
+class ArgError(Exception):
+    """argparse's message for words it refuses (what SGLang prints before exiting 2)."""
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    """Raises ArgError where argparse would print usage and exit."""
+
+    def error(self, message: str) -> Any:
+        raise ArgError(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> Any:
+        raise ArgError(message or f"exit {status}")
+
+
+def build_parser(
+    table: FlagTable, prog: str = "python -m sglang.launch_server", *, fragments: bool = False
+) -> argparse.ArgumentParser:
+    """An argparse parser accepting exactly the options of `table`, as SGLang's own does.
+
+    With `fragments`, the parser reads a piece of a command line for checking: nothing is
+    required, the namespace holds only what the words set, `--help` is a plain switch (so it
+    is reported, not printed), and an error raises ArgError instead of exiting.
+    """
+    if fragments:
+        parser: argparse.ArgumentParser = _RaisingParser(
+            prog=prog, add_help=False, argument_default=argparse.SUPPRESS
+        )
+    else:
+        parser = argparse.ArgumentParser(prog=prog, add_help=False)
+    for opt in table.all_options:
         if opt.names == ("-h", "--help"):
-            parser.add_argument(*opt.names, action="help", help="show this help message and exit")
+            if fragments:
+                parser.add_argument(*opt.names, action="store_true", dest="help")
+            else:
+                parser.add_argument(*opt.names, action="help", help="show this help message and exit")
             continue
         kwargs: dict = {"dest": opt.dest}
         if opt.nargs is None:
@@ -128,16 +199,156 @@ def build_parser(table: FlagTable, prog: str = "python -m sglang.launch_server")
                 continue
             kwargs["action"] = "store_true"
         else:
-            if opt.nargs != "1":
-                kwargs["nargs"] = opt.nargs
-            if opt.choices:
-                kwargs["choices"] = list(opt.choices)
-            elif opt.metavar and not opt.metavar.startswith("["):
-                kwargs["metavar"] = opt.metavar.split(" ")[0]
-        if _REQUIRED.intersection(opt.names):
+            kwargs.update(_value_kwargs(opt))
+        if _REQUIRED.intersection(opt.names) and not fragments:
             kwargs["required"] = True
         parser.add_argument(*opt.names, **kwargs)
     return parser
+
+
+def _value_kwargs(opt: OptionSpec) -> dict[str, Any]:
+    """nargs, choices and type of an option that takes values, as far as the help shows them."""
+    kwargs: dict[str, Any] = {}
+    if opt.nargs != "1":
+        kwargs["nargs"] = opt.nargs
+    if opt.choices and all(c.lstrip("-").isdigit() for c in opt.choices):
+        # `--log-requests-level {0,1,2,3}`: SGLang has type=int, so "01" is 1 there.
+        kwargs["type"] = int
+        kwargs["choices"] = [int(c) for c in opt.choices]
+    elif opt.choices:
+        kwargs["choices"] = list(opt.choices)
+    elif opt.metavar and not opt.metavar.startswith("["):
+        kwargs["metavar"] = opt.metavar.split(" ")[0]
+    if INT_FLAGS.intersection(opt.names):
+        kwargs["type"] = int
+    return kwargs
+
+
+# --- Reading extra flags as SGLang would --------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExtraArg:
+    """One option (with its values) of a list of extra flags, as SGLang's argparse reads it."""
+
+    index: int  # position of its first word in the list
+    words: tuple[str, ...]
+    option: OptionSpec | None = None  # what argparse resolved the first word to
+    value: Any = None  # the parsed value: True for a switch, a list for nargs + and *
+    error: str | None = None  # argparse's message when it refuses these words
+    unknown: bool = False  # the first word is an option SGLang does not have
+    stray: tuple[int, ...] = ()  # positions of words argparse would not take
+
+    @property
+    def name(self) -> str:
+        """The first word as the user spelled the option, without any `=VALUE`."""
+        return self.words[0].split("=", 1)[0]
+
+
+#: argparse's own test for a negative number, which it reads as a value, not an option.
+_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def read_args(version: str, args: list[str]) -> list[ExtraArg]:
+    """Each option of `args` (words as they follow SGLang's other flags) as SGLang reads it.
+
+    The words are cut where argparse sees an option start, and each piece is parsed by a
+    parser built from that version's help, so Python's argparse itself resolves prefixes,
+    `=` forms, values and choices; a piece that fails fails as it would on the host.
+    """
+    table = flag_table(version)
+    parser = _fragment_parser(version)
+    names = frozenset(n for o in table.all_options for n in o.names)
+    return [_read_piece(parser, table, start, words) for start, words in _pieces(args, names)]
+
+
+def option_values(version: str, args: list[str]) -> dict[str, Any]:
+    """The value of every option `args` set cleanly, under each of its spellings (last one wins)."""
+    values: dict[str, Any] = {}
+    for arg in read_args(version, args):
+        if arg.option is not None and arg.error is None:
+            values.update(dict.fromkeys(arg.option.names, arg.value))
+    return values
+
+
+def spelled_flags(version: str, args: list[str]) -> list[str]:
+    """The options of `args` as the help spells them (`--max-running=8` -> `--max-running-requests`),
+    for comparing with another copy of the help, such as a host's; an unknown one as written."""
+    out = set()
+    for arg in read_args(version, args):
+        if arg.option is not None:
+            out.add(next((n for n in arg.option.names if n.startswith(arg.name)), arg.option.names[0]))
+        elif arg.unknown:
+            out.add(arg.name)
+    return sorted(out)
+
+
+@cache
+def _fragment_parser(version: str) -> argparse.ArgumentParser:
+    return build_parser(flag_table(version), fragments=True)
+
+
+def _pieces(args: list[str], names: set[str] | frozenset[str]) -> list[tuple[int, list[str]]]:
+    """`args` cut before each word argparse would take for an option; `--` keeps the rest."""
+    pieces: list[tuple[int, list[str]]] = []
+    for i, word in enumerate(args):
+        if pieces and (pieces[-1][1][0] == "--" or not _looks_like_option(word, names)):
+            pieces[-1][1].append(word)
+        else:
+            pieces.append((i, [word]))
+    return pieces
+
+
+def _looks_like_option(word: str, names: set[str] | frozenset[str]) -> bool:
+    """argparse's _parse_optional, reduced to: is this word an option (known or not)?"""
+    if len(word) < 2 or not word.startswith("-") or _NEGATIVE.match(word):
+        return False
+    if " " not in word:
+        return True
+    head = word.split("=", 1)[0]  # "--max-running-requests 8" is one word: a positional
+    return any(n.startswith(head) or n == word[:2] for n in names)
+
+
+def _read_piece(parser: argparse.ArgumentParser, table: FlagTable, start: int, words: list[str]) -> ExtraArg:
+    try:
+        namespace, extras = parser.parse_known_args(words)
+    except ArgError as exc:
+        message = str(exc)
+        named = re.match(r"argument (\S+?)[:/]", message)
+        option = table.option(named.group(1)) if named else None
+        return ExtraArg(start, tuple(words), option, error=message)
+    given = vars(namespace)
+    option = _option_of(table, next(iter(given), None))
+    # After `--` every word is a positional, which SGLang does not take (Python 3.11's
+    # argparse leaves the `--` itself over too: "unrecognized arguments: --").
+    unknown = (
+        bool(extras) and option is None and words[0] != "--" and _looks_like_option(words[0], table.names)
+    )
+    stray = () if unknown else _positions(words, extras, start)
+    value = given[next(iter(given))] if given else None
+    return ExtraArg(start, tuple(words), option, value, unknown=unknown, stray=stray)
+
+
+def _option_of(table: FlagTable, dest: str | None) -> OptionSpec | None:
+    if dest is None:
+        return None
+    if dest == "help":
+        return table.option("--help")
+    return next((o for o in table.all_options if o.dest == dest), None)
+
+
+def _positions(words: list[str], extras: list[str], start: int) -> tuple[int, ...]:
+    """Where the words argparse left over stand: they trail the words it took, so match from the end."""
+    out: list[int] = []
+    i = len(words) - 1
+    for extra in reversed(extras):
+        while i >= 0 and words[i] != extra:
+            i -= 1
+        if i < 0:
+            break
+        out.append(start + i)
+        i -= 1
+    return tuple(reversed(out))
 
 
 # --- The flags the renderer emits, per version -------------------------------------

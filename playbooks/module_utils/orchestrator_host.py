@@ -682,7 +682,8 @@ def _gpu_problems(module: Any, unit_name: str, c: dict) -> tuple[list[str], int]
     problems = []
     if c["gpus_needed"] > len(gpus):
         problems.append(
-            f"TP x DP = {c['gpus_needed']} GPUs needed, nvidia-smi reports {len(gpus)} on this host"
+            f"{c['gpus_needed']} GPUs needed (TP x DP, or TP alone with DP attention), "
+            f"nvidia-smi reports {len(gpus)} on this host"
         )
     if not c["allow_gpu_holders"]:
         for b in foreign_gpus(gpus, apps, [], unit_name):

@@ -248,6 +248,10 @@ RAW_DOCS = [
     "extends: base\nserver: {mem_fraction_static: .nan}\n",
     "extends: base\nserver: {tp_size: 1e400}\n",
     "extends: base\nserver: {context_length: 100000000000000000000000000000000}\n",
+    f"extends: ./{'x' * 300}.yml\n",  # a path component over NAME_MAX (255 bytes)
+    f"extends: {'x' * 300}/base.yml\n",
+    "extends: base\nserver: {tp_size: true, port: false, dp_size: 2.0}\n",
+    "extends: base\nserver: {extra_args: [--api-k=sk-1, --admin-api, sk-2, --he, '--tp 4', --]}\n",
     "extends: base\nspeculative: {algorithm: EAGLE3, draft_model_path: /d, num_steps: 1e30, "
     "eagle_topk: 2, num_draft_tokens: 3}\n",
 ]
@@ -275,6 +279,45 @@ def test_alias_bomb_is_refused(cli_runner: CliRunner, workdir: Path) -> None:
     result = cli_runner.invoke(cli, ["validate", "--profile", str(path)])
     assert result.exit_code == 2, result.output
     assert "alias" in result.stderr
+
+
+def test_large_file_without_aliases_gets_no_alias_hint(cli_runner: CliRunner, workdir: Path) -> None:
+    """Issue 13: the alias hint appeared for any large file; it belongs to files with aliases."""
+    big = "extends: base\nenv:\n" + "".join(f"  V{i}: x\n" for i in range(profile_mod.MAX_VALUES + 1))
+    result = cli_runner.invoke(cli, ["validate", "--profile", str(_write(workdir, big.encode()))])
+    assert result.exit_code == 2, result.output
+    assert "has over 10000 values" in result.stderr and "alias" not in result.stderr, result.stderr
+    deep = (
+        "extends: base\nenv: " + "[" * (profile_mod.MAX_DEPTH + 2) + "]" * (profile_mod.MAX_DEPTH + 2) + "\n"
+    )
+    result = cli_runner.invoke(cli, ["validate", "--profile", str(_write(workdir, deep.encode()))])
+    assert "nested more than" in result.stderr and "alias" not in result.stderr, result.stderr
+    result = cli_runner.invoke(cli, ["validate", "--profile", str(_write(workdir, b"server: &s [*s]\n"))])
+    assert "an alias inside its own anchor" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("ref", ["x" * 300 + ".yml", "/tmp/" + "x" * 300 + "/p.yml"])
+def test_path_component_over_255_bytes_is_a_clear_error(
+    ref: str, cli_runner: CliRunner, workdir: Path
+) -> None:
+    """Issue 13: OSError(ENAMETOOLONG) was an internal error (exit 1), from `-p` and from `extends:`."""
+    result = cli_runner.invoke(cli, ["validate", "--profile", ref])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: no profile file ") and "File name too long" in result.stderr
+    path = _write(workdir, f"extends: {ref if ref.startswith('/') else './' + ref}\n".encode())
+    result = cli_runner.invoke(cli, ["render", "--profile", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {path}: extends: no profile file "), result.stderr
+
+
+def test_duplicate_keys_are_refused_with_their_line(cli_runner: CliRunner, workdir: Path) -> None:
+    path = _write(workdir, b"extends: base\nserver: {tp_size: 4}\nserver: {tp_size: 8}\n")
+    result = cli_runner.invoke(cli, ["render", "--profile", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: {path}: not valid YAML: line 3, column 1: duplicate key 'server' (first on line 2); "
+        "keep one\n"
+    )
 
 
 def test_python_tags_are_not_executed(cli_runner: CliRunner, workdir: Path) -> None:
@@ -315,6 +358,9 @@ PROFILE_REFS = [
     "$(reboot)",
     "base; rm -rf /",
     "x" * 5000,
+    "x" * 300 + ".yml",  # a path component over NAME_MAX (255 bytes)
+    "/tmp/" + "x" * 300 + "/base.yml",
+    "./" + "x" * 5000,  # a path over PATH_MAX
     "cg_5tok",
 ]
 profile_refs = st.one_of(st.sampled_from(PROFILE_REFS), st.text(max_size=30))

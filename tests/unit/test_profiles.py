@@ -1,4 +1,10 @@
-"""Profile validation and rendering, driven by the cases in tests/data/profile_cases/."""
+"""Profile validation and rendering, driven by the cases in tests/data/profile_cases/.
+
+A case gives the profile as a mapping (`profile:`) or, for what a mapping cannot hold such
+as a key given twice, as the file's text (`profile_text:`); then the problems it must report
+(`errors:`, one line each), the input error it must raise (`input_error:`), or the argv it
+must render (`argv_contains:`, `argv_lacks:`) and the GPUs it needs (`gpus_needed:`).
+"""
 
 from __future__ import annotations
 
@@ -20,7 +26,8 @@ def _cases(key: str) -> list[Path]:
 def _load_case(path: Path, tmp_path: Path) -> tuple[dict, Path]:
     case = yaml.safe_load(path.read_text())
     target = tmp_path / f"{path.stem}.yml"
-    target.write_text(yaml.safe_dump(case["profile"]))
+    text = case["profile_text"] if "profile_text" in case else yaml.safe_dump(case["profile"])
+    target.write_text(text)
     return case, target
 
 
@@ -37,15 +44,27 @@ def test_bad_profile_reports_each_problem(path: Path, tmp_path: Path) -> None:
         assert str(problem).startswith(f"{target}: ")
 
 
+@pytest.mark.parametrize("path", _cases("input_error"), ids=lambda p: p.stem)
+def test_unreadable_profile_is_an_input_error(path: Path, tmp_path: Path) -> None:
+    case, target = _load_case(path, tmp_path)
+    with pytest.raises(InputError) as info:
+        profile.load(str(target))
+    assert not isinstance(info.value, ProfileError), info.value
+    assert case["input_error"] in str(info.value), str(info.value)
+
+
 @pytest.mark.parametrize("path", _cases("argv_contains"), ids=lambda p: p.stem)
 def test_good_profile_renders(path: Path, tmp_path: Path) -> None:
     case, target = _load_case(path, tmp_path)
-    argv = plan.build(profile.load(str(target))).argv
+    prof = profile.load(str(target))
+    argv = plan.build(prof).argv
     joined = "\0" + "\0".join(argv) + "\0"
     for words in case["argv_contains"]:
         assert "\0" + words.replace(" ", "\0") + "\0" in joined, (words, argv)
     for flag in case.get("argv_lacks", []):
         assert flag not in argv, (flag, argv)
+    if "gpus_needed" in case:
+        assert prof.server.gpus_needed == case["gpus_needed"]
 
 
 def test_every_shipped_profile_is_valid() -> None:
@@ -103,3 +122,58 @@ def test_api_key_becomes_a_config_file_not_an_argument(tmp_path: Path) -> None:
     p = plan.build(profile.load(str(tmp_path / "p.yml")))
     assert p.argv[-2:] == ["--config", "/etc/orchestrator/sglang.config.yaml"]
     assert "--api-key" not in p.argv and "SGLANG_KEY" not in p.unit
+
+
+# --- issue 13: loading ---------------------------------------------------------------
+
+
+def test_merge_keys_may_be_overridden_but_keys_not_repeated(tmp_path: Path) -> None:
+    path = tmp_path / "p.yml"
+    path.write_text("base: &b {tp_size: 4, port: 31000}\nserver:\n  <<: *b\n  tp_size: 8\n")
+    data, _ = profile.load_raw(str(path))
+    assert data["server"] == {"tp_size": 8, "port": 31000}
+    path.write_text("server:\n  tp_size: 4\n  port: 1\n  tp_size: 8\n")
+    with pytest.raises(InputError, match=r"line 4, column 3: duplicate key 'tp_size' \(first on line 2\)"):
+        profile.load_raw(str(path))
+
+
+def test_equal_keys_of_different_spelling_are_duplicates(tmp_path: Path) -> None:
+    """`1` and `1.0` (or `true`) are one key of a Python dict: the first would vanish silently."""
+    path = tmp_path / "p.yml"
+    path.write_text("env: {1: a, 1.0: b}\n")
+    with pytest.raises(InputError, match=r"duplicate key 1\.0 "):
+        profile.load_raw(str(path))
+
+
+@pytest.fixture
+def profiles_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The shipped profiles, copied where one more (broken) file can be added."""
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    for name, path in profile.available().items():
+        (folder / f"{name}.yml").write_text(path.read_text())
+    monkeypatch.setattr(profile, "PROFILES_DIR", folder)
+    return folder
+
+
+@pytest.mark.parametrize("content", ["server: [unclosed\n", "server: {tp_size: 1}\nserver: {tp_size: 2}\n"])
+def test_one_unparsable_profile_does_not_hide_the_others(profiles_dir: Path, content: str) -> None:
+    """Issue 13: `validate` (all) and `profiles` stopped at the first file that did not parse."""
+    from click.testing import CliRunner
+
+    from orchestrator.__main__ import cli
+
+    (profiles_dir / "broken.yml").write_text(content)
+    runner = CliRunner()
+    result = runner.invoke(cli, ["validate"])
+    assert result.exit_code == 2, result.output
+    assert "internal error" not in result.output
+    for name in ("base", "cg_5tok", "baseline"):
+        assert f"ok: {name} " in result.stdout, result.stdout
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: {profiles_dir / 'broken.yml'}: not valid YAML: line "), line
+
+    result = runner.invoke(cli, ["profiles"])
+    assert result.exit_code == 2, result.output
+    assert "cg_5tok" in result.stdout and "broken" in result.stdout, result.stdout
+    assert result.stderr.startswith(f"error: {profiles_dir / 'broken.yml'}: not valid YAML"), result.stderr

@@ -95,7 +95,35 @@ def test_plan_argv_round_trips_through_the_unit(tmp_path: Path) -> None:
 
 
 def test_environment_values_are_escaped() -> None:
-    assert plan.environment_line("A", 'x "y" $Z 5%') == '"A=x \\"y\\" $$Z 5%%"'
+    """Environment= does no `$` expansion: `$$` would reach the process as `$$` (ExecStart= does)."""
+    assert plan.environment_line("A", 'x "y" $Z 5%') == '"A=x \\"y\\" $Z 5%%"'
+    assert plan.quote_exec_arg('x "y" $Z 5%') == '"x \\"y\\" $$Z 5%%"'
+
+
+def test_unit_shows_every_character() -> None:
+    """A tab or a control character would be invisible in `render`: each is a visible escape."""
+    assert plan.quote_exec_arg("a\tb\nc\x01\x7f") == '"a\\tb\\nc\\x01\\x7f"'
+    assert plan.environment_line("A", "\t\x1b") == '"A=\\t\\x1b"'
+
+
+def test_parse_unit_reads_dollars_as_systemd_does() -> None:
+    unit = 'Environment="A=a$HOME" "B=$$"\nExecStart=/usr/bin/python3 "a$$HOME"\nRestart=no\n'
+    assert plan.parse_unit(unit) == (["/usr/bin/python3", "a$HOME"], {"A": "a$HOME", "B": "$$"})
+
+
+def test_render_refuses_a_working_directory_that_would_swallow_a_line() -> None:
+    """Past validation too: `/srv/sglang\\` would make the next unit line part of WorkingDirectory."""
+    good = profile.load("cg_5tok")
+    bad = good.model_copy(update={"service": good.service.model_copy(update={"working_directory": "/x\\"})})
+    with pytest.raises(ValueError, match=r"service\.working_directory: .*backslash"):
+        plan.build(bad)
+
+
+def test_working_directory_escapes_specifiers_only() -> None:
+    good = profile.load("cg_5tok")
+    svc = good.service.model_copy(update={"working_directory": '/srv/50% "a" $b'})
+    unit = plan.build(good.model_copy(update={"service": svc})).unit
+    assert 'WorkingDirectory=/srv/50%% "a" $b\n' in unit
 
 
 # --- CLI -----------------------------------------------------------------------------

@@ -42,7 +42,7 @@ options:
       model_path: {description: Target model directory., type: str, required: true}
       draft_model_path: {description: Draft model directory; empty if none., type: str, default: ""}
       algorithm: {description: Speculative algorithm; empty if none., type: str, default: ""}
-      gpus_needed: {description: TP x DP on this host., type: int, default: 1}
+      gpus_needed: {description: GPUs the server uses on this host., type: int, default: 1}
       port: {description: HTTP port of the server., type: int, required: true}
       skip_flags_if_digest:
         description: Skip the C(--help) check when the installed unit has this digest (its flags already run).

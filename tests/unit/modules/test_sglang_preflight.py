@@ -122,7 +122,7 @@ def test_every_problem_is_named_at_once(preflight, paths, checks, run_module, ho
         f"drafter {checks['draft_model_path']} is an EAGLE-3 model (LlamaForCausalLMEagle3) but the "
         "algorithm is EAGLE: the server would start and silently run with accept length 1.0; "
         "use --speculative-algorithm EAGLE3",
-        "TP x DP = 2 GPUs needed, nvidia-smi reports 1 on this host",
+        "2 GPUs needed (TP x DP, or TP alone with DP attention), nvidia-smi reports 1 on this host",
         "GPU 0 is used by PID 1 init 100 MiB, outside sglang.service (--kill-gpu-holders kills it)",
         f"port {listener} is taken by PID {os.getpid()} {argv0(os.getpid())} (not sglang.service)",
     ]

@@ -1,0 +1,128 @@
+"""What systemd 252 refuses or silently changes in a unit's values, checked on the control machine.
+
+A unit that systemd refuses is only found out on the host, after the running server was
+stopped; a value that systemd changes starts a server other than the profile says. Each rule
+is a pure function of one profile value and returns its problems (none when systemd reads the
+value back unchanged), worded with the fix. Each cites the systemd 252 code it follows;
+tests/unit/test_systemd_oracle.py loads rendered units with the real systemd to prove both
+directions: a value these rules pass reads back exactly, and a value they refuse is one
+systemd refuses or changes.
+
+Only values that cannot be quoted need rules: `plan` quotes ExecStart= words and
+Environment= assignments, which keeps spaces, quotes, `%`, `$` and control characters intact.
+"""
+
+from __future__ import annotations
+
+#: Bytes of one path component and of a whole path with its NUL (path_is_valid() ->
+#: path_find_first_component(): NAME_MAX, PATH_MAX).
+NAME_MAX = 255
+PATH_MAX = 4096
+
+#: env_name_is_valid(): VALID_BASH_ENV_NAME_CHARS, ASCII only.
+_ENV_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+#: string_is_safe(), which config_parse_exec() applies to the executable: control
+#: characters, QUOTES, backslash and DEL.
+_EXEC_UNSAFE = frozenset("\"'\\\x7f" + "".join(map(chr, range(1, 0x20))))
+
+#: conf-parser.c strips WHITESPACE from both ends of every value.
+_WHITESPACE = " \t\n\r"
+
+
+def _shown(value: str, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
+
+
+def path_length_problems(path: str) -> list[str]:
+    """path_is_valid(): a component over NAME_MAX bytes or a path of PATH_MAX bytes is refused."""
+    problems = []
+    if len(path.encode()) >= PATH_MAX:
+        problems.append(
+            f"is {len(path.encode())} bytes long: systemd refuses paths of {PATH_MAX} bytes or more"
+        )
+    long = [part for part in path.split("/") if len(part.encode()) > NAME_MAX]
+    if long:
+        problems.append(
+            f"has a component of {len(long[0].encode())} bytes ({_shown(long[0], 30)}): "
+            f"systemd refuses path components over {NAME_MAX} bytes; shorten it"
+        )
+    return problems
+
+
+def executable_problems(path: str) -> list[str]:
+    """The executable of ExecStart= (server.python), as config_parse_exec() reads it.
+
+    - string_is_safe(): quotes, backslashes, DEL and control characters are refused with
+      "Executable name contains special characters", whatever the quoting;
+    - a trailing '/' is refused with "Executable path specifies a directory";
+    - `$`: the unit's first word is both the path systemd executes and argv[0]; at start
+      replace_env_argv() turns `$$` into `$` in argv[0] only, so no spelling gives both the
+      same `$`-holding path;
+    - path_is_valid() lengths ("Neither a valid executable name nor an absolute path").
+    """
+    problems = []
+    unsafe = sorted(set(path) & _EXEC_UNSAFE)
+    if unsafe:
+        problems.append(
+            f"{_shown(path)} has {', '.join(map(repr, unsafe))}: systemd refuses an executable name with "
+            "quotes, backslashes or control characters; use a path without them (a symlink will do)"
+        )
+    if "$" in path:
+        problems.append(
+            f"{_shown(path)} has '$': systemd would execute it with '$' but give it as argv[0] after "
+            "$-expansion; use a path without '$' (a symlink will do)"
+        )
+    if path.endswith("/"):
+        problems.append(
+            f"{_shown(path)} ends in '/': systemd refuses a directory; name the executable itself"
+        )
+    return problems + path_length_problems(path)
+
+
+def simplified(path: str) -> str:
+    """path_simplify(): what systemd keeps of an absolute path: no '//', '.' components or trailing '/'."""
+    return "/" + "/".join(part for part in path.split("/") if part not in ("", "."))
+
+
+def working_directory_problems(path: str) -> list[str]:
+    """WorkingDirectory=, which systemd takes unquoted and unescaped (config_parse_working_directory()).
+
+    - conf-parser.c: an odd number of trailing backslashes joins the next line into the value
+      (the next setting vanishes into the path, and `systemd-analyze verify` accepts it);
+      surrounding whitespace is stripped;
+    - path_simplify_and_warn(): a '..' component is refused ("path is not normalized");
+      '//', '.' components and a trailing '/' are simplified away; path_is_valid() lengths.
+    """
+    problems = []
+    stripped = path.strip(_WHITESPACE)
+    if path != stripped:
+        problems.append(f"{_shown(path)} has surrounding whitespace, which systemd strips; remove it")
+    if (len(path) - len(path.rstrip("\\"))) % 2:
+        problems.append(
+            f"{_shown(path)} ends in a backslash, which joins the next unit line into the path in systemd; "
+            "remove it"
+        )
+    if ".." in stripped.split("/"):
+        problems.append(
+            f"{_shown(path)} has a '..' component: systemd refuses it as not normalized; "
+            "write the directory it means"
+        )
+    elif simplified(stripped) != stripped:
+        problems.append(f"systemd would use {_shown(simplified(stripped))} for {_shown(path)}; write that")
+    return problems + path_length_problems(path)
+
+
+def env_name_problem(name: str) -> str | None:
+    """Environment= names (config_parse_environ() -> env_assignment_is_valid() -> env_name_is_valid()).
+
+    Only ASCII letters, digits and '_', not starting with a digit: systemd drops any other
+    assignment with "Invalid environment assignment, ignoring", and the unit still starts.
+    """
+    if name and not name[0].isdigit() and set(name) <= _ENV_NAME_CHARS:
+        return None
+    return (
+        "not a valid environment variable name for systemd (ASCII letters, digits and '_', not starting "
+        "with a digit): it would drop the variable with only a warning; rename it"
+    )
