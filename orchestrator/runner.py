@@ -6,6 +6,7 @@ view) and a `PlayResult` at the end.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -248,6 +249,25 @@ def run_playbook(
         return _run(playbook, inventory, orch, limit, check, forks, on_event)
 
 
+def _collect(
+    hosts: dict[str, HostRun], on_event: Callable[[TaskEvent], None] | None, event: dict[str, Any]
+) -> bool:
+    """ansible-runner's event handler: each host's task results, typed, in order."""
+    kind = _event_kind(event)
+    data = event.get("event_data", {})
+    host = data.get("host")
+    if kind is None or host is None:
+        return True
+    run = hosts.setdefault(host, HostRun(host))
+    task = TaskEvent(host, kind, data.get("role", ""), data.get("task_action", ""), data.get("res", {}) or {})
+    run.events.append(task)
+    if kind == "unreachable" or (kind == "failed" and not data.get("ignore_errors")):
+        run.finished = task.at
+    if on_event:
+        on_event(task)
+    return True
+
+
 def _run(
     playbook: str,
     inventory: Path,
@@ -258,23 +278,7 @@ def _run(
     on_event: Callable[[TaskEvent], None] | None,
 ) -> PlayResult:
     hosts: dict[str, HostRun] = {}
-
-    def handle(event: dict[str, Any]) -> bool:
-        kind = _event_kind(event)
-        data = event.get("event_data", {})
-        host = data.get("host")
-        if kind is None or host is None:
-            return True
-        run = hosts.setdefault(host, HostRun(host))
-        action = data.get("task_action", "")
-        task = TaskEvent(host, kind, data.get("role", ""), action, data.get("res", {}) or {})
-        run.events.append(task)
-        if kind == "unreachable" or (kind == "failed" and not data.get("ignore_errors")):
-            run.finished = task.at
-        if on_event:
-            on_event(task)
-        return True
-
+    handle = functools.partial(_collect, hosts, on_event)
     private = _new_run_dir(playbook)
     cmdline = " ".join(
         [
