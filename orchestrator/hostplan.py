@@ -159,7 +159,12 @@ def multinode_hosts(
 
     The kind comes from the profile, or from the hosts' `orchestrator_deployment` variable.
     """
-    selected = inventory_mod.hosts(inventory, limit)
+    return _ranks(prof, inventory_mod.hosts(inventory, limit))
+
+
+def _ranks(
+    prof: Profile, selected: list[inventory_mod.InventoryHost]
+) -> list[inventory_mod.InventoryHost] | None:
     kinds = {h.deployment or prof.deployment.kind for h in selected}
     if "multinode" not in kinds:
         return None
@@ -178,10 +183,11 @@ def placements(prof: Profile, inventory: Path, limit: str | None) -> dict[str, P
     """Each selected host's plan and unit facts, in inventory order: a replica gets the profile's
     plan; a multi-node rank its own (--nnodes, --node-rank, rank 0's address) and its share of
     the GPUs."""
-    ranks = multinode_hosts(prof, inventory, limit)
+    selected = inventory_mod.hosts(inventory, limit)  # read once: it is the cache file, or Ansible
+    ranks = _ranks(prof, selected)
     if not ranks:
         plan, facts = plan_mod.build(prof), unit_facts(prof)
-        return {h.name: Placement(plan, facts) for h in inventory_mod.hosts(inventory, limit)}
+        return {h.name: Placement(plan, facts) for h in selected}
     addr = f"{ranks[0].address}:{prof.deployment.dist_init_port}"
     out = {}
     for rank, host in enumerate(ranks):

@@ -69,20 +69,24 @@ def rollback_hosts(
     it, wait for health. `failed` maps a host to the digest that just failed there, never restored.
     Fills in `rolled_back_to` or `rollback_error` on each report, and returns the rollback's own
     report per host it ran on."""
-    lock = hostplan.lock(run_id, "rollback", health_timeout_s + 300, LOCK_WAIT_S)
-    plans: dict[str, HostPlan] = {}
+    goods: dict[str, dict[str, Any]] = {}
     for r in reports:
         good = r.last_good if prefer_record else _good_unit(r, unit_name)
         r.rollback_error = _target(r, good, (failed or {}).get(r.host, ""))
         if good and not r.rollback_error:
-            plans[r.host] = hostplan.for_record(
-                unit_name,
-                good,
-                lock=lock.model_copy(update={"profile": good["profile"]}),
-                health_timeout_s=health_timeout_s,
-            )
-    if not plans:
+            goods[r.host] = good
+    if not goods:  # every healthy deploy ends here: no lock (a scan of /proc) to build
         return {}
+    lock = hostplan.lock(run_id, "rollback", health_timeout_s + 300, LOCK_WAIT_S)
+    plans: dict[str, HostPlan] = {
+        host: hostplan.for_record(
+            unit_name,
+            good,
+            lock=lock.model_copy(update={"profile": good["profile"]}),
+            health_timeout_s=health_timeout_s,
+        )
+        for host, good in goods.items()
+    }
     play = run_playbook(
         "deploy.yml", inventory, PlayVars(hosts=plans), limit=",".join(plans), on_event=on_event
     )

@@ -196,9 +196,7 @@ def _secret_file(secret: str) -> Iterator[str]:
     folder = tempfile.mkdtemp(prefix="orchestrator-secret-", dir=tmpfs)  # mode 0700
     try:
         path = Path(folder, "secret")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secret)
+        _write_private(path, secret)
         yield str(path)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -219,10 +217,15 @@ def _vars_file(private: Path, orch: PlayVars) -> Path:
     `-e @FILE`: on the command line it would be visible to every local user, and one argument
     over 128 KiB (a unit per host, for a hundred hosts) fails to start at all (E2BIG)."""
     path = private / "orch.json"
+    _write_private(path, json.dumps(orch.extravars()))
+    return path
+
+
+def _write_private(path: Path, text: str) -> None:
+    """A new file readable by this user only from its first byte (no chmod after the write)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
-        json.dump(orch.extravars(), fh)
-    return path
+        fh.write(text)
 
 
 def run_playbook(
