@@ -79,7 +79,8 @@ class PreflightChecks(_Record):
     model_path: str
     draft_model_path: str = ""
     algorithm: str = ""
-    gpus_needed: int
+    #: nvidia-smi indexes of the GPUs this host's server uses: the only GPUs preflight looks at.
+    gpus: list[int]
     port: int
     skip_flags_if_digest: str = ""
     allow_gpu_holders: bool = False
@@ -222,7 +223,7 @@ def unit_facts(prof: Profile, *, rank: int = 0, nnodes: int = 1, rank0_address: 
     )
 
 
-def preflight_checks(prof: Profile, plan: Plan, gpus_needed: int, kill_holders: bool) -> PreflightChecks:
+def preflight_checks(prof: Profile, plan: Plan, gpus: list[int], kill_holders: bool) -> PreflightChecks:
     s, spec = prof.server, prof.speculative
     return PreflightChecks(
         python=s.python,
@@ -233,7 +234,7 @@ def preflight_checks(prof: Profile, plan: Plan, gpus_needed: int, kill_holders: 
         model_path=s.model_path,
         draft_model_path=spec.draft_model_path or "",
         algorithm=spec.algorithm or "",
-        gpus_needed=gpus_needed,
+        gpus=gpus,
         port=s.port,
         skip_flags_if_digest=plan.digest,
         allow_gpu_holders=kill_holders,
@@ -265,7 +266,7 @@ def for_profile(
 ) -> HostPlan:
     """One host's plan for a profile; `run` holds the run's own fields (lock, force_restart,
     kill_gpu_holders)."""
-    checks = preflight_checks(prof, plan, len(facts.gpus), run.get("kill_gpu_holders", False))
+    checks = preflight_checks(prof, plan, facts.gpus, run.get("kill_gpu_holders", False))
     return HostPlan(
         unit_name=plan.unit_name,
         profile=plan.profile,
