@@ -20,7 +20,7 @@ from orchestrator.profile import Profile
 from orchestrator.report import DeployReport, HostReport, host_report
 from orchestrator.rollback import record, rollback_hosts
 from orchestrator.runner import PlayCanceled, PlayResult, TaskEvent, run_playbook
-from orchestrator.secrets import secret_config
+from orchestrator.secrets import secret_bundle, secret_env_names
 
 #: How long a second deploy waits for a host's lock before failing, naming the holder.
 LOCK_WAIT_S = 120
@@ -99,8 +99,8 @@ def deploy(
             orch,
             limit=options.limit,
             check=options.check,
-            secret=secret_config(prof),
-            hide_env=[prof.api_key.env] if prof.api_key and prof.api_key.env else [],
+            secret=secret_bundle(prof),
+            hide_env=secret_env_names(prof),
             on_event=on_event,
         )
     except PlayCanceled as exc:

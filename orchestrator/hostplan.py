@@ -98,6 +98,9 @@ class HostPlan(_Record):
     facts: UnitFacts
     paths: HostPaths = Field(default_factory=HostPaths)
     secret_path: str = ""
+    #: The unit's secret EnvironmentFile= ("": none), owned by service_user.
+    env_file_path: str = ""
+    service_user: str = "root"
     force_restart: bool = False
     kill_gpu_holders: bool = False
     lock: LockSpec | None = None
@@ -111,6 +114,7 @@ class HostPlan(_Record):
 class Target(_Record):
     """A unit on every host, for the plays that read or stop it (status, stop)."""
 
+    #: status: "" reports every unit orchestrator deployed on each host; stop needs a name.
     unit_name: str
     paths: HostPaths = Field(default_factory=HostPaths)
     gpu_release_timeout_s: float = 30
@@ -134,8 +138,8 @@ class PlayVars(_Record):
     serial: int | str = 0
     #: Percent of a batch that may fail before no further batch starts (0: one failing ends all).
     max_fail_percent: int = 100
-    #: The secret --config text in a 0600 file outside the state directory, only while the play
-    #: runs (runner.run_playbook writes and removes it): never in argv, artifacts or the vars.
+    #: The secrets as JSON ({config, env}) in a 0600 file outside the state directory, only while
+    #: the play runs (runner.run_playbook writes and removes it): never in argv, artifacts or vars.
     secret_file: str = ""
 
     def extravars(self) -> dict[str, Any]:
@@ -177,6 +181,13 @@ def _ranks(
             f"a multinode server needs 2 or more hosts that split its {gpus} GPUs evenly; "
             f"{len(selected)} selected: {', '.join(h.name for h in selected)}"
         )
+    listed = prof.server.gpus
+    if listed is not None and len(listed) * len(selected) != gpus:
+        raise InputError(
+            f"server.gpus lists {len(listed)} GPUs per node; {len(selected)} nodes x {len(listed)} is not "
+            f"the {gpus} GPUs TP x DP needs: list {gpus // len(selected)} GPUs, or select "
+            f"{gpus // len(listed)} hosts"
+        )
     return selected
 
 
@@ -208,14 +219,15 @@ def health_url(port: int, host: str) -> str:
 
 def unit_facts(prof: Profile, *, rank: int = 0, nnodes: int = 1, rank0_address: str = "") -> UnitFacts:
     """The facts of a profile's unit on one host (a multi-node rank: its share of the GPUs, and
-    rank 0's /health, the server's only HTTP endpoint)."""
+    rank 0's /health, the server's only HTTP endpoint). The GPUs are server.gpus, or the first
+    ones (SGLang's GPU 0 to N-1 without CUDA_VISIBLE_DEVICES)."""
     s = prof.server
     per_node = s.gpus_needed // nnodes
     return UnitFacts(
         profile=prof.name,
         port=s.port,
         bind=s.host,
-        gpus=list(range(per_node)),
+        gpus=list(s.gpus) if s.gpus is not None else list(range(per_node)),
         health_url=health_url(s.port, rank0_address if nnodes > 1 else s.host),
         rank=rank,
         nnodes=nnodes,
@@ -274,6 +286,8 @@ def for_profile(
         digest=plan.digest,
         facts=facts,
         secret_path=plan.secret_path or "",
+        env_file_path=plan.env_file_path or "",
+        service_user=plan.user,
         preflight=checks if preflight else None,
         health_timeout_s=prof.service.health_timeout_s,
         health_interval_s=prof.service.health_poll_interval_s,

@@ -35,8 +35,14 @@ class Plan:
     environment: dict[str, str]
     unit: str
     port: int
-    #: Host path of the `--config` YAML holding the API key, when the profile has one.
+    #: Host path of the `--config` YAML holding the API key, when the profile has one (root 0600;
+    #: systemd hands it to the server with LoadCredential=, whatever service.user is).
     secret_path: str | None = None
+    #: Host path of the EnvironmentFile= with secret_env and service.environment_files (0600, owned
+    #: by the service user), when the profile has either.
+    env_file_path: str | None = None
+    #: The user the server runs as (owner of env_file_path).
+    user: str = "root"
 
     @property
     def digest(self) -> str:
@@ -88,7 +94,7 @@ def build_argv(profile: Profile) -> list[str]:
         argv += opt("enable_metrics")
     argv += _speculative_argv(profile, opt)
     if profile.api_key is not None:
-        argv += opt("config", secret_path(profile))
+        argv += opt("config", CREDENTIAL_ARG)
     return argv + list(s.extra_args)
 
 
@@ -112,14 +118,34 @@ def _scalar(value: object) -> str:
     return str(value)
 
 
+#: The credential name of the API key's --config file (LoadCredential=NAME:PATH).
+CREDENTIAL = "sglang-config"
+#: How the server finds it: systemd expands ${CREDENTIALS_DIRECTORY} in ExecStart= to the
+#: unit's private credentials directory (/run/credentials/<unit>), readable by service.user
+#: only, so a non-root server reads a key its user could never read from /etc/orchestrator.
+#: The one ExecStart= word written unescaped (quote_exec_arg).
+CREDENTIAL_ARG = f"${{CREDENTIALS_DIRECTORY}}/{CREDENTIAL}"
+
+
 def secret_path(profile: Profile) -> str:
     stem = PurePosixPath(profile.service.unit_name).stem
     return f"{HOST_STATE_DIR}/{stem}.config.yaml"
 
 
+def env_file_path(profile: Profile) -> str | None:
+    """The unit's EnvironmentFile= on the host, when it has secret or file-given variables."""
+    if not (profile.secret_env or profile.service.environment_files):
+        return None
+    stem = PurePosixPath(profile.service.unit_name).stem
+    return f"{HOST_STATE_DIR}/{stem}.env"
+
+
 def build_environment(profile: Profile) -> dict[str, str]:
-    """NCCL variables first, then the rest; unbuffered Python so crash logs reach the journal."""
-    env = dict(profile.nccl)
+    """The GPU set, NCCL variables, then the rest; unbuffered Python so crash logs reach the journal."""
+    env = {}
+    if profile.server.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, profile.server.gpus))
+    env.update(profile.nccl)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update(profile.env)
     return env
@@ -158,8 +184,10 @@ def quote_exec_arg(arg: str) -> str:
     """One ExecStart word that systemd hands to the process unchanged, byte for byte.
 
     Word 0 is an absolute path (validated), so ExecStart's `-@:+!` prefixes never apply.
+    CREDENTIAL_ARG alone is left for systemd to expand (no profile value can be it: `--config`
+    is refused in extra_args).
     """
-    if arg and set(arg) <= _SAFE:
+    if arg == CREDENTIAL_ARG or (arg and set(arg) <= _SAFE):
         return arg
     return f'"{_escape(arg, dollar=True)}"'
 
@@ -260,6 +288,7 @@ def _working_directory(path: str) -> str:
 
 def render_unit(profile: Profile, argv: list[str], environment: dict[str, str]) -> str:
     svc = profile.service
+    env_file = env_file_path(profile)
     return (
         _env()
         .get_template(UNIT_TEMPLATE)
@@ -274,6 +303,14 @@ def render_unit(profile: Profile, argv: list[str], environment: dict[str, str]) 
             exec_start=exec_start(argv),
             start_timeout_s=svc.start_timeout_s,
             stop_timeout_s=svc.stop_timeout_s,
+            environment_files=[env_file] if env_file else [],
+            credentials=[f"{CREDENTIAL}:{secret_path(profile)}"] if profile.api_key else [],
+            restart=svc.restart,
+            restart_sec=_scalar(svc.restart_sec).removesuffix(".0"),
+            start_limit_burst=svc.start_limit_burst,
+            start_limit_interval_s=svc.start_limit_interval_s,
+            limits={"LimitMEMLOCK": svc.limits.memlock, "LimitNOFILE": svc.limits.nofile},
+            extra=dict(svc.extra),
         )
     )
 
@@ -315,6 +352,8 @@ def build(profile: Profile, node: Node | None = None) -> Plan:
         unit=render_unit(profile, argv, environment),
         port=profile.server.port,
         secret_path=secret_path(profile) if profile.api_key else None,
+        env_file_path=env_file_path(profile),
+        user=profile.service.user,
     )
 
 

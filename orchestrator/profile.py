@@ -102,6 +102,56 @@ def _env_name(name: str) -> str:
     return name
 
 
+def _gpu_set(value: Any) -> Any:
+    """`[4, 5, 6, 7]`, `"4-7"` or `"0-1,6,7"` as a list of nvidia-smi indexes, in the given order
+    (CUDA_VISIBLE_DEVICES's order is the server's GPU 0, 1, ...)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if not isinstance(value, str):
+        return value
+    out: list[int] = []
+    for part in value.replace(" ", "").split(","):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(f"{_short(value)} is not a GPU list: write [4, 5, 6, 7], '4-7' or '0-1,6,7'")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise ValueError(f"{part!r} counts down: write {last}-{first}")
+        out += range(first, last + 1)
+    return out
+
+
+def _distinct(gpus: list[int]) -> list[int]:
+    dupes = sorted({g for g in gpus if gpus.count(g) > 1})
+    if dupes:
+        raise ValueError(f"GPU {dupes[0]} is listed twice")
+    return gpus
+
+
+GpuIndex = Annotated[int, Strict(), Field(ge=0, le=63)]
+GpuSet = Annotated[list[GpuIndex], BeforeValidator(_gpu_set), AfterValidator(_distinct), Field(min_length=1)]
+
+
+def _restart(value: Any) -> Any:
+    """YAML 1.1 reads a bare `no` as false: that is the policy `no`, not a boolean."""
+    return "no" if value is False else value
+
+
+def _limit(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def _checked_limit(value: str) -> str:
+    problem = systemd_rules.limit_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+Limit = Annotated[str, BeforeValidator(_limit), AfterValidator(_checked_limit)]
+
 EnvValue = Annotated[str, BeforeValidator(_env_scalar)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 AbsPath = Annotated[str, Field(pattern=r"^/[^\x00-\x1f]*$", description="An absolute path on the host.")]
@@ -148,6 +198,12 @@ class Server(_Model):
     extra_args: list[str] = Field(
         default_factory=list, description="Further SGLang flags, verbatim; must not repeat a modelled one."
     )
+    gpus: GpuSet | None = Field(
+        None,
+        description="nvidia-smi indexes of the GPUs this server uses on each host ([4, 5, 6, 7] or '4-7'): "
+        "rendered as CUDA_VISIBLE_DEVICES, and the only GPUs preflight, the idle check, "
+        "--kill-gpu-holders, status and verify look at. Unset: GPUs 0 to TP x DP - 1.",
+    )
 
     @property
     def gpus_needed(self) -> int:
@@ -173,6 +229,16 @@ class Speculative(_Model):
     num_draft_tokens: Int | None = Field(None, ge=1, le=256, description="Tokens verified per step.")
 
 
+class Limits(_Model):
+    """Resource limits of the server process (systemd Limit*=)."""
+
+    memlock: Limit = Field(
+        "infinity",
+        description="LimitMEMLOCK=: NCCL over InfiniBand/RoCE registers memory; the default 8 MiB fails.",
+    )
+    nofile: Limit = Field("1048576", description="LimitNOFILE=: open files (sockets of many clients).")
+
+
 class Service(_Model):
     """The systemd unit and how long each phase may take."""
 
@@ -195,10 +261,45 @@ class Service(_Model):
     health_poll_interval_s: Number = Field(
         0.25, gt=0, le=1.0, description="Seconds between health polls (at most 1)."
     )
+    restart: Annotated[Literal["no", "on-failure"], BeforeValidator(_restart)] = Field(
+        "no",
+        description="systemd Restart=: no, or on-failure to bring a crashed server back (a deploy "
+        "still fails when the server dies while it waits for health).",
+    )
+    restart_sec: Number = Field(10, ge=0, le=3600, description="systemd RestartSec= (on-failure).")
+    start_limit_burst: Int = Field(
+        3, ge=1, le=1000, description="Restarts within start_limit_interval_s before systemd gives up."
+    )
+    start_limit_interval_s: Int = Field(
+        3600, ge=1, le=INT_MAX, description="systemd StartLimitIntervalSec= (on-failure)."
+    )
+    limits: Limits = Field(default_factory=lambda: Limits(), description="Resource limits of the server.")
+    environment_files: list[str] = Field(
+        default_factory=list,
+        description="Files on the control machine in systemd's NAME=value form (not readable by other "
+        "users); their variables reach the server through a 0600 file owned by service.user on the "
+        "host, read with EnvironmentFile=, never inline in the unit.",
+    )
+    extra: dict[str, Annotated[str, BeforeValidator(_limit)]] = Field(
+        default_factory=dict,
+        description="Further [Service] directives from an allow-list (CPUAffinity, Nice, NUMAPolicy, ...), "
+        "values checked.",
+    )
+
+    @model_validator(mode="after")
+    def _extra_directives(self) -> Service:
+        problems = [
+            f"{name}: {problem}"
+            for name, value in self.extra.items()
+            if (problem := systemd_rules.extra_problem(name, value))
+        ]
+        if problems:
+            raise ValueError("extra: " + "; ".join(problems))
+        return self
 
 
 class ApiKey(_Model):
-    """A secret given by reference on the control machine, never inline."""
+    """A secret given by reference on the control machine, never inline (api_key, secret_env)."""
 
     file: str | None = Field(None, description="File on the control machine holding the key.")
     env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = Field(
@@ -242,6 +343,11 @@ class Profile(_Model):
     )
     service: Service = Field(default_factory=Service)
     api_key: ApiKey | None = Field(None, description="API key by reference: {file: PATH} or {env: NAME}.")
+    secret_env: dict[EnvName, ApiKey] = Field(
+        default_factory=dict,
+        description="Secret environment variables (HF_TOKEN) by reference, {file: PATH} or {env: NAME}: "
+        "read on the control machine, written 0600 for service.user on the host, never in the unit.",
+    )
     deployment: Deployment = Field(default_factory=lambda: Deployment())
 
 
@@ -485,7 +591,26 @@ def _rule_findings(profile: Profile) -> list[rules.Finding]:
         *_across_findings(profile.server, profile.speculative),
         *rules.check_nccl(profile.nccl),
         *rules.check_env(profile.env),
+        *rules.check_secret_env(list(profile.secret_env), profile.env, profile.nccl),
+        *rules.check_gpu_set(profile.server.gpus, profile.server.gpus_needed, profile.deployment.kind),
+        *_service_findings(profile),
     ]
+
+
+def _service_findings(profile: Profile) -> Iterator[rules.Finding]:
+    """Service options that read other sections."""
+    svc = profile.service
+    if svc.restart == "no":
+        set_only_for_restart = [
+            name
+            for name in ("restart_sec", "start_limit_burst", "start_limit_interval_s")
+            if name in svc.model_fields_set
+        ]
+        for name in set_only_for_restart:
+            yield (
+                f"service.{name}",
+                "takes effect only with service.restart: on-failure; set that or drop it",
+            )
 
 
 def _server_findings(server: Server) -> Iterator[rules.Finding]:

@@ -469,3 +469,56 @@ def check_env(env: dict[str, str]) -> Iterator[Finding]:
             yield (f"env.{name}", "NCCL variables belong under nccl:, where they are checked")
         elif not name.replace("_", "a").isalnum() or name[0].isdigit():
             yield (f"env.{name}", "not a valid environment variable name")
+        elif name == "CUDA_VISIBLE_DEVICES":
+            yield (
+                f"env.{name}",
+                "set the GPUs with server.gpus (e.g. gpus: [4, 5, 6, 7] or '4-7'): it renders "
+                "CUDA_VISIBLE_DEVICES, and preflight, the GPU idle check, --kill-gpu-holders, status "
+                "and verify look at those GPUs only",
+            )
+        elif looks_secret(name):
+            yield (
+                f"env.{name}",
+                "looks like a secret, and env: is written into the unit file, which every user on the "
+                f"host can read: move it to secret_env: {{{name}: {{env: {name}}}}} (or {{file: PATH}}), "
+                "read on this machine and written 0600 for the service user",
+            )
+
+
+#: Parts of a variable name that mark its value as a secret (HF_TOKEN, WANDB_API_KEY, ...).
+SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+
+
+def looks_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(part in upper for part in SECRET_NAME_PARTS)
+
+
+def check_secret_env(names: list[str], env: dict[str, str], nccl: dict[str, str]) -> Iterator[Finding]:
+    """secret_env names: not also set in plain env/nccl, and not CUDA_VISIBLE_DEVICES."""
+    for name in names:
+        if name in env or name in nccl:
+            where = "env" if name in env else "nccl"
+            yield (f"secret_env.{name}", f"also set under {where}:; keep it in one place")
+        elif name == "CUDA_VISIBLE_DEVICES":
+            yield (f"secret_env.{name}", "set the GPUs with server.gpus")
+
+
+def check_gpu_set(gpus: list[int] | None, gpus_needed: int, kind: str) -> Iterator[Finding]:
+    """server.gpus lists the GPUs of one host: all TP x DP of a replica, or one node's share
+    of a multi-node server."""
+    if gpus is None:
+        return
+    if kind == "multinode":
+        if gpus_needed % len(gpus):
+            yield (
+                "server.gpus",
+                f"lists {len(gpus)} GPUs per node, which does not divide the {gpus_needed} GPUs TP x DP "
+                "needs over all nodes",
+            )
+    elif len(gpus) != gpus_needed:
+        yield (
+            "server.gpus",
+            f"lists {len(gpus)} GPUs, but TP x DP needs {gpus_needed} (tp_size x dp_size, or tp_size "
+            f"alone with DP attention): list {gpus_needed} GPUs or change tp_size/dp_size",
+        )

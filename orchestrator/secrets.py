@@ -1,13 +1,19 @@
-"""Secrets: the API key, read on the control machine, for the host's 0600 `--config` file only."""
+"""Secrets, read on the control machine: the API key (for the host's 0600 `--config` file, handed
+to the server with LoadCredential=), and secret environment variables (secret_env,
+service.environment_files) for the unit's 0600 EnvironmentFile=. None of them is ever in the
+unit, on a command line, or in the play's variables."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import stat
 from pathlib import Path
 
+from orchestrator import systemd_rules
 from orchestrator.errors import InputError
-from orchestrator.profile import Profile
+from orchestrator.profile import ApiKey, Profile
 
 
 def api_key(prof: Profile) -> str:
@@ -17,14 +23,18 @@ def api_key(prof: Profile) -> str:
     empty one would start the server with no authentication at all, and one that is not a single
     line of printable ASCII cannot travel in an `Authorization: Bearer` header.
     """
-    ref = prof.api_key
-    if ref is None:
+    if prof.api_key is None:
         return ""
+    return _resolve(prof.api_key, "api_key")
+
+
+def _resolve(ref: ApiKey, where: str) -> str:
+    """The secret a {file} or {env} reference names, checked (see api_key)."""
     if ref.file:
         path = Path(ref.file).expanduser()
-        source = f"api_key.file: {path}"
+        source = f"{where}.file: {path}"
         return _checked(_read_key_file(path, source), source)
-    source = f"api_key.env: ${ref.env}"
+    source = f"{where}.env: ${ref.env}"
     key = os.environ.get(ref.env or "")
     if key is None:
         raise InputError(f"{source} is not set on this machine")
@@ -86,3 +96,61 @@ def secret_config(prof: Profile) -> str:
         return ""
     escaped = key.replace("\\", "\\\\").replace('"', '\\"')
     return f'api-key: "{escaped}"\n'
+
+
+def secret_env_names(prof: Profile) -> list[str]:
+    """Variables of this machine's environment the profile's secrets come from: kept out of the
+    environment Ansible runs in (ansible-runner writes it whole into the run's artifacts)."""
+    refs = [prof.api_key, *prof.secret_env.values()]
+    return [ref.env for ref in refs if ref is not None and ref.env]
+
+
+#: One assignment line of an environment file, as systemd's load_env_file() reads it.
+_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([^=\s]+)\s*=")
+
+
+def _env_file_text(prof: Profile, index: int) -> str:
+    """service.environment_files[index], read here and checked line by line: comments, blank
+    lines and NAME=value only, names systemd takes and the profile does not set elsewhere."""
+    path = Path(prof.service.environment_files[index]).expanduser()
+    source = f"service.environment_files[{index}]: {path}"
+    text = _read_key_file(path, source)
+    taken = {*prof.env, *prof.nccl, *prof.secret_env, "CUDA_VISIBLE_DEVICES"}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith(("#", ";")):
+            continue
+        match = _ASSIGNMENT.match(line)
+        if match is None:
+            raise InputError(f"{source}: line {number} is not NAME=value")
+        name = match.group(1)
+        problem = systemd_rules.env_name_problem(name)
+        if problem:
+            raise InputError(f"{source}: line {number}: {name!r} is {problem}")
+        if name in taken:
+            raise InputError(
+                f"{source}: line {number}: {name} is also set by the profile; keep it in one place"
+            )
+    return text if text.endswith("\n") or not text else text + "\n"
+
+
+def _env_line(name: str, value: str) -> str:
+    """NAME="value" for systemd's load_env_file(): in double quotes, backslash escapes the
+    four characters \\ " ` $ and nothing else."""
+    escaped = "".join(f"\\{ch}" if ch in '\\"`$' else ch for ch in value)
+    return f'{name}="{escaped}"\n'
+
+
+def secret_env_text(prof: Profile) -> str:
+    """The unit's EnvironmentFile= text: service.environment_files in order, then secret_env
+    ("" when the profile has neither)."""
+    parts = [_env_file_text(prof, i) for i in range(len(prof.service.environment_files))]
+    parts += [_env_line(name, _resolve(ref, f"secret_env.{name}")) for name, ref in prof.secret_env.items()]
+    return "".join(parts)
+
+
+def secret_bundle(prof: Profile) -> str:
+    """Every secret of the profile as the JSON the deploy play reads ({config, env}); "" if none."""
+    config, env = secret_config(prof), secret_env_text(prof)
+    if not config and not env:
+        return ""
+    return json.dumps({"config": config, "env": env})

@@ -14,6 +14,8 @@ Environment= assignments, which keeps spaces, quotes, `%`, `$` and control chara
 
 from __future__ import annotations
 
+import re
+
 #: Bytes of one path component and of a whole path with its NUL (path_is_valid() ->
 #: path_find_first_component(): NAME_MAX, PATH_MAX).
 NAME_MAX = 255
@@ -126,3 +128,82 @@ def env_name_problem(name: str) -> str | None:
         "not a valid environment variable name for systemd (ASCII letters, digits and '_', not starting "
         "with a digit): it would drop the variable with only a warning; rename it"
     )
+
+
+# --- [Service] options the profile may set (service.limits, service.extra) ------------------------
+
+#: A resource limit as systemd's config_parse_limit() reads it: a number, a size with a binary
+#: suffix (K, M, G, T: 1024-based for the byte limits) or `infinity`.
+_LIMIT_RE = re.compile(r"^(infinity|[0-9]+[KMGT]?)$")
+
+#: Directives a site may add under service.extra, each with the values systemd 252 takes
+#: (systemd.exec(5), systemd.resource-control(5)); anything else is refused here rather than
+#: by systemd-analyze on the host after the server was stopped.
+_CPU_LIST = r"[0-9]+(-[0-9]+)?([ ,][0-9]+(-[0-9]+)?)*"
+EXTRA_DIRECTIVES: dict[str, tuple[str, str]] = {
+    "CPUAffinity": (_CPU_LIST, "CPU indexes and ranges, e.g. '0-31,64-95'"),
+    "NUMAPolicy": (
+        "default|preferred|bind|interleave|local",
+        "default, preferred, bind, interleave or local",
+    ),
+    "NUMAMask": (_CPU_LIST + "|all", "NUMA node indexes and ranges, e.g. '0-1', or 'all'"),
+    "Nice": ("-?[0-9]+", "an integer from -20 to 19"),
+    "OOMScoreAdjust": ("-?[0-9]+", "an integer from -1000 to 1000"),
+    "IOSchedulingClass": ("realtime|best-effort|idle|none", "realtime, best-effort, idle or none"),
+    "IOSchedulingPriority": ("[0-7]", "an integer from 0 to 7"),
+    "CPUSchedulingPolicy": ("other|batch|idle|fifo|rr", "other, batch, idle, fifo or rr"),
+    "CPUWeight": ("idle|[0-9]+", "1 to 10000, or idle"),
+    "MemoryMax": ("infinity|[0-9]+[KMGT]?|[0-9]+%", "a size such as 512G, a percentage, or infinity"),
+    "MemoryHigh": ("infinity|[0-9]+[KMGT]?|[0-9]+%", "a size such as 512G, a percentage, or infinity"),
+    "TasksMax": ("infinity|[0-9]+|[0-9]+%", "a count, a percentage, or infinity"),
+    "LimitCORE": ("infinity|[0-9]+[KMGT]?", "a size such as 0 or 4G, or infinity"),
+    "LimitSTACK": ("infinity|[0-9]+[KMGT]?", "a size such as 8M, or infinity"),
+    "UMask": ("0?[0-7]{3}", "an octal mask such as 0027"),
+    "TimeoutAbortSec": ("infinity|[0-9]+", "seconds, or infinity"),
+}
+_RANGES = {"Nice": (-20, 19), "OOMScoreAdjust": (-1000, 1000), "CPUWeight": (1, 10000)}
+#: Directives the profile sets through its own fields: service.extra may not say them again.
+OWNED_DIRECTIVES = {
+    "Type": "the unit type is fixed",
+    "User": "service.user",
+    "WorkingDirectory": "service.working_directory",
+    "Environment": "env: (or nccl:)",
+    "EnvironmentFile": "service.environment_files",
+    "ExecStart": "server:",
+    "Restart": "service.restart",
+    "RestartSec": "service.restart_sec",
+    "LimitMEMLOCK": "service.limits.memlock",
+    "LimitNOFILE": "service.limits.nofile",
+    "TimeoutStartSec": "service.start_timeout_s",
+    "TimeoutStopSec": "service.stop_timeout_s",
+    "LoadCredential": "api_key",
+}
+
+
+def limit_problem(value: str) -> str | None:
+    """A LimitMEMLOCK=/LimitNOFILE= value systemd reads as a limit (config_parse_limit)."""
+    if _LIMIT_RE.match(value):
+        return None
+    return f"{_shown(value)} is not a limit: use infinity, a number, or a size such as 64G"
+
+
+def extra_problem(name: str, value: str) -> str | None:
+    """One service.extra directive: on the allow-list, its value in the form systemd takes, and
+    one line (a newline would start a second directive)."""
+    if name in OWNED_DIRECTIVES:
+        return f"{name} is set by {OWNED_DIRECTIVES[name]}, not service.extra"
+    if name not in EXTRA_DIRECTIVES:
+        return (
+            f"{name} is not a directive service.extra allows; allowed: {', '.join(sorted(EXTRA_DIRECTIVES))}"
+        )
+    if any(ch in value for ch in "\n\r\0") or "=" in value:
+        return (
+            f"{_shown(value)}: one value on one line, without '=' (a newline would start a second directive)"
+        )
+    pattern, wanted = EXTRA_DIRECTIVES[name]
+    if not re.fullmatch(pattern, value):
+        return f"{_shown(value)} is not {wanted}"
+    low, high = _RANGES.get(name, (None, None))
+    if low is not None and value.lstrip("-").isdigit() and not low <= int(value) <= high:
+        return f"{value} is not {wanted}"
+    return None

@@ -15,7 +15,10 @@ description:
   - Makes I(paths.state_dir) a root-only (0700) directory.
   - Checks I(content) with C(systemd-analyze verify), as a temporary file with the unit's suffix
     in the unit's directory; when refused, fails with systemd-analyze's output and changes no file.
-  - Writes I(secret_content) to I(secret_path) (0600) when a secret path is given.
+  - Writes I(secret_content) to I(secret_path) (0600, root; systemd hands it to the server as a
+    credential) when a secret path is given.
+  - Writes I(env_content) to I(env_path) (0600, owned by I(env_owner)), the unit's
+    EnvironmentFile=, when an environment file path is given.
   - Writes I(content) to the unit file (0644) in one rename.
   - Writes C({state_dir}/units/<unit_name>.json) (0600), the I(facts) and the digest of I(content),
     which sglang_probe reads back.
@@ -49,6 +52,18 @@ options:
     description: The secret config's text.
     type: str
     default: ""
+  env_path:
+    description: Host path of the unit's EnvironmentFile= (secret variables); empty if none.
+    type: str
+    default: ""
+  env_content:
+    description: The environment file's text.
+    type: str
+    default: ""
+  env_owner:
+    description: Owner of I(env_path) (the service user).
+    type: str
+    default: root
   verified_digest:
     description:
       - Digest of a unit text this run's preflight already had systemd-analyze verify accept;
@@ -113,6 +128,9 @@ ARGUMENT_SPEC = {
     "facts": {"type": "dict", "required": True},
     "secret_path": {"type": "str", "default": "", "no_log": False},
     "secret_content": {"type": "str", "default": "", "no_log": True},
+    "env_path": {"type": "str", "default": "", "no_log": False},
+    "env_content": {"type": "str", "default": "", "no_log": True},
+    "env_owner": {"type": "str", "default": "root"},
     "verified_digest": {"type": "str", "default": ""},
 }
 
@@ -143,10 +161,15 @@ def write_all(module: AnsibleModule, p: dict, digest: str, before: bytes | None)
     new_unit = before != content
     tmp = verified_copy(module, p, content) if new_unit and not module.check_mode else ""
     try:
-        if p["secret_path"]:
+        for path, text, owner in (
+            (p["secret_path"], p["secret_content"], "root"),
+            (p["env_path"], p["env_content"], p["env_owner"]),
+        ):
+            if not path:
+                continue
             if not module.check_mode:  # its directory is made if missing, never changed
-                os.makedirs(os.path.dirname(p["secret_path"]), mode=0o700, exist_ok=True)
-            changed = ensure_file(module, p["secret_path"], p["secret_content"].encode(), 0o600) or changed
+                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            changed = ensure_file(module, path, text.encode(), 0o600, owner) or changed
         if tmp:
             os.replace(tmp, unit_path(paths, name))
         elif not new_unit:
