@@ -65,6 +65,11 @@ class Reading:
     argv: list[str] | None = None
     environment: dict[str, str] = field(default_factory=dict)
     working_directory: str | None = None
+    #: The unit's whole block of the dump, for settings read as systemd prints them.
+    dump: str = ""
+
+    def setting(self, name: str) -> list[str]:
+        return re.findall(rf"^\t\t{name}: (.*)$", self.dump, re.M)
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,7 @@ def _reading(result: subprocess.CompletedProcess[bytes]) -> Reading:
     end = out.find("\n\t-> Unit ", start + 1)
     block = out[start : end if end >= 0 else len(out)]
     reading = Reading(re.search(r"^\t\tUnit Load State: (.*)$", block, re.M).group(1), complaints)
+    reading.dump = block
     if reading.load_state != "loaded":
         return reading
     reading.working_directory = re.search(r"^\t\tWorkingDirectory: (.*)$", block, re.M).group(1)
@@ -163,7 +169,10 @@ def _command_line(line: bytes) -> list[str]:
 
 
 def _expand(word: str) -> str:
-    """replace_env_argv() at start: `$$` is `$`; an expansion fails the test (plan never means one)."""
+    """replace_env_argv() at start: `$$` is `$`; an expansion fails the test (plan means only one:
+    the API key's credential, which systemd expands to the unit's credentials directory)."""
+    if word == plan.CREDENTIAL_ARG:
+        return word
     out, i = [], 0
     if re.match(r"\$[A-Za-z0-9_]", word):
         raise AssertionError(f"systemd would expand the word {word!r} from the environment")
@@ -179,7 +188,7 @@ def _expand(word: str) -> str:
     return "".join(out)
 
 
-def assert_reads_exactly(systemd: Systemd, p: plan.Plan, prof: profile.Profile) -> None:
+def assert_reads_exactly(systemd: Systemd, p: plan.Plan, prof: profile.Profile) -> Reading:
     reading = systemd.read(p.unit)
     assert reading.complaints == [], (reading.complaints, p.unit)
     assert reading.load_state == "loaded", p.unit
@@ -189,6 +198,7 @@ def assert_reads_exactly(systemd: Systemd, p: plan.Plan, prof: profile.Profile) 
     assert reading.working_directory == prof.service.working_directory, p.unit
     # plan's own reading of a unit (used to compare deployed units) agrees with systemd's.
     assert plan.parse_unit(p.unit) == (p.argv, p.environment)
+    return reading
 
 
 def _load(tmp: Path, doc: dict[str, Any]) -> profile.Profile:
@@ -340,6 +350,59 @@ def test_multinode_plan_reads_back_exactly(systemd: Systemd) -> None:
     prof = profile.load("cg_5tok_2node")
     p = plan.build(prof, plan.Node(rank=1, nnodes=2, dist_init_addr="[fd00::1]:5757"))
     assert_reads_exactly(systemd, p, prof)
+
+
+def test_real_host_options_read_back_as_systemd_means_them(systemd: Systemd, tmp_path: Path) -> None:
+    """#14: a GPU subset, limits, a restart policy, site directives, secrets by file and credential."""
+    doc = {
+        "extends": "cg_5tok",
+        "server": {"tp_size": 4, "gpus": "4-7", "port": 30001},
+        "service": {
+            "unit_name": UNIT,
+            "user": "sglang",
+            "restart": "on-failure",
+            "restart_sec": 5,
+            "limits": {"nofile": 65536},
+            "extra": {"CPUAffinity": "0-31 64-95", "Nice": -5, "NUMAPolicy": "bind", "NUMAMask": "0"},
+        },
+        "api_key": {"env": "SGLANG_KEY"},
+        "secret_env": {"HF_TOKEN": {"env": "HF_TOKEN"}},
+    }
+    prof = _load(tmp_path, doc)
+    p = plan.build(prof)
+    reading = assert_reads_exactly(systemd, p, prof)
+    assert reading.environment["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert "HF_TOKEN" not in p.unit and "SGLANG_KEY" not in p.unit
+    assert reading.setting("EnvironmentFile") == [f"{plan.HOST_STATE_DIR}/sglang.env"]
+    assert reading.setting("User") == ["sglang"]
+    assert reading.setting("Restart") == ["on-failure"]
+    assert reading.setting("RestartSec") == ["5s"]
+    assert reading.setting("LimitMEMLOCK") == [str(2**64 - 1)]  # infinity
+    assert reading.setting("LimitNOFILE") == ["65536"]
+    assert reading.setting("Nice") == ["-5"]
+    assert reading.setting("CPUAffinity") == ["0-31 64-95"]
+    assert reading.argv[-2:] == ["--config", "${CREDENTIALS_DIRECTORY}/sglang-config"]
+
+
+@pytest.mark.parametrize(
+    ("directive", "value"),
+    [("Nice", "-21"), ("OOMScoreAdjust", "1001"), ("IOSchedulingPriority", "8"), ("CPUAffinity", "0-x")],
+)
+def test_each_refused_extra_value_is_one_systemd_refuses(
+    directive: str, value: str, systemd: Systemd
+) -> None:
+    """The allow-list's ranges are systemd's: it ignores such a line (with a complaint)."""
+    assert systemd_rules.extra_problem(directive, value)
+    unit = plan.build(profile.load("cg_5tok")).unit.replace(
+        "SyslogIdentifier=", f"{directive}={value}\nSyslogIdentifier="
+    )
+    reading = systemd.read(unit)
+    assert any(
+        f":{unit.count(chr(10), 0, unit.index(directive + '=')) + 1}: " in c for c in reading.complaints
+    ), (
+        "systemd took the line silently",
+        reading.complaints,
+    )
 
 
 # --- generated profiles ----------------------------------------------------------------------
