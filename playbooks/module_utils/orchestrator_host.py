@@ -20,7 +20,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -55,7 +55,7 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
     "model_path": {"type": "str", "required": True},
     "draft_model_path": {"type": "str", "default": ""},
     "algorithm": {"type": "str", "default": ""},
-    "gpus_needed": {"type": "int", "default": 1},
+    "gpus": {"type": "list", "elements": "int", "required": True},
     "port": {"type": "int", "required": True},
     "skip_flags_if_digest": {"type": "str", "default": ""},
     "log_dir": {"type": "str", "default": "/var/log"},
@@ -109,22 +109,23 @@ def systemctl_show(module: Any, unit: str, props: Iterable[str], *extra_args: st
     return parse_systemctl_show(out)
 
 
-def cgroup_in_unit(cgroup_text: str, unit: str) -> bool:
-    """Whether a /proc/PID/cgroup text puts the process in `unit` (or below it): a path
-    component equal to the unit name, so sglang.service is not sglang.service-b."""
+def cgroup_unit(cgroup_text: str, units: Collection[str]) -> str:
+    """Which of `units` a /proc/PID/cgroup text puts the process in (or below): a path
+    component equal to the unit name, so sglang.service is not sglang.service-b. '' for none."""
     for line in cgroup_text.splitlines():
-        path = line.split(":", 2)[-1]
-        if unit in path.split("/"):
-            return True
-    return False
+        for part in line.split(":", 2)[-1].split("/"):
+            if part in units:
+                return part
+    return ""
 
 
-def in_unit_cgroup(pid: int | None, unit: str) -> bool:
+def proc_cgroup(pid: int | None) -> str:
+    """/proc/PID/cgroup; '' when the process is gone (or `pid` is None)."""
     try:
         with open(f"/proc/{pid}/cgroup") as fh:
-            return cgroup_in_unit(fh.read(), unit)
+            return fh.read()
     except OSError:
-        return False
+        return ""
 
 
 def cgroup_procs(control_group: str) -> list[str]:
@@ -190,6 +191,27 @@ def read_json(path: str) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def deployed_units(paths: dict) -> dict[str, dict]:
+    """Every unit orchestrator deployed on this host, as {unit: its stored facts}: sglang_unit
+    writes units/<unit>.json with each unit it installs. Sorted by name."""
+    folder = os.path.join(paths["state_dir"], "units")
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return {}
+    return {
+        name.removesuffix(".json"): read_json(os.path.join(folder, name))
+        for name in names
+        if name.endswith(".json") and not name.startswith(".")  # not write_atomic's temporary files
+    }
+
+
+def installed_units(paths: dict) -> dict[str, dict]:
+    """deployed_units whose unit file is still installed (a unit removed by hand leaves its
+    facts behind: it runs no more, and takes no port)."""
+    return {u: f for u, f in deployed_units(paths).items() if os.path.isfile(unit_path(paths, u))}
 
 
 def write_atomic(path: str, data: bytes, mode: int) -> None:
@@ -393,36 +415,70 @@ def busy_gpus(gpus: list[dict], apps: list[dict], wanted: list[int], limit: int)
     return busy
 
 
-def foreign_gpus(
-    gpus: list[dict],
-    apps: list[dict],
-    wanted: list[int],
-    unit: str,
-    in_unit: Callable[[int | None, str], bool] = in_unit_cgroup,
-) -> list[dict]:
+def foreign_gpus(gpus: list[dict], apps: list[dict], wanted: list[int], unit: str) -> list[dict]:
     """Checked GPUs with a listed process outside `unit`, with those processes as holders
-    (memory.used counts our own server too, so only the process list can tell owners apart)."""
+    (memory.used counts our own server too, so only the process list can tell owners apart).
+    `apps` carry their `unit` (with_units)."""
     busy = []
     for g in gpus:
         if wanted and g["index"] not in wanted:
             continue
-        holders = [a for a in apps if a["gpu"] == g["index"] and not in_unit(a["pid"], unit)]
+        holders = [a for a in apps if a["gpu"] == g["index"] and a.get("unit") != unit]
         if holders:
             busy.append({"index": g["index"], "memory_used_mib": g["memory_used_mib"], "holders": holders})
     return busy
+
+
+def with_units(
+    apps: list[dict], units: Collection[str], cgroup_of: Callable[[int | None], str] | None = None
+) -> list[dict]:
+    """nvidia-smi's processes, each with `unit`: which of `units` (orchestrator's units on this
+    host) it runs in, '' for none: a process orchestrator did not start, or one of another PID
+    namespace whose PID means nothing here. `cgroup_of` reads /proc/PID/cgroup (proc_cgroup)."""
+    cgroup_of = cgroup_of or proc_cgroup
+    return [{**a, "unit": cgroup_unit(cgroup_of(a["pid"]), units) if a["pid"] else ""} for a in apps]
+
+
+def gpu_ranges(indexes: Iterable[int]) -> str:
+    """GPU indexes as runs: [0, 1, 2, 3, 5] -> "0-3,5" (as orchestrator/view.py shows them)."""
+    runs: list[list[int]] = []
+    for i in sorted(set(indexes)):
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+def _gpus_are(indexes: list[int]) -> str:
+    return f"GPU {indexes[0]} is" if len(indexes) == 1 else f"GPUs {gpu_ranges(indexes)} are"
+
+
+def missing_gpus(wanted: list[int], gpus: list[dict]) -> str:
+    """Which GPUs of the set nvidia-smi does not report, as a person reads it; '' when none."""
+    have = [g["index"] for g in gpus]
+    missing = sorted(set(wanted) - set(have))
+    if not missing:
+        return ""
+    count = f"{len(have)} GPU{'' if len(have) == 1 else 's'}"
+    return f"{_gpus_are(missing)} not on this host: nvidia-smi reports {count} ({gpu_ranges(have)})"
 
 
 def _mib(value: int | None) -> str:
     return "?" if value is None else str(value)
 
 
+def _holder(h: dict) -> str:
+    of = f" of {h['unit']}" if h.get("unit") else ""
+    return f"PID {_mib(h['pid'])} {h['process_name']} {_mib(h['used_mib'])} MiB{of}"
+
+
 def describe(busy: list[dict], foreign_only: bool = False) -> str:
-    """One clause per busy GPU: index, MiB used, and each holder's PID, name and MiB."""
+    """One clause per busy GPU: index, MiB used, and each holder's PID, name, MiB and
+    orchestrator unit (when it runs in one)."""
     parts = []
     for b in busy:
-        who = ", ".join(
-            f"PID {_mib(h['pid'])} {h['process_name']} {_mib(h['used_mib'])} MiB" for h in b["holders"]
-        )
+        who = ", ".join(_holder(h) for h in b["holders"])
         who = who or "no process listed (another PID namespace?)"
         if foreign_only:  # memory.used also counts our own server here: name only the others
             parts.append(f"GPU {b['index']} is used by {who}")
@@ -434,8 +490,12 @@ def describe(busy: list[dict], foreign_only: bool = False) -> str:
 def kill(holders: list[dict], name_of: Callable[[int | None], str | None] = argv0) -> list[dict]:
     """SIGTERM each holder, SIGKILL what is left after 5 s; returns the ones signalled. Only a
     PID whose argv[0] is the name nvidia-smi listed is touched, so a PID from another
-    namespace (or a `[No data]` row of one already dying) is never signalled by mistake."""
-    targets = [h for h in holders if h["pid"] and name_of(h["pid"]) == h["process_name"]]
+    namespace (or a `[No data]` row of one already dying) is never signalled by mistake; and
+    never a process of an orchestrator unit (`unit`, with_units): a neighbouring server on
+    this host is stopped by its own unit, not killed as a holder of ours."""
+    targets = [
+        h for h in holders if h["pid"] and not h.get("unit") and name_of(h["pid"]) == h["process_name"]
+    ]
     for h in targets:
         with contextlib.suppress(ProcessLookupError):
             os.kill(h["pid"], signal.SIGTERM)
@@ -452,6 +512,7 @@ def kill(holders: list[dict], name_of: Callable[[int | None], str | None] = argv
 def wait_idle(
     module: Any,
     *,
+    paths: dict,
     nvidia_smi: str,
     gpus: list[int],
     max_used_mib: int,
@@ -461,17 +522,21 @@ def wait_idle(
     allow_unit: str,
     check_mode: bool,
 ) -> dict:
-    """Poll nvidia-smi until the checked GPUs are idle or release_timeout_s has passed; with
-    kill_holders, kill what holds them once. Returns {idle, gpus, holders, busy, waited_s,
-    killed}; the caller decides whether busy GPUs fail it (idle_message)."""
+    """Poll nvidia-smi until the checked GPUs (`gpus`; [] every GPU) are idle or
+    release_timeout_s has passed; with kill_holders, kill what holds them once, but never a
+    process of an orchestrator unit. Returns {idle, checked, gpus, holders, busy, waited_s,
+    killed}, each holder with its `unit`; the caller decides whether busy GPUs fail it
+    (idle_message)."""
     start = time.monotonic()
     deadline = start + release_timeout_s
+    units = {*deployed_units(paths), *([allow_unit] if allow_unit else [])}
     killed: list[dict] = []
     while True:
         all_gpus, apps = nvidia_smi_snapshot(module, nvidia_smi)
-        missing = sorted(set(gpus) - {g["index"] for g in all_gpus})
+        missing = missing_gpus(gpus, all_gpus)
         if missing:
-            module.fail_json(msg=f"no GPU with index {missing} (the host has {len(all_gpus)})", gpus=all_gpus)
+            module.fail_json(msg=missing, gpus=all_gpus)
+        apps = with_units(apps, units)
         if allow_unit:
             busy = foreign_gpus(all_gpus, apps, gpus, allow_unit)
         else:
@@ -487,6 +552,7 @@ def wait_idle(
     wanted = set(gpus) or {g["index"] for g in all_gpus}
     return {
         "idle": not busy,
+        "checked": sorted(wanted),
         "gpus": all_gpus,
         "holders": [a for a in apps if a["gpu"] in wanted],
         "busy": busy,
@@ -500,7 +566,9 @@ def idle_message(report: dict, release_timeout_s: float, allow_unit: str = "") -
     if allow_unit:
         return f"GPUs held outside {allow_unit}: {describe(report['busy'], True)}"
     after = f" after waiting {report['waited_s']:.1f} s" if release_timeout_s or report["killed"] else ""
-    return f"GPUs not idle{after}: {describe(report['busy'])}"
+    spared = sorted({h["unit"] for b in report["busy"] for h in b["holders"] if h.get("unit")})
+    note = f" ({', '.join(spared)}: another orchestrator unit on this host, never killed)" if spared else ""
+    return f"GPUs not idle{after}: {describe(report['busy'])}{note}"
 
 
 # --- HTTP ----------------------------------------------------------------------------------------
@@ -597,21 +665,58 @@ def socket_owners(inodes: set[str]) -> list[int]:
     return owners
 
 
-def port_problem(port: int, unit: str) -> str:
-    """Who outside `unit` listens on `port`, if anyone (our own server may hold it)."""
+def _named(unit: str, units: dict[str, dict]) -> str:
+    """`sglang-a.service (profile cg_5tok)`: a unit with the profile its stored facts name."""
+    return f"{unit} (profile {units.get(unit, {}).get('profile') or 'unknown'})"
+
+
+def port_problems(
+    port: int,
+    unit_name: str,
+    owners: list[tuple[int, str, str]],
+    units: dict[str, dict],
+    installed: Collection[str],
+) -> list[str]:
+    """Why `port` is not free for `unit_name`, one line each. First another installed
+    orchestrator unit of this host whose facts say this port, running or not (started, it
+    would take it); then who else listens on it now: `owners` are (PID, argv[0], the
+    orchestrator unit it runs in or '') of the listening processes. Our own server may hold it.
+    `units`: deployed_units, for the profiles."""
+    clash = sorted(u for u in installed if u != unit_name and units.get(u, {}).get("port") == port)
+    problems = [
+        f"port {port} is the port of {_named(u, units)} on this host: give this profile another server.port"
+        for u in clash
+    ]
+    neighbours: dict[str, list[str]] = {}
+    foreign = []
+    for pid, name, unit in owners:
+        if unit != unit_name and unit not in clash:  # a clash is named once, above
+            (neighbours.setdefault(unit, []) if unit else foreign).append(f"PID {pid} {name}")
+    problems += [
+        f"port {port} is taken by {', '.join(who)} of {_named(unit, units)}, another orchestrator unit "
+        "on this host: give this profile another server.port"
+        for unit, who in sorted(neighbours.items())
+    ]
+    if foreign:
+        problems.append(f"port {port} is taken by {', '.join(foreign)} (not {unit_name})")
+    return problems
+
+
+def port_owners(port: int, units: Collection[str]) -> list[tuple[int, str, str]]:
+    """(PID, argv[0], which of `units` it runs in or '') of each process listening on `port`."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         text = read_bytes(table)
         if text is not None:
             inodes |= listeners(text.decode(), port)
     if not inodes:
-        return ""
-    foreign = []
+        return []
+    owners = []
     for pid in socket_owners(inodes):
         name = argv0(pid)
-        if name is not None and not in_unit_cgroup(pid, unit):
-            foreign.append(f"PID {pid} {name}")
-    return f"port {port} is taken by {', '.join(foreign)} (not {unit})" if foreign else ""
+        if name is not None:
+            owners.append((pid, name, cgroup_unit(proc_cgroup(pid), units)))
+    return owners
 
 
 def disk_problem(log_dir: str, min_free_mib: int) -> str:
@@ -675,22 +780,46 @@ def _model_problems(c: dict) -> list[str]:
     return problems
 
 
-def _gpu_problems(module: Any, unit_name: str, c: dict) -> tuple[list[str], int]:
-    gpus, apps, error = query_nvidia_smi(module, c["nvidia_smi"])
-    if error:
-        return [error], 0
-    problems = []
-    if c["gpus_needed"] > len(gpus):
+def gpu_set_problems(
+    gpus: list[dict],
+    apps: list[dict],
+    wanted: list[int],
+    unit_name: str,
+    units: dict[str, dict],
+    allow_foreign: bool,
+) -> list[str]:
+    """What stands between `unit_name` and its GPU set (`wanted`), one line each: GPUs the host
+    lacks; a process of another orchestrator unit of this host on one of them (never killed:
+    the deploy cannot go on); any other process outside our unit, unless the deploy kills it
+    (allow_foreign). GPUs outside the set are not looked at: another server may use them.
+    `apps` carry their `unit` (with_units); `units`: deployed_units, for the profiles."""
+    missing = missing_gpus(wanted, gpus)
+    problems = [missing] if missing else []
+    others = [a for a in apps if a["gpu"] in wanted and a["unit"] != unit_name]
+    neighbours: dict[str, list[dict]] = {}
+    for a in others:
+        if a["unit"]:
+            neighbours.setdefault(a["unit"], []).append(a)
+    for unit, held in sorted(neighbours.items()):
+        who = ", ".join(dict.fromkeys(f"PID {_mib(a['pid'])} {a['process_name']}" for a in held))
         problems.append(
-            f"{c['gpus_needed']} GPUs needed (TP x DP, or TP alone with DP attention), "
-            f"nvidia-smi reports {len(gpus)} on this host"
+            f"{_gpus_are(sorted({a['gpu'] for a in held}))} used by {who} of {_named(unit, units)}, another "
+            f"orchestrator unit on this host: give this profile other server.gpus or stop {unit}"
         )
-    if not c["allow_gpu_holders"]:
-        for b in foreign_gpus(gpus, apps, [], unit_name):
+    if not allow_foreign:
+        for b in foreign_gpus(gpus, [a for a in others if not a["unit"]], wanted, unit_name):
             for h in b["holders"]:  # one line per process, as --kill-gpu-holders would kill it
                 who = describe([{**b, "holders": [h]}], foreign_only=True)
                 problems.append(f"{who}, outside {unit_name} (--kill-gpu-holders kills it)")
-    return problems, len(gpus)
+    return problems
+
+
+def _gpu_problems(module: Any, unit_name: str, units: dict[str, dict], c: dict) -> tuple[list[str], int]:
+    gpus, apps, error = query_nvidia_smi(module, c["nvidia_smi"])
+    if error:
+        return [error], 0
+    apps = with_units(apps, {*units, unit_name})
+    return gpu_set_problems(gpus, apps, c["gpus"], unit_name, units, c["allow_gpu_holders"]), len(gpus)
 
 
 def verify_unit(module: Any, unit_name: str, data: bytes, folder: str | None = None) -> tuple[str, str]:
@@ -737,18 +866,19 @@ def _unit_problems(module: Any, unit_name: str, paths: dict, c: dict) -> tuple[l
 
 def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> dict:
     """Everything that can be known before a stop, read-only: SGLang's version and flags, the
-    unit as systemd reads it, the model and drafter, GPUs and their holders, the port, disk for
+    unit as systemd reads it, the model and drafter, our GPU set and its holders (another
+    orchestrator unit of this host named as such), the port (another unit's included), disk for
     logs. Every problem at once, one line each: {problems, sglang_version, gpus, help_checked,
     verified_digest}."""
     problems, verified = _unit_problems(module, unit_name, paths, checks)
     more, version, help_checked = _sglang_problems(module, unit_name, paths, checks)
     problems += more
     problems += _model_problems(checks)
-    gpu_problems, gpus = _gpu_problems(module, unit_name, checks)
+    units = deployed_units(paths)
+    gpu_problems, gpus = _gpu_problems(module, unit_name, units, checks)
     problems += gpu_problems
-    taken = port_problem(checks["port"], unit_name)
-    if taken:
-        problems.append(taken)
+    owners = port_owners(checks["port"], {*units, unit_name})
+    problems += port_problems(checks["port"], unit_name, owners, units, installed_units(paths))
     disk = disk_problem(checks["log_dir"], checks["min_free_mib"])
     if disk:
         problems.append(disk)

@@ -13,9 +13,20 @@ description:
     reads C([N/A]), a listed process makes the GPU busy.
   - Fails when nvidia-smi fails or reports no GPU.
   - Changes nothing unless I(kill_holders) is set.
+  - Each process is reported with the orchestrator unit of this host it runs in, if any.
 options:
+  paths:
+    description:
+      - Where orchestrator keeps things on the host. Its units (C(state_dir)/units/*.json) are
+        how a process on a GPU is known to be another orchestrator unit's, never killed.
+    type: dict
+    required: true
+    suboptions:
+      unit_dir: {description: Where unit files live., type: str, required: true}
+      state_dir: {description: Root-only state (the units' facts)., type: str, required: true}
+      lock_dir: {description: Where deploy locks live (tmpfs)., type: str, required: true}
   gpus:
-    description: GPU indices to check; empty means every GPU on the host.
+    description: GPU indices to check (our GPU set); empty means every GPU on the host.
     type: list
     elements: int
     default: []
@@ -40,14 +51,16 @@ options:
       - Kill exactly the processes nvidia-smi lists on the checked GPUs (SIGTERM, then SIGKILL
         after 5 s), then wait for release, at least 10 s even with I(release_timeout_s=0).
         Only PIDs whose argv[0] matches the listed name are touched, so a PID from another
-        namespace is never killed by mistake.
+        namespace is never killed by mistake, and never a process of an orchestrator unit of
+        this host (another server, which its own unit stops).
     type: bool
     default: false
   allow_unit:
     description:
       - Only processes outside this systemd unit count as busy (checked before our server
         stops, so a foreign holder fails the deploy while the server still runs). memory.used
-        cannot tell owners apart, so this mode judges by the process list alone.
+        cannot tell owners apart, so this mode judges by the process list alone; a process of
+        another orchestrator unit counts as busy.
     type: str
     default: ""
   fail:
@@ -65,11 +78,13 @@ attributes:
 EXAMPLES = r"""
 - name: Wait up to 30 s for the GPUs of the stopped server to be released
   gpu_idle:
+    paths: {unit_dir: /etc/systemd/system, state_dir: /etc/orchestrator, lock_dir: /run/orchestrator}
     gpus: [0, 1]
     release_timeout_s: 30
 
 - name: Only report GPU memory and holders
   gpu_idle:
+    paths: {unit_dir: /etc/systemd/system, state_dir: /etc/orchestrator, lock_dir: /run/orchestrator}
     release_timeout_s: 0
     fail: false
   register: __gpu_idle
@@ -80,6 +95,11 @@ idle:
   description: Whether every checked GPU is idle.
   type: bool
   returned: always
+checked:
+  description: The GPU indices checked (I(gpus), or every GPU when it is empty).
+  type: list
+  elements: int
+  returned: always
 gpus:
   description:
     - "Every GPU: index, uuid, name, memory_used_mib, memory_total_mib."
@@ -88,7 +108,7 @@ gpus:
   elements: dict
   returned: always
 holders:
-  description: "Processes on a checked GPU: gpu, pid, process_name, used_mib."
+  description: "Processes on a checked GPU: gpu, pid, process_name, used_mib, unit (the orchestrator unit it runs in, or empty)."
   type: list
   elements: dict
   returned: always
@@ -102,16 +122,17 @@ waited_s:
   type: float
   returned: always
 killed:
-  description: "Processes killed with kill_holders: gpu, pid, process_name, used_mib."
+  description: "Processes killed with kill_holders: gpu, pid, process_name, used_mib, unit."
   type: list
   elements: dict
   returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.orchestrator_host import idle_message, wait_idle
+from ansible.module_utils.orchestrator_host import PATHS_SPEC, idle_message, wait_idle
 
 ARGUMENT_SPEC = {
+    "paths": PATHS_SPEC,
     "gpus": {"type": "list", "elements": "int", "default": []},
     "max_used_mib": {"type": "int", "default": 0},
     "release_timeout_s": {"type": "float", "default": 30.0},
@@ -129,6 +150,7 @@ def main() -> None:
     release_timeout_s = 0.0 if module.check_mode else p["release_timeout_s"]
     report = wait_idle(
         module,
+        paths=p["paths"],
         nvidia_smi=p["nvidia_smi"],
         gpus=p["gpus"],
         max_used_mib=p["max_used_mib"],

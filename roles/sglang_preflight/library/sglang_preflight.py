@@ -42,7 +42,14 @@ options:
       model_path: {description: Target model directory., type: str, required: true}
       draft_model_path: {description: Draft model directory; empty if none., type: str, default: ""}
       algorithm: {description: Speculative algorithm; empty if none., type: str, default: ""}
-      gpus_needed: {description: GPUs the server uses on this host., type: int, default: 1}
+      gpus:
+        description:
+          - nvidia-smi indices of the GPUs the server uses on this host, the only ones looked at.
+            Each must exist; a process on one of them outside I(unit_name) is a problem, named
+            as another orchestrator unit (never killed) where it runs in one.
+        type: list
+        elements: int
+        required: true
       port: {description: HTTP port of the server., type: int, required: true}
       skip_flags_if_digest:
         description: Skip the C(--help) check when the installed unit has this digest (its flags already run).
@@ -52,7 +59,9 @@ options:
       min_free_mib: {description: Free space the logs need., type: int, default: 1024}
       nvidia_smi: {description: The nvidia-smi executable., type: str, default: nvidia-smi}
       allow_gpu_holders:
-        description: Processes outside I(unit_name) on the GPUs are no problem (the deploy kills them).
+        description:
+          - Processes outside I(unit_name) on the GPUs are no problem (the deploy kills them);
+            those of another orchestrator unit still are (never killed).
         type: bool
         default: false
       unit_content:
@@ -78,6 +87,7 @@ EXAMPLES = r"""
       sglang_version: 0.5.4
       flags: [--model-path, --port]
       model_path: /models/Llama-3.1-8B-Instruct
+      gpus: [4, 5, 6, 7]
       port: 30000
 """
 

@@ -88,7 +88,12 @@ EXAMPLES = r"""
     paths: {unit_dir: /etc/systemd/system, state_dir: /etc/orchestrator, lock_dir: /run/orchestrator}
     desired_digest: 0123456789abcdef
     lock: {holder: me@laptop (pid 42), run_id: r1, ttl_s: 3600, wait_s: 60}
-    preflight: {python: /opt/sglang/bin/python, sglang_version: 0.5.4, model_path: /models/m, port: 30000}
+    preflight:
+      python: /opt/sglang/bin/python
+      sglang_version: 0.5.4
+      model_path: /models/m
+      gpus: [0, 1, 2, 3]
+      port: 30000
   register: __sglang_probe
 """
 

@@ -15,20 +15,32 @@ description:
   - systemctl stop sends SIGTERM to the unit's processes, waits TimeoutStopSec, then
     SIGKILLs what is left of the unit's own cgroup; nothing outside the unit is touched.
   - A unit that does not exist is already stopped.
-  - Then waits until memory.used of the checked GPUs is at most I(max_used_mib), failing with
+  - Then waits until memory.used of the unit's GPUs is at most I(max_used_mib), failing with
     C(GPUs not idle after waiting N s) naming what holds them. Processes outside the unit are
-    killed only with I(kill_gpu_holders).
+    killed only with I(kill_gpu_holders), and never those of another orchestrator unit.
 options:
   unit_name:
     description: The systemd unit.
     type: str
     required: true
+  paths:
+    description:
+      - Where orchestrator keeps things on the host. The unit's stored facts give its GPUs when
+        I(gpus) is empty; the other units' facts name their processes, never killed.
+    type: dict
+    required: true
+    suboptions:
+      unit_dir: {description: Where unit files live., type: str, required: true}
+      state_dir: {description: Root-only state (the units' facts)., type: str, required: true}
+      lock_dir: {description: Where deploy locks live (tmpfs)., type: str, required: true}
   gone_timeout_s:
     description: Seconds to wait for the unit's cgroup to empty after the stop.
     type: float
     default: 30.0
   gpus:
-    description: GPU indices to wait for; empty means every GPU on the host.
+    description:
+      - GPU indices to wait for; empty means the GPUs in the unit's stored facts, and every GPU
+        on the host only for a unit stored without them.
     type: list
     elements: int
     default: []
@@ -37,7 +49,9 @@ options:
     type: float
     default: 30.0
   kill_gpu_holders:
-    description: Kill the processes nvidia-smi still lists on the GPUs after the stop (as gpu_idle does).
+    description:
+      - Kill the processes nvidia-smi still lists on the GPUs after the stop (as gpu_idle does),
+        except those of another orchestrator unit of this host.
     type: bool
     default: false
   max_used_mib:
@@ -60,6 +74,7 @@ EXAMPLES = r"""
 - name: Stop the server and wait for its GPUs
   sglang_stop:
     unit_name: sglang.service
+    paths: {unit_dir: /etc/systemd/system, state_dir: /etc/orchestrator, lock_dir: /run/orchestrator}
     gpus: [0, 1, 2, 3]
   register: __sglang_stop
 """
@@ -78,7 +93,7 @@ stop_s:
   type: float
   returned: always
 gpus:
-  description: "The GPU wait, as the gpu_idle module returns it: idle, gpus, holders, busy, waited_s, killed."
+  description: "The GPU wait, as the gpu_idle module returns it: idle, checked, gpus, holders, busy, waited_s, killed."
   type: dict
   returned: success, or when the GPUs were not released
 """
@@ -86,10 +101,19 @@ gpus:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.orchestrator_host import cgroup_procs, idle_message, systemctl_show, wait_idle
+from ansible.module_utils.orchestrator_host import (
+    PATHS_SPEC,
+    cgroup_procs,
+    facts_path,
+    idle_message,
+    read_json,
+    systemctl_show,
+    wait_idle,
+)
 
 ARGUMENT_SPEC = {
     "unit_name": {"type": "str", "required": True},
+    "paths": PATHS_SPEC,
     "gone_timeout_s": {"type": "float", "default": 30.0},
     "gpus": {"type": "list", "elements": "int", "default": []},
     "gpu_release_timeout_s": {"type": "float", "default": 30.0},
@@ -119,6 +143,13 @@ def stop(module: AnsibleModule, unit: str, gone_timeout_s: float, result: dict) 
         time.sleep(0.1)
 
 
+def unit_gpus(paths: dict, unit: str, gpus: list[int]) -> list[int]:
+    """The GPUs to wait for: those given, else the unit's own (its stored facts); [] (every GPU)
+    only for a unit stored without facts. Another server of this host keeps its GPUs busy."""
+    stored = read_json(facts_path(paths, unit)).get("gpus")
+    return gpus or (stored if isinstance(stored, list) else [])
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
@@ -131,8 +162,9 @@ def main() -> None:
     release_timeout_s = 0.0 if module.check_mode else p["gpu_release_timeout_s"]
     result["gpus"] = wait_idle(
         module,
+        paths=p["paths"],
         nvidia_smi=p["nvidia_smi"],
-        gpus=p["gpus"],
+        gpus=unit_gpus(p["paths"], p["unit_name"], p["gpus"]),
         max_used_mib=p["max_used_mib"],
         release_timeout_s=release_timeout_s,
         poll_interval_s=0.5,

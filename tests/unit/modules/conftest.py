@@ -37,6 +37,22 @@ def host(monkeypatch: pytest.MonkeyPatch) -> FakeHost:
 
 
 @pytest.fixture
+def cgroups(monkeypatch: pytest.MonkeyPatch) -> dict[int, str]:
+    """{PID: unit}: these processes run in that systemd unit, as /proc/PID/cgroup would say
+    (cgroup v2 under system.slice); every other PID reads its real cgroup."""
+    from ansible.module_utils import orchestrator_host
+
+    units: dict[int, str] = {}
+    real = orchestrator_host.proc_cgroup
+    monkeypatch.setattr(
+        orchestrator_host,
+        "proc_cgroup",
+        lambda pid: f"0::/system.slice/{units[pid]}\n" if pid in units else real(pid),
+    )
+    return units
+
+
+@pytest.fixture
 def paths(tmp_path: Path) -> dict[str, str]:
     made = {key: tmp_path / key for key in ("unit_dir", "state_dir", "lock_dir")}
     made["unit_dir"].mkdir()

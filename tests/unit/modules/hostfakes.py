@@ -114,5 +114,32 @@ class FakeHost:
         return [c for c in self.calls if Path(c[0]).name == name]
 
 
+def store_unit(paths: dict[str, str], unit: str, installed: bool = True, **facts: Any) -> None:
+    """Another unit orchestrator deployed on the host: its facts as sglang_unit stores them
+    (units/<unit>.json), and its unit file unless not `installed`."""
+    folder = Path(paths["state_dir"], "units")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{unit}.json").write_text(json.dumps({**facts, "digest": "0123456789abcdef"}))
+    if installed:
+        Path(paths["unit_dir"], unit).write_text("[Unit]\n")
+
+
+def gpu_uuid(index: int) -> str:
+    """The UUID of GPU `index` of a made-up H200 host (the captured GPU's, its last digit the index)."""
+    return f"GPU-8b9e1fa8-32f8-da01-8524-833ee60332e{index}"
+
+
+def query_gpu(count: int, used: dict[int, int] | None = None) -> str:
+    """`--query-gpu=index,uuid,name,memory.used,memory.total` (noheader, nounits) of an H200 host
+    with `count` GPUs, each line shaped as the captured one (released-query-gpu.csv)."""
+    used = used or {}
+    return "".join(f"{i}, {gpu_uuid(i)}, NVIDIA H200, {used.get(i, 0)}, 143771\n" for i in range(count))
+
+
+def compute_apps(*rows: tuple[int, str, int, int]) -> str:
+    """`--query-compute-apps=pid,process_name,used_memory,gpu_uuid` of (pid, name, MiB, GPU index) rows."""
+    return "".join(f"{pid}, {name}, {mib}, {gpu_uuid(gpu)}\n" for pid, name, mib, gpu in rows)
+
+
 def systemctl_show(**props: str) -> tuple[int, str, str]:
     return 0, "".join(f"{k}={v}\n" for k, v in props.items()), ""

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from hostfakes import capture, load_module
+from hostfakes import capture, compute_apps, load_module, query_gpu, store_unit
 
 H200 = "GPU-8b9e1fa8-32f8-da01-8524-833ee60332e7"  # the GPU of the kill captures
 
@@ -28,18 +28,18 @@ def sleeper() -> Iterator[subprocess.Popen]:
     proc.kill()
 
 
-def test_an_idle_gpu_passes(gpu_idle, host, run_module):
+def test_an_idle_gpu_passes(gpu_idle, host, paths, run_module):
     host.smi = [
         (capture("idle-query-gpu.csv").replace(", 00000000:00:06.0", "").rsplit(",", 1)[0] + "\n", "")
     ]
-    failed, result = run_module(gpu_idle, {"release_timeout_s": 0})
+    failed, result = run_module(gpu_idle, {"paths": paths, "release_timeout_s": 0})
     assert not failed and result["idle"] and result["busy"] == [] and result["changed"] is False
     assert result["gpus"][0]["memory_total_mib"] == 143771
 
 
-def test_a_busy_gpu_fails_naming_its_holder(gpu_idle, host, run_module):
+def test_a_busy_gpu_fails_naming_its_holder(gpu_idle, host, paths, run_module):
     host.smi = [(capture("killed-query-gpu.csv"), f"516, /opt/torch/.venv/bin/python3, 4614, {H200}\n")]
-    failed, result = run_module(gpu_idle, {"release_timeout_s": 0})
+    failed, result = run_module(gpu_idle, {"paths": paths, "release_timeout_s": 0})
     assert failed
     assert (
         result["msg"]
@@ -47,41 +47,43 @@ def test_a_busy_gpu_fails_naming_its_holder(gpu_idle, host, run_module):
     )
 
 
-def test_the_check_waits_for_release(gpu_idle, host, run_module):
+def test_the_check_waits_for_release(gpu_idle, host, paths, run_module):
     host.smi = [
         (capture("killed-query-gpu.csv"), capture("killed-compute-apps.csv")),
         (capture("released-query-gpu.csv"), capture("released-compute-apps.csv")),
     ]
-    failed, result = run_module(gpu_idle, {"release_timeout_s": 5, "poll_interval_s": 0.01})
+    failed, result = run_module(gpu_idle, {"paths": paths, "release_timeout_s": 5, "poll_interval_s": 0.01})
     assert not failed and result["idle"]
 
 
-def test_check_mode_reports_busy_gpus_without_failing_or_killing(gpu_idle, host, run_module, sleeper):
+def test_check_mode_reports_busy_gpus_without_failing_or_killing(gpu_idle, host, paths, run_module, sleeper):
     host.smi = [(capture("killed-query-gpu.csv"), f"{sleeper.pid}, sleep, 4614, {H200}\n")]
-    failed, result = run_module(gpu_idle, {"kill_holders": True}, check_mode=True)
+    failed, result = run_module(gpu_idle, {"paths": paths, "kill_holders": True}, check_mode=True)
     assert not failed and not result["idle"] and result["killed"] == []
     assert sleeper.poll() is None
 
 
-def test_memory_used_na_is_no_crash(gpu_idle, host, run_module):
+def test_memory_used_na_is_no_crash(gpu_idle, host, paths, run_module):
     """Defect 1: int('[N/A]') raised ValueError."""
     host.smi = [(f"0, {H200}, NVIDIA H200, [N/A], [N/A]\n", "")]
-    failed, result = run_module(gpu_idle, {"release_timeout_s": 0})
+    failed, result = run_module(gpu_idle, {"paths": paths, "release_timeout_s": 0})
     assert not failed and result["idle"]
     assert result["gpus"][0]["memory_used_mib"] is None
     host.smi = [(f"0, {H200}, NVIDIA H200, [N/A], [N/A]\n", f"77, python3, [N/A], {H200}\n")]
-    failed, result = run_module(gpu_idle, {"release_timeout_s": 0})
+    failed, result = run_module(gpu_idle, {"paths": paths, "release_timeout_s": 0})
     assert failed and result["msg"] == "GPUs not idle: GPU 0 has ? MiB used by PID 77 python3 ? MiB"
 
 
-def test_nvidia_smi_reporting_no_gpu_fails(gpu_idle, host, run_module):
+def test_nvidia_smi_reporting_no_gpu_fails(gpu_idle, host, paths, run_module):
     """Defect 2: exit 0 with no output was reported as idle, with gpus []."""
     host.smi = [("", "")]
-    failed, result = run_module(gpu_idle, {"release_timeout_s": 0})
+    failed, result = run_module(gpu_idle, {"paths": paths, "release_timeout_s": 0})
     assert failed and result["msg"].startswith("nvidia-smi reported no GPU")
 
 
-def test_killed_holders_are_waited_for_even_without_a_release_timeout(gpu_idle, host, run_module, sleeper):
+def test_killed_holders_are_waited_for_even_without_a_release_timeout(
+    gpu_idle, host, paths, run_module, sleeper
+):
     """Defect 3: with kill_holders and release_timeout_s 0 it looked once right after the kill
     and failed, while the killed process still showed as `[No data]` holding its memory. On a
     real H200, with a holder that ignores SIGTERM (so it gets SIGKILL), the old module failed
@@ -95,7 +97,7 @@ def test_killed_holders_are_waited_for_even_without_a_release_timeout(gpu_idle, 
         (capture("released-query-gpu.csv"), capture("released-compute-apps.csv")),
     ]
     failed, result = run_module(
-        gpu_idle, {"kill_holders": True, "release_timeout_s": 0, "poll_interval_s": 0.01}
+        gpu_idle, {"paths": paths, "kill_holders": True, "release_timeout_s": 0, "poll_interval_s": 0.01}
     )
     assert not failed, result["msg"]
     assert result["idle"] and result["changed"]
@@ -103,13 +105,31 @@ def test_killed_holders_are_waited_for_even_without_a_release_timeout(gpu_idle, 
     assert sleeper.poll() is not None
 
 
-def test_a_missing_gpu_index_fails(gpu_idle, host, run_module):
+def test_a_missing_gpu_index_fails(gpu_idle, host, paths, run_module):
     host.smi = [(capture("released-query-gpu.csv"), "")]
-    failed, result = run_module(gpu_idle, {"gpus": [0, 3]})
-    assert failed and result["msg"] == "no GPU with index [3] (the host has 1)"
+    failed, result = run_module(gpu_idle, {"paths": paths, "gpus": [0, 3]})
+    assert failed and result["msg"] == "GPU 3 is not on this host: nvidia-smi reports 1 GPU (0)"
 
 
-def test_allow_unit_counts_only_processes_outside_the_unit(gpu_idle, host, run_module):
+def test_allow_unit_counts_only_processes_outside_the_unit(gpu_idle, host, paths, run_module):
     host.smi = [(capture("killed-query-gpu.csv"), f"1, init, 100, {H200}\n")]
-    failed, result = run_module(gpu_idle, {"allow_unit": "sglang.service", "release_timeout_s": 0})
+    failed, result = run_module(
+        gpu_idle, {"paths": paths, "allow_unit": "sglang.service", "release_timeout_s": 0}
+    )
     assert failed and result["msg"] == "GPUs held outside sglang.service: GPU 0 is used by PID 1 init 100 MiB"
+
+
+def test_the_report_names_the_orchestrator_unit_of_each_holder(gpu_idle, host, paths, run_module, cgroups):
+    """What status reads once per host and shares out per unit: every GPU, each holder with its unit."""
+    store_unit(paths, "sglang-a.service", profile="cg_5tok", port=30000, gpus=[0, 1])
+    store_unit(paths, "sglang-b.service", profile="cg_2step", port=30001, gpus=[2, 3])
+    cgroups.update({10: "sglang-a.service", 20: "sglang-b.service", 30: "jupyter.service"})
+    apps = compute_apps((10, "python3", 500, 0), (20, "python3", 600, 2), (30, "python3", 700, 3))
+    host.smi = [(query_gpu(4, {0: 500, 2: 600, 3: 700}), apps)]
+    failed, result = run_module(gpu_idle, {"paths": paths, "release_timeout_s": 0, "fail": False})
+    assert not failed and result["checked"] == [0, 1, 2, 3] and len(result["gpus"]) == 4
+    assert [(h["pid"], h["unit"]) for h in result["holders"]] == [
+        (10, "sglang-a.service"),
+        (20, "sglang-b.service"),
+        (30, ""),  # a unit, but none of orchestrator's
+    ]

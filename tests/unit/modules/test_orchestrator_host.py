@@ -53,11 +53,37 @@ def test_systemctl_show_values_keep_their_equals_signs_and_multiline_braces():
     ],
 )
 def test_a_process_is_in_the_unit_only_when_a_cgroup_path_component_is_its_name(cgroup, inside):
-    assert oh.cgroup_in_unit(cgroup, "sglang.service") is inside
+    assert oh.cgroup_unit(cgroup, {"sglang.service"}) == ("sglang.service" if inside else "")
 
 
 def test_a_process_that_is_gone_is_in_no_unit():
-    assert oh.in_unit_cgroup(2**22 + 7, "sglang.service") is False
+    assert oh.proc_cgroup(2**22 + 7) == "" and oh.proc_cgroup(None) == ""
+    assert oh.with_units([app(0, 2**22 + 7)], {"sglang.service"})[0]["unit"] == ""
+
+
+def test_the_unit_of_a_process_is_the_path_component_naming_one_of_them():
+    units = {"sglang-a.service", "sglang-b.service"}
+    assert oh.cgroup_unit("0::/system.slice/sglang-b.service\n", units) == "sglang-b.service"
+    assert oh.cgroup_unit("0::/system.slice/sglang-a.service/payload\n", units) == "sglang-a.service"
+    assert oh.cgroup_unit("0::/system.slice/sglang-a.service-old\n", units) == ""
+    assert oh.cgroup_unit("0::/user.slice/user-0.slice/session-3.scope\n", units) == ""
+    assert oh.cgroup_unit("", units) == ""
+
+
+#: /proc/PID/cgroup texts (cgroup v2, as systemd lays units out) of a host running two servers.
+CGROUPS = {
+    100: "0::/system.slice/sglang-a.service\n",
+    200: "0::/system.slice/sglang-b.service\n",
+    300: "0::/user.slice/user-1000.slice/session-4.scope\n",
+    400: "0::/system.slice/jupyter.service\n",
+}
+
+
+def test_each_gpu_process_is_tagged_with_the_orchestrator_unit_it_runs_in():
+    apps = [app(0, 100), app(4, 200), app(5, 300), app(6, 400), app(7, None, name="[No data]")]
+    tagged = oh.with_units(apps, {"sglang-a.service", "sglang-b.service"}, CGROUPS.get)
+    assert [a["unit"] for a in tagged] == ["sglang-a.service", "sglang-b.service", "", "", ""]
+    assert [a["pid"] for a in tagged] == [100, 200, 300, 400, None]  # nothing else changes
 
 
 # --- nvidia-smi --------------------------------------------------------------------------------
@@ -147,13 +173,12 @@ def test_unknown_memory_is_judged_by_the_process_list():
 
 
 def test_foreign_gpus_name_only_processes_outside_the_unit():
-    ours = {10}
-    in_unit = lambda pid, unit: unit == "sglang.service" and pid in ours  # noqa: E731
     gpus = [gpu(0, 9000), gpu(1, 9000), gpu(2, 0)]
-    apps = [app(0, 10), app(1, 10), app(1, 77, name="other")]
-    [busy] = oh.foreign_gpus(gpus, apps, [], "sglang.service", in_unit)
+    ours = {"unit": "sglang.service"}
+    apps = [{**app(0, 10), **ours}, {**app(1, 10), **ours}, {**app(1, 77, name="other"), "unit": ""}]
+    [busy] = oh.foreign_gpus(gpus, apps, [], "sglang.service")
     assert busy["index"] == 1 and [h["pid"] for h in busy["holders"]] == [77]
-    assert oh.foreign_gpus(gpus, apps, [0], "sglang.service", in_unit) == []
+    assert oh.foreign_gpus(gpus, apps, [0], "sglang.service") == []
 
 
 def test_describe_names_each_holder():
@@ -167,6 +192,37 @@ def test_kill_touches_only_a_pid_whose_argv0_is_the_listed_name():
     assert oh.kill([app(0, 6)], name_of=names.get) == []  # PID 6 is someone else now
     assert oh.kill([app(0, 7, name="[No data]")], name_of=names.get) == []  # already dying
     assert oh.kill([app(0, None)], name_of=names.get) == []
+
+
+def test_kill_never_touches_a_process_of_an_orchestrator_unit():
+    """A neighbouring server's process on one of our GPUs is named, never killed."""
+    names = {5: "python3"}
+    assert oh.kill([{**app(0, 5), "unit": "sglang-a.service"}], name_of=names.get) == []
+
+
+def test_the_gpus_a_host_lacks_are_named_with_what_it_has():
+    four = [gpu(i, 0) for i in range(4)]
+    assert oh.missing_gpus([0, 7], four) == "GPU 7 is not on this host: nvidia-smi reports 4 GPUs (0-3)"
+    assert (
+        oh.missing_gpus([4, 5, 6, 7], four)
+        == "GPUs 4-7 are not on this host: nvidia-smi reports 4 GPUs (0-3)"
+    )
+    assert oh.missing_gpus([3], [gpu(0, 0)]) == "GPU 3 is not on this host: nvidia-smi reports 1 GPU (0)"
+    assert oh.missing_gpus([0, 3], four) == "" and oh.missing_gpus([], four) == ""
+    assert oh.gpu_ranges([7, 0, 1, 2, 5]) == "0-2,5,7"
+
+
+def test_idle_message_names_a_neighbour_it_would_not_kill():
+    holder = {**app(4, 100, 4000), "unit": "sglang-a.service"}
+    report = {
+        "busy": [{"index": 4, "memory_used_mib": 4100, "holders": [holder]}],
+        "waited_s": 30.0,
+        "killed": [],
+    }
+    assert oh.idle_message(report, 30) == (
+        "GPUs not idle after waiting 30.0 s: GPU 4 has 4100 MiB used by PID 100 python3 4000 MiB of "
+        "sglang-a.service (sglang-a.service: another orchestrator unit on this host, never killed)"
+    )
 
 
 def test_idle_message_says_how_long_it_waited():
@@ -237,6 +293,99 @@ def test_disk_problem_names_free_space(tmp_path: Path):
     assert oh.disk_problem(str(tmp_path), 0) == ""
     assert "MiB free, the logs need" in oh.disk_problem(str(tmp_path), 2**40)
     assert oh.disk_problem(str(tmp_path / "missing"), 1).startswith("log dir ")
+
+
+# --- several servers on one host -------------------------------------------------------------
+
+#: Two orchestrator units of one 8-GPU host, as their stored facts (units/<unit>.json) say.
+UNITS = {
+    "sglang-a.service": {"profile": "cg_5tok", "port": 30000, "gpus": [0, 1, 2, 3]},
+    "sglang-b.service": {"profile": "cg_2step", "port": 30001, "gpus": [4, 5, 6, 7]},
+}
+EIGHT = [gpu(i, 70000 if i < 4 else 0) for i in range(8)]
+B_GPUS = [4, 5, 6, 7]
+
+
+def held(gpu_index: int, pid: int, unit: str, mib: int = 70000) -> dict:
+    return {**app(gpu_index, pid, mib), "unit": unit}
+
+
+def test_a_neighbour_on_other_gpus_is_no_problem():
+    apps = [held(i, 100 + i, "sglang-a.service") for i in range(4)]
+    assert oh.gpu_set_problems(EIGHT, apps, B_GPUS, "sglang-b.service", UNITS, False) == []
+
+
+def test_a_neighbour_on_our_gpus_is_named_with_its_profile_even_where_holders_may_be_killed():
+    apps = [held(4, 123, "sglang-a.service")]
+    neighbour = (
+        "GPU 4 is used by PID 123 python3 of sglang-a.service (profile cg_5tok), another orchestrator "
+        "unit on this host: give this profile other server.gpus or stop sglang-a.service"
+    )
+    for kill_foreign in (False, True):
+        assert oh.gpu_set_problems(EIGHT, apps, B_GPUS, "sglang-b.service", UNITS, kill_foreign) == [
+            neighbour
+        ]
+    apps = [held(g, 120 + g, "sglang-a.service") for g in (4, 5, 6)]  # one line per unit
+    [line] = oh.gpu_set_problems(EIGHT, apps, B_GPUS, "sglang-b.service", UNITS, False)
+    assert line.startswith("GPUs 4-6 are used by PID 124 python3, PID 125 python3, PID 126 python3 of ")
+    unknown = oh.gpu_set_problems(
+        EIGHT, [held(4, 9, "sglang-x.service")], B_GPUS, "sglang-b.service", {}, False
+    )
+    assert "of sglang-x.service (profile unknown)" in unknown[0]
+
+
+def test_a_foreign_process_counts_only_on_our_gpus_and_our_own_never():
+    apps = [held(2, 77, ""), held(5, 78, "", 4000), held(6, 200, "sglang-b.service")]
+    assert oh.gpu_set_problems(EIGHT, apps, B_GPUS, "sglang-b.service", UNITS, False) == [
+        "GPU 5 is used by PID 78 python3 4000 MiB, outside sglang-b.service (--kill-gpu-holders kills it)"
+    ]
+    assert oh.gpu_set_problems(EIGHT, apps, B_GPUS, "sglang-b.service", UNITS, True) == []
+
+
+def test_gpus_of_the_set_the_host_lacks_are_a_problem():
+    assert oh.gpu_set_problems(EIGHT[:4], [], B_GPUS, "sglang-b.service", UNITS, False) == [
+        "GPUs 4-7 are not on this host: nvidia-smi reports 4 GPUs (0-3)"
+    ]
+
+
+def test_another_installed_unit_with_our_port_is_named_with_its_profile():
+    units = {**UNITS, "sglang-c.service": {"profile": "old", "port": 30001}}
+    installed = ["sglang-a.service", "sglang-b.service"]  # sglang-c.service's unit file was removed
+    assert oh.port_problems(30001, "sglang-new.service", [], units, installed) == [
+        "port 30001 is the port of sglang-b.service (profile cg_2step) on this host: "
+        "give this profile another server.port"
+    ]
+    assert oh.port_problems(30001, "sglang-b.service", [], units, installed) == []  # our own port
+
+
+def test_a_listener_on_our_port_is_named_by_its_unit():
+    a = [(555, "/usr/bin/python3", "sglang-a.service"), (556, "/usr/bin/python3", "sglang-a.service")]
+    assert oh.port_problems(30002, "sglang-b.service", a, UNITS, list(UNITS)) == [
+        "port 30002 is taken by PID 555 /usr/bin/python3, PID 556 /usr/bin/python3 of sglang-a.service "
+        "(profile cg_5tok), another orchestrator unit on this host: give this profile another server.port"
+    ]
+    [once] = oh.port_problems(30000, "sglang-b.service", a, UNITS, list(UNITS))  # named for its port only
+    assert once.startswith("port 30000 is the port of sglang-a.service (profile cg_5tok) on this host")
+    assert oh.port_problems(30002, "sglang-b.service", [(9, "nginx", "")], UNITS, list(UNITS)) == [
+        "port 30002 is taken by PID 9 nginx (not sglang-b.service)"
+    ]
+    ours = [(200, "python3", "sglang-b.service")]
+    assert oh.port_problems(30001, "sglang-b.service", ours, UNITS, list(UNITS)) == []
+
+
+def test_the_units_orchestrator_deployed_are_those_with_stored_facts(tmp_path: Path):
+    paths = {"unit_dir": str(tmp_path / "u"), "state_dir": str(tmp_path / "s"), "lock_dir": "/l"}
+    assert oh.deployed_units(paths) == {} and oh.installed_units(paths) == {}
+    stored = tmp_path / "s" / "units"
+    stored.mkdir(parents=True)
+    (tmp_path / "u").mkdir()
+    for name, facts in UNITS.items():
+        (stored / f"{name}.json").write_text(json.dumps({**facts, "digest": "0123456789abcdef"}))
+    (stored / ".sglang-c.service.json.k2j4x1").write_text("{")  # write_atomic's temporary file
+    (tmp_path / "u" / "sglang-b.service").write_text("[Unit]\n")
+    assert list(oh.deployed_units(paths)) == ["sglang-a.service", "sglang-b.service"]
+    assert oh.deployed_units(paths)["sglang-a.service"]["profile"] == "cg_5tok"
+    assert list(oh.installed_units(paths)) == ["sglang-b.service"]
 
 
 # --- digest, paths, files ----------------------------------------------------------------------

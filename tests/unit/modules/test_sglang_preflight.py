@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.orchestrator_host import argv0, unit_digest
-from hostfakes import capture, load_module
+from hostfakes import capture, compute_apps, load_module, query_gpu, store_unit
 
 from orchestrator.paths import ROOT
 
@@ -46,6 +46,7 @@ def checks(tmp_path: Path, host) -> dict:
         "model_path": str(tmp_path / "target"),
         "draft_model_path": str(tmp_path / "draft"),
         "algorithm": "EAGLE3",
+        "gpus": [0],
         "port": free_port(),
         "log_dir": str(tmp_path),
         "min_free_mib": 1,
@@ -113,7 +114,7 @@ def test_the_planned_unit_is_verified_by_systemd_before_anything_stops(
 def test_every_problem_is_named_at_once(preflight, paths, checks, run_module, host, listener):
     host.smi = [(capture("killed-query-gpu.csv"), f"1, init, 100, {H200}\n")]
     checks = {**checks, "sglang_version": "0.5.23", "flags": ["--no-such-flag"], "algorithm": "EAGLE"}
-    failed, result = run(run_module, preflight, paths, {**checks, "gpus_needed": 2, "port": listener})
+    failed, result = run(run_module, preflight, paths, {**checks, "gpus": [0, 1], "port": listener})
     assert failed
     assert result["problems"] == [
         'SGLang 0.5.9 is installed, the profile renders flags for 0.5.23: set server.sglang_version: "0.5.9" '
@@ -122,7 +123,7 @@ def test_every_problem_is_named_at_once(preflight, paths, checks, run_module, ho
         f"drafter {checks['draft_model_path']} is an EAGLE-3 model (LlamaForCausalLMEagle3) but the "
         "algorithm is EAGLE: the server would start and silently run with accept length 1.0; "
         "use --speculative-algorithm EAGLE3",
-        "2 GPUs needed (TP x DP, or TP alone with DP attention), nvidia-smi reports 1 on this host",
+        "GPU 1 is not on this host: nvidia-smi reports 1 GPU (0)",
         "GPU 0 is used by PID 1 init 100 MiB, outside sglang.service (--kill-gpu-holders kills it)",
         f"port {listener} is taken by PID {os.getpid()} {argv0(os.getpid())} (not sglang.service)",
     ]
@@ -157,3 +158,80 @@ def test_no_gpu_and_no_sglang(preflight, paths, checks, run_module, host):
 def test_checks_missing_a_required_key_are_refused(preflight, paths, run_module):
     failed, result = run(run_module, preflight, paths, {"python": "/x"})
     assert failed and "missing required arguments" in result["msg"]
+
+
+# --- several servers on one host: sglang-a.service on GPUs 0-3 and port 30000, ours on 4-7 ----------
+
+
+@pytest.fixture
+def neighbour(paths: dict, cgroups: dict[int, str]) -> dict[int, str]:
+    """sglang-a.service deployed on GPUs 0-3 of an 8-GPU host; `cgroups` puts PIDs in units."""
+    store_unit(paths, "sglang-a.service", profile="cg_5tok", port=30000, gpus=[0, 1, 2, 3])
+    return cgroups
+
+
+def run_b(run_module, preflight, paths: dict, checks: dict) -> tuple[bool, dict]:
+    checks = {"gpus": [4, 5, 6, 7], **checks}
+    return run_module(preflight, {"unit_name": "sglang-b.service", "paths": paths, "checks": checks})
+
+
+def test_only_our_gpu_set_is_looked_at(preflight, paths, checks, run_module, host, neighbour):
+    """The issue's first defect: sglang-a.service on GPUs 0-3 is no holder of ours on 4-7, and
+    neither is a stray process there."""
+    neighbour.update({100 + i: "sglang-a.service" for i in range(4)})
+    apps = [(100 + i, "python3", 70000, i) for i in range(4)] + [(77, "python3", 4000, 2)]
+    host.smi = [(query_gpu(8, {i: 70000 for i in range(4)}), compute_apps(*apps))]
+    failed, result = run_b(run_module, preflight, paths, {k: v for k, v in checks.items() if k != "gpus"})
+    assert not failed, result["msg"]
+    assert result["gpus"] == 8
+
+
+def test_a_neighbour_on_our_gpus_fails_naming_it_even_with_kill_gpu_holders(
+    preflight, paths, checks, run_module, host, neighbour
+):
+    neighbour[123] = "sglang-a.service"
+    host.smi = [
+        (query_gpu(8, {4: 70000}), compute_apps((123, "python3", 70000, 4), (77, "python3", 4000, 5)))
+    ]
+    checks = {**checks, "gpus": [4, 5, 6, 7], "allow_gpu_holders": True}  # --kill-gpu-holders
+    failed, result = run_b(run_module, preflight, paths, checks)
+    assert failed
+    assert result["problems"] == [
+        "GPU 4 is used by PID 123 python3 of sglang-a.service (profile cg_5tok), another orchestrator unit "
+        "on this host: give this profile other server.gpus or stop sglang-a.service"
+    ]
+
+
+def test_a_gpu_the_host_lacks(preflight, paths, checks, run_module, host):
+    host.smi = [(query_gpu(4), "")]
+    failed, result = run_b(run_module, preflight, paths, {**checks, "gpus": [0, 7]})
+    assert failed and result["problems"] == ["GPU 7 is not on this host: nvidia-smi reports 4 GPUs (0-3)"]
+
+
+def test_another_units_port_is_a_problem_naming_it(preflight, paths, checks, run_module, host, neighbour):
+    """Installed, running or not (started, it would take the port); removed by hand, no more."""
+    port = checks["port"]
+    store_unit(paths, "sglang-a.service", profile="cg_5tok", port=port, gpus=[0, 1, 2, 3])
+    host.smi = [(query_gpu(8), "")]
+    failed, result = run_b(run_module, preflight, paths, checks)
+    assert failed and result["problems"] == [
+        f"port {port} is the port of sglang-a.service (profile cg_5tok) on this host: "
+        "give this profile another server.port"
+    ]
+    Path(paths["unit_dir"], "sglang-a.service").unlink()
+    failed, result = run_b(run_module, preflight, paths, checks)
+    assert not failed, result["msg"]
+
+
+def test_a_listener_of_another_unit_is_named(preflight, paths, checks, run_module, host, neighbour, listener):
+    """This test's own process listens on the port; made a process of sglang-a.service."""
+    neighbour[os.getpid()] = "sglang-a.service"
+    host.smi = [(query_gpu(8), "")]
+    failed, result = run_b(run_module, preflight, paths, {**checks, "port": listener})
+    assert failed and result["problems"] == [
+        f"port {listener} is taken by PID {os.getpid()} {argv0(os.getpid())} of sglang-a.service "
+        "(profile cg_5tok), another orchestrator unit on this host: give this profile another server.port"
+    ]
+    neighbour[os.getpid()] = "sglang-b.service"  # our own server holds it: no problem
+    failed, result = run_b(run_module, preflight, paths, {**checks, "port": listener})
+    assert not failed, result["msg"]

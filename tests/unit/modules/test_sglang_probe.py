@@ -148,6 +148,7 @@ def test_preflight_problems_fail_the_probe_and_release_the_lock(probe, host, pat
         "python": str(tmp_path / "no-python"),
         "sglang_version": "0.5.9",
         "model_path": str(tmp_path / "no-model"),
+        "gpus": [0],
         "port": 1,
         "log_dir": str(tmp_path),
         "min_free_mib": 0,
@@ -171,7 +172,7 @@ def test_preflight_problems_fail_the_probe_and_release_the_lock(probe, host, pat
 def test_no_preflight_when_nothing_changes(probe, host, paths, run_module):
     install(paths)
     host.answers["systemctl"] = [systemctl_show(**ACTIVE)]
-    checks = {"python": "/nope", "sglang_version": "1", "model_path": "/nope", "port": 1}
+    checks = {"python": "/nope", "sglang_version": "1", "model_path": "/nope", "gpus": [0], "port": 1}
     args = {"unit_name": "sglang.service", "paths": paths, "desired_digest": DIGEST, "preflight": checks}
     failed, result = run_module(probe, args)
     assert not failed and result["preflight"] == {}

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import threading
+from collections.abc import Iterator
+
 import pytest
-from hostfakes import capture, load_module, systemctl_show
+from ansible.module_utils import orchestrator_host
+from hostfakes import capture, compute_apps, load_module, query_gpu, store_unit, systemctl_show
 
 RUNNING = {"LoadState": "loaded", "ActiveState": "active", "MainPID": "4242", "ControlGroup": "/gone.slice/x"}
 STOPPED = {"LoadState": "loaded", "ActiveState": "inactive", "MainPID": "0", "ControlGroup": ""}
@@ -28,45 +33,100 @@ def systemctl(before: dict, after: dict):
     return answer
 
 
-def test_stop_then_wait_for_the_gpus(stop, host, run_module):
+def test_stop_then_wait_for_the_gpus(stop, host, paths, run_module):
     host.answers["systemctl"] = systemctl(RUNNING, STOPPED)
     host.smi = [KILLED, KILLED, RELEASED]
-    failed, result = run_module(stop, {"unit_name": "sglang.service", "gpus": [0]})
+    failed, result = run_module(stop, {"paths": paths, "unit_name": "sglang.service", "gpus": [0]})
     assert not failed, result.get("msg")
     assert (result["changed"], result["was_active"], result["main_pid"]) == (True, True, 4242)
     assert result["stop_s"] >= 0 and ["/usr/bin/systemctl", "stop", "sglang.service"] in host.calls
     assert result["gpus"]["idle"] and result["gpus"]["waited_s"] > 0 and result["gpus"]["killed"] == []
 
 
-def test_gpus_never_released_fail_with_the_gpu_idle_message(stop, host, run_module):
+def test_gpus_never_released_fail_with_the_gpu_idle_message(stop, host, paths, run_module):
     host.answers["systemctl"] = systemctl(RUNNING, STOPPED)
     host.smi = [KILLED]
-    failed, result = run_module(stop, {"unit_name": "sglang.service", "gpu_release_timeout_s": 0.3})
+    failed, result = run_module(
+        stop, {"paths": paths, "unit_name": "sglang.service", "gpu_release_timeout_s": 0.3}
+    )
     assert failed
     assert result["msg"].startswith("GPUs not idle after waiting 0.")
     assert result["msg"].endswith(": GPU 0 has 4623 MiB used by PID 443 [No data] 4614 MiB")
     assert result["was_active"] and not result["gpus"]["idle"]
 
 
-def test_a_unit_that_does_not_exist_is_already_stopped(stop, host, run_module):
+def test_a_unit_that_does_not_exist_is_already_stopped(stop, host, paths, run_module):
     host.answers["systemctl"] = systemctl(
         {"LoadState": "not-found", "ActiveState": "inactive", "MainPID": "0"}, {}
     )
     host.smi = [RELEASED]
-    failed, result = run_module(stop, {"unit_name": "sglang.service"})
+    failed, result = run_module(stop, {"paths": paths, "unit_name": "sglang.service"})
     assert not failed and result["changed"] is False and result["stop_s"] == 0.0
     assert host.ran("systemctl") == [host.calls[0]]  # only the show
 
 
-def test_check_mode_stops_nothing_and_reports_busy_gpus(stop, host, run_module):
+def test_check_mode_stops_nothing_and_reports_busy_gpus(stop, host, paths, run_module):
     host.answers["systemctl"] = systemctl(RUNNING, STOPPED)
     host.smi = [KILLED]
-    failed, result = run_module(stop, {"unit_name": "sglang.service"}, check_mode=True)
+    failed, result = run_module(stop, {"paths": paths, "unit_name": "sglang.service"}, check_mode=True)
     assert not failed and result["changed"] and not result["gpus"]["idle"]
     assert all(call[1] == "show" for call in host.ran("systemctl"))
 
 
-def test_processes_left_after_the_stop_fail_it(stop, host, run_module):
+def test_processes_left_after_the_stop_fail_it(stop, host, paths, run_module):
     host.answers["systemctl"] = systemctl(RUNNING, {**RUNNING, "ActiveState": "deactivating"})
-    failed, result = run_module(stop, {"unit_name": "sglang.service", "gone_timeout_s": 0.2})
+    failed, result = run_module(stop, {"paths": paths, "unit_name": "sglang.service", "gone_timeout_s": 0.2})
     assert failed and result["msg"] == "sglang.service still has processes ['4242'] after stop"
+
+
+# --- several servers on one host: ours, sglang-b.service, on GPUs 4-7; sglang-a.service on 0-3 ----
+
+
+@pytest.fixture
+def sleepers() -> Iterator[list[subprocess.Popen]]:
+    """Two processes nvidia-smi will be made to list as GPU holders, reaped as soon as they die."""
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    for proc in procs:
+        threading.Thread(target=proc.wait, daemon=True).start()
+    yield procs
+    for proc in procs:
+        proc.kill()
+
+
+def test_the_stop_waits_for_the_units_own_gpus_only(stop, host, paths, run_module):
+    """`orchestrator stop --unit sglang-b.service` passes no GPUs: the unit's stored ones count,
+    and sglang-a.service's memory on GPUs 0-3 does not keep it waiting."""
+    store_unit(paths, "sglang-a.service", profile="cg_5tok", port=30000, gpus=[0, 1, 2, 3])
+    store_unit(paths, "sglang-b.service", profile="cg_2step", port=30001, gpus=[4, 5, 6, 7])
+    host.answers["systemctl"] = systemctl(RUNNING, STOPPED)
+    apps = compute_apps(*((100 + i, "python3", 70000, i) for i in range(4)))
+    host.smi = [(query_gpu(8, {i: 70000 for i in range(4)}), apps)]
+    failed, result = run_module(
+        stop, {"paths": paths, "unit_name": "sglang-b.service", "gpu_release_timeout_s": 0}
+    )
+    assert not failed, result["msg"]
+    assert result["gpus"]["idle"] and result["gpus"]["checked"] == [4, 5, 6, 7]
+    assert result["gpus"]["holders"] == []
+
+
+def test_kill_gpu_holders_kills_a_foreign_holder_never_a_neighbours_process(
+    stop, host, paths, run_module, cgroups, sleepers, monkeypatch
+):
+    monkeypatch.setattr(orchestrator_host, "KILLED_RELEASE_S", 0.3)
+    neighbour, foreign = sleepers
+    store_unit(paths, "sglang-a.service", profile="cg_5tok", port=30000, gpus=[0, 1, 2, 3])
+    cgroups[neighbour.pid] = "sglang-a.service"  # sglang-a.service's server, wrongly on our GPU 4
+    host.answers["systemctl"] = systemctl(RUNNING, STOPPED)
+    both = compute_apps((neighbour.pid, "sleep", 4000, 4), (foreign.pid, "sleep", 4000, 5))
+    host.smi = [
+        (query_gpu(8, {4: 4100, 5: 4100}), both),
+        (query_gpu(8, {4: 4100}), compute_apps((neighbour.pid, "sleep", 4000, 4))),
+    ]
+    args = {"paths": paths, "unit_name": "sglang-b.service", "gpus": [4, 5, 6, 7], "kill_gpu_holders": True}
+    failed, result = run_module(stop, {**args, "gpu_release_timeout_s": 0})
+    assert [k["pid"] for k in result["gpus"]["killed"]] == [foreign.pid]
+    assert foreign.poll() is not None and neighbour.poll() is None
+    assert failed and result["msg"].endswith(
+        f"GPU 4 has 4100 MiB used by PID {neighbour.pid} sleep 4000 MiB of sglang-a.service "
+        "(sglang-a.service: another orchestrator unit on this host, never killed)"
+    )
