@@ -408,53 +408,25 @@ def history(host: str | None, count: int, as_json: bool) -> None:
 @cli.command()
 @inventory_option
 @limit_option
-@unit_option
+@click.option(
+    "--unit",
+    "unit_name",
+    default="",
+    metavar="UNIT",
+    help="Only this systemd unit.  [default: every unit orchestrator deployed on each host]",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
 def status(inventory: Path | None, limit: str | None, unit_name: str, as_json: bool) -> None:
-    """Per host: deployed profile and digest, unit state, MainPID, uptime, health, GPU memory held."""
+    """Per unit of each host: profile and digest, port, GPUs, state, MainPID, uptime, health, and the
+    memory and holders of that unit's GPUs."""
     from orchestrator import hostops, view
 
     rows = hostops.status(inventory_or_lab(inventory), unit_name=unit_name, limit=limit)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in rows], indent=2))
         return
-    table = Table(title=f"status of {unit_name}", title_justify="left")
-    for col in (
-        "host",
-        "profile",
-        "digest",
-        "unit",
-        "MainPID",
-        "uptime",
-        "health",
-        "accept len",
-        "GPU MiB used",
-        "holders",
-    ):
-        table.add_column(col)
-    for r in rows:
-        health = {
-            200: "[green]200 ok[/]",
-            503: "[yellow]503 starting[/]",
-            -1: "[red]no answer[/]",
-            None: "-",
-        }.get(r.health, str(r.health))
-        holders = view.holders_line(r.gpu_holders)
-        accept = view.accept_cell(r.speculative, r.accept_len) if r.active_state == "active" else "-"
-        table.add_row(
-            r.host if r.reachable else f"[red]{r.host} (unreachable)[/]",
-            r.profile or "-",
-            r.digest or "-",
-            r.active_state,
-            str(r.main_pid or "-"),
-            f"{r.uptime_s:.0f} s" if r.uptime_s is not None else "-",
-            health,
-            accept,
-            str(r.gpu_used_mib),
-            holders or "-",
-        )
-    out.print(table)
+    out.print(view.status_table(rows, unit_name))
     sys.exit(0 if all(r.reachable for r in rows) else 1)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from orchestrator.runner import HostRun, TaskEvent
 
 PROBE = "sglang_probe"
+UNITS = "sglang_units_info"
 PREFLIGHT = "sglang_preflight"
 STOP = "sglang_stop"
 GPU_IDLE = "gpu_idle"
@@ -144,6 +145,36 @@ class HostFacts:
     @property
     def problems(self) -> list[str]:
         return list(self.preflight.get("problems") or self.probe.preflight.get("problems") or [])
+
+
+@dataclass
+class UnitRun:
+    """One unit of a play that reads every unit of a host (status.yml)."""
+
+    name: str
+    probe: Probe
+    #: The lines its server logged that the play read (the journal of the probe's invocation).
+    log: list[str]
+
+
+def unit_runs(run: HostRun) -> list[UnitRun]:
+    """Each unit sglang_units_info listed, in its order, with the probe its iteration ran (an
+    include loop runs its items in order: the n-th probe is the n-th unit's; a unit the play
+    never reached has an empty one) and the journal read for that probe's invocation."""
+    listed = (run.result_of(UNITS) or {}).get("units") or []
+    probes = [Probe.of(e.result) for e in run.events if e.action == PROBE and e.kind in ("ok", "changed")]
+    logs = {
+        arg.removeprefix("_SYSTEMD_INVOCATION_ID="): (e.result.get("stdout") or "").splitlines()
+        for e in run.events
+        if e.action == COMMAND and e.kind in ("ok", "changed")
+        for arg in e.result.get("cmd") or []
+        if isinstance(arg, str) and arg.startswith("_SYSTEMD_INVOCATION_ID=")
+    }
+    runs = []
+    for i, name in enumerate(listed):
+        probe = probes[i] if i < len(probes) else Probe()
+        runs.append(UnitRun(name, probe, logs.get(probe.state.get("InvocationID") or "", [])))
+    return runs
 
 
 def of_run(run: HostRun) -> HostFacts:

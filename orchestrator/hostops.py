@@ -19,6 +19,8 @@ from orchestrator.runner import run_playbook
 
 @dataclass
 class HostStatus:
+    """One unit on one host (status), or the one row of a host without any."""
+
     host: str
     reachable: bool
     profile: str
@@ -37,6 +39,11 @@ class HostStatus:
     accept_len: float | None = None
     #: The server's HTTP port, from the facts stored with its unit (None: none recorded).
     port: int | None = None
+    #: The systemd unit; "" on the row of a host with no orchestrator unit.
+    unit: str = ""
+    #: The unit's GPU set (nvidia-smi indexes) from its stored facts, which gpu_used_mib and
+    #: gpu_holders are about; [] when none are recorded: then they are about every GPU.
+    gpus: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -48,37 +55,75 @@ def _health(probe: facts_mod.Probe) -> int | None:
     return probe.health_status if probe.health_status is not None else -1
 
 
-def status(
-    inventory: Path, *, unit_name: str = "sglang.service", limit: str | None = None
-) -> list[HostStatus]:
-    """What each host runs now: profile, digest, unit state, MainPID, uptime, health, GPU memory,
-    and the accept length its server logs."""
+#: The state of the one row of a host where orchestrator deployed no unit.
+NO_UNIT = "no unit"
+
+
+def status(inventory: Path, *, unit_name: str = "", limit: str | None = None) -> list[HostStatus]:
+    """What each host runs now, one row per unit: every unit orchestrator deployed there (or
+    `unit_name` alone; a host with none gets one row saying so): profile, digest, state,
+    MainPID, uptime, health, the memory and holders of that unit's GPUs, and the accept length
+    its server logs."""
     play = run_playbook("status.yml", inventory, PlayVars(target=Target(unit_name=unit_name)), limit=limit)
     rows = []
     for run in play.hosts.values():
         f = facts_mod.of_run(run)
-        probe = f.probe
-        accept_lines = ((run.result_of(facts_mod.COMMAND) or {}).get("stdout") or "").splitlines()
-        active = probe.state.get("ActiveState") == "active"
-        rows.append(
-            HostStatus(
-                host=run.host,
-                reachable=not f.unreachable,
-                profile=probe.profile,
-                digest=probe.digest,
-                active_state=probe.state.get("ActiveState", "?"),
-                main_pid=int(probe.state.get("MainPID", 0) or 0),
-                uptime_s=probe.uptime_s,
-                health=_health(probe),
-                gpu_used_mib=f.gpus.used_mib if f.gpus else 0,
-                gpu_holders=f.gpus.holders if f.gpus else [],
-                message=f.message,
-                speculative=bool(probe.facts.get("speculative")),
-                accept_len=accept_from_log(accept_lines) if active else None,
-                port=probe.facts.get("port"),
-            )
-        )
-    return sorted(rows, key=lambda r: r.host)
+        units = facts_mod.unit_runs(run)
+        rows += [_unit_row(f, u) for u in units] or [_host_row(f)]
+    return sorted(rows, key=lambda r: (r.host, r.unit))
+
+
+def _gpu_share(gpus: facts_mod.Gpus | None, wanted: list[int]) -> tuple[int, list[dict[str, Any]]]:
+    """(MiB used, holders) of the GPUs in `wanted` ([]: every GPU), out of one nvidia-smi read."""
+    if gpus is None:
+        return 0, []
+    mine = [g for g in gpus.gpus if not wanted or g.get("index") in wanted]
+    holders = [h for h in gpus.holders if not wanted or h.get("gpu") in wanted]
+    return sum(g.get("memory_used_mib") or 0 for g in mine), holders
+
+
+def _unit_row(f: facts_mod.HostFacts, u: facts_mod.UnitRun) -> HostStatus:
+    probe = u.probe
+    active = probe.state.get("ActiveState") == "active"
+    gpus = [int(i) for i in probe.facts.get("gpus") or []]
+    used, holders = _gpu_share(f.gpus, gpus)
+    return HostStatus(
+        host=f.host,
+        reachable=not f.unreachable,
+        profile=probe.profile,
+        digest=probe.digest,
+        active_state=probe.state.get("ActiveState", "?"),
+        main_pid=int(probe.state.get("MainPID", 0) or 0),
+        uptime_s=probe.uptime_s,
+        health=_health(probe),
+        gpu_used_mib=used,
+        gpu_holders=holders,
+        message=f.message,
+        speculative=bool(probe.facts.get("speculative")),
+        accept_len=accept_from_log(u.log) if active else None,
+        port=probe.facts.get("port"),
+        unit=u.name,
+        gpus=gpus,
+    )
+
+
+def _host_row(f: facts_mod.HostFacts) -> HostStatus:
+    """A host with no orchestrator unit (or unreachable, or failed before listing them): what
+    holds its GPUs, if the play got that far."""
+    used, holders = _gpu_share(f.gpus, [])
+    return HostStatus(
+        host=f.host,
+        reachable=not f.unreachable,
+        profile="",
+        digest="",
+        active_state=NO_UNIT if f.failed is None else "?",
+        main_pid=0,
+        uptime_s=None,
+        health=None,
+        gpu_used_mib=used,
+        gpu_holders=holders,
+        message=f.message,
+    )
 
 
 def stop(inventory: Path, *, unit_name: str = "sglang.service", limit: str | None = None) -> list[HostReport]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -15,6 +15,9 @@ from orchestrator.facts import HEALTH, step_of
 from orchestrator.plan import flag_changes
 from orchestrator.report import DeployReport
 from orchestrator.runner import TaskEvent
+
+if TYPE_CHECKING:
+    from orchestrator.hostops import HostStatus
 
 
 class LiveHosts:
@@ -166,15 +169,52 @@ def gpu_ranges(indexes: list[int]) -> str:
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
-def holders_line(holders: list[dict[str, Any]]) -> str:
-    """One entry per process, not per GPU: "1072 /usr/bin/python3 on GPU 0-7, 1012144 MiB"."""
+def holders_line(holders: list[dict[str, Any]], unit: str = "") -> str:
+    """One entry per process, not per GPU: "1072 /usr/bin/python3 on GPU 0-7, 1012144 MiB"; a
+    process of an orchestrator unit other than `unit` says which ("..., 4000 MiB (sglang-b.service)")."""
     by_pid: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for h in holders:
         by_pid.setdefault((h["pid"], h["process_name"]), []).append(h)
     return "; ".join(
-        f"{pid} {name} on GPU {gpu_ranges([h['gpu'] for h in hs])}, {_memory(hs)}"
+        f"{pid} {name} on GPU {gpu_ranges([h['gpu'] for h in hs])}, {_memory(hs)}{_other_unit(hs, unit)}"
         for (pid, name), hs in by_pid.items()
     )
+
+
+def _other_unit(holders: list[dict[str, Any]], unit: str) -> str:
+    other = holders[0].get("unit") or ""
+    return f" ({other})" if other and other != unit else ""
+
+
+_HEALTH = {200: "[green]200 ok[/]", 503: "[yellow]503 starting[/]", -1: "[red]no answer[/]", None: "-"}
+
+
+def status_table(rows: list[HostStatus], unit_name: str = "") -> Table:
+    """One row per unit of each host (a host without one: a row saying so). GPU memory and
+    holders are those of the unit's own GPUs."""
+    table = Table(title=f"status of {unit_name}" if unit_name else "status", title_justify="left")
+    columns = ("host", "unit", "profile", "digest", "port", "GPUs", "state", "MainPID", "uptime")
+    for col in (*columns, "health", "accept len", "GPU MiB used", "holders"):
+        table.add_column(col)
+    for r in rows:
+        gpus = gpu_ranges(r.gpus) if r.gpus else ("all" if r.unit else "-")
+        accept = accept_cell(r.speculative, r.accept_len) if r.active_state == "active" else "-"
+        table.add_row(
+            r.host if r.reachable else Text(f"{r.host} (unreachable)", style="red"),
+            r.unit or "-",
+            r.profile or "-",
+            r.digest or "-",
+            str(r.port) if r.port is not None else "-",
+            gpus,
+            r.active_state,
+            str(r.main_pid or "-"),
+            f"{r.uptime_s:.0f} s" if r.uptime_s is not None else "-",
+            _HEALTH.get(r.health, str(r.health)),
+            accept,
+            str(r.gpu_used_mib),
+            holders_line(r.gpu_holders, r.unit) or "-",
+        )
+    return table
 
 
 def _mib(used: int | None) -> str:

@@ -34,6 +34,7 @@ ROLE_MODULE = {
     "sglang_service": "sglang_start",
     "sglang_stop": "sglang_stop",
     "sglang_unit": "sglang_unit",
+    "sglang_units": "sglang_units_info",
 }
 #: Role variables whose option is not the name less the role's prefix.
 RENAMED = {

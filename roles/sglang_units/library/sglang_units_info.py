@@ -1,0 +1,67 @@
+#!/usr/bin/python
+"""Ansible module: the SGLang units orchestrator deployed on this host (read-only)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_units_info
+short_description: List the units orchestrator deployed on this host
+description:
+  - A unit is orchestrator's when C(state_dir)/units/<unit>.json holds its facts (sglang_unit
+    writes them with the unit) and its unit file is still installed.
+  - Changes nothing.
+options:
+  paths:
+    description: Where orchestrator keeps things on the host.
+    type: dict
+    required: true
+    suboptions:
+      unit_dir: {description: Where unit files live., type: str, required: true}
+      state_dir: {description: Root-only state (the units' facts)., type: str, required: true}
+      lock_dir: {description: Where deploy locks live (tmpfs)., type: str, required: true}
+  unit_name:
+    description:
+      - Only this unit, listed whether it is installed or not (C(status --unit)); empty lists
+        every orchestrator unit of the host.
+    type: str
+    default: ""
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: List the orchestrator units
+  sglang_units_info:
+    paths: {unit_dir: /etc/systemd/system, state_dir: /etc/orchestrator, lock_dir: /run/orchestrator}
+  register: __sglang_units
+"""
+
+RETURN = r"""
+units:
+  description: The unit names, sorted; [] when the host has none.
+  type: list
+  elements: str
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.orchestrator_host import PATHS_SPEC, installed_units
+
+ARGUMENT_SPEC = {
+    "paths": PATHS_SPEC,
+    "unit_name": {"type": "str", "default": ""},
+}
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    units = [p["unit_name"]] if p["unit_name"] else list(installed_units(p["paths"]))
+    module.exit_json(changed=False, units=units)
+
+
+if __name__ == "__main__":
+    main()
