@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
-from orchestrator.hostplan import UnitFacts, placements
+from orchestrator.hostplan import HostPaths, UnitFacts, placements
 
 TESTS = Path(__file__).with_name("test_deployment.py")
 
@@ -49,7 +49,8 @@ class _Collector:
 
 def plan_json(plan: plan_mod.Plan, facts: UnitFacts) -> dict[str, object]:
     """What test_deployment.py checks one host against. A multi-node rank other than 0 serves
-    no HTTP (`serves_http`: false); its server's /health is rank 0's."""
+    no HTTP (`serves_http`: false); its server's /health is rank 0's. `gpus` is the unit's GPU
+    set, `state_dir` where the host keeps every orchestrator unit's facts (its neighbours)."""
     return {
         **plan.to_json(),
         "unit_name": plan.unit_name,
@@ -58,6 +59,8 @@ def plan_json(plan: plan_mod.Plan, facts: UnitFacts) -> dict[str, object]:
         "health_url": facts.health_url,
         "serves_http": facts.rank == 0,
         "digest": plan.digest,
+        "gpus": facts.gpus,
+        "state_dir": HostPaths().state_dir,
     }
 
 

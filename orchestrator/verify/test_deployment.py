@@ -82,14 +82,36 @@ def test_server_argv_and_environment_match_the_plan(host, plan):
     assert not missing, f"environment lacks {missing}"
 
 
+def _cgroup_unit(cgroup: str, units: set[str]) -> str:
+    """Which of `units` a /proc/PID/cgroup text puts the process in: a path component equal to
+    its name (sglang.service is not sglang.service-b); '' for none."""
+    for line in cgroup.splitlines():
+        for part in line.split(":", 2)[-1].split("/"):
+            if part in units:
+                return part
+    return ""
+
+
 def test_only_the_server_holds_the_gpus(host, plan):
+    """Only the plan's GPU set is looked at: another orchestrator unit of this host may use the
+    other GPUs. On ours, a process of another unit is named as such."""
+    index_of = {}
+    for line in host.check_output("nvidia-smi --query-gpu=index,uuid --format=csv,noheader").splitlines():
+        index, _, uuid = line.partition(",")
+        index_of[uuid.strip()] = int(index)
+    listed = host.run(f"ls -1 {plan['state_dir']}/units").stdout.split()
+    units = {n.removesuffix(".json") for n in listed if n.endswith(".json")} | {plan["unit_name"]}
     out = host.check_output(
-        "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits"
+        "nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits"
     )
-    foreign = []
+    held = []
     for line in filter(None, out.splitlines()):
-        pid, name, mib = (c.strip() for c in line.split(","))
-        cgroup = host.run(f"cat /proc/{pid}/cgroup").stdout
-        if f"/{plan['unit_name']}" not in cgroup:
-            foreign.append(f"PID {pid} {name} {mib} MiB")
-    assert not foreign, f"GPUs held outside {plan['unit_name']}: {', '.join(foreign)}"
+        cells = [c.strip() for c in line.split(",")]  # a process name may hold commas
+        pid, name, mib, gpu = cells[0], ",".join(cells[1:-2]), cells[-2], index_of.get(cells[-1])
+        if gpu not in plan["gpus"]:
+            continue
+        owner = _cgroup_unit(host.run(f"cat /proc/{pid}/cgroup").stdout, units)
+        if owner != plan["unit_name"]:
+            of = f" of {owner}, another orchestrator unit on this host" if owner else ""
+            held.append(f"GPU {gpu}: PID {pid} {name} {mib} MiB{of}")
+    assert not held, f"GPUs {plan['gpus']} held outside {plan['unit_name']}: {'; '.join(held)}"
