@@ -49,3 +49,58 @@ def test_no_200_in_time(health, host, run_module):
     failed, result = run_module(health, args)
     assert failed and result["reason"] == "timeout"
     assert result["msg"].startswith("no 200 from http://127.0.0.1:9/health within 0 s (last status None)")
+
+
+#: Restart=on-failure, the server just died: systemd waits RestartSec before starting it again.
+AUTO_RESTART = {
+    **ALIVE,
+    "ActiveState": "activating",
+    "SubState": "auto-restart",
+    "MainPID": "0",
+    "NRestarts": "1",
+    "Result": "exit-code",
+    "ExecMainStatus": "1",
+}
+
+
+def test_a_server_that_dies_under_restart_on_failure_fails_at_once(health, host, run_module):
+    """systemd restarting the dead server (Restart=on-failure) is no reason to wait: the deploy
+    fails as soon as it sees it, within the 30-minute health timeout's first polls."""
+    host.answers["systemctl"] = [
+        systemctl_show(**ALIVE),
+        systemctl_show(**ALIVE),
+        systemctl_show(**AUTO_RESTART),
+    ]
+    host.answers["journalctl"] = [(0, "loading\nTraceback\nCUDA out of memory\n", "")]
+    args = {
+        "url": "http://127.0.0.1:9/health",
+        "unit": "sglang.service",
+        "timeout_s": 1800,
+        "interval_s": 0.05,
+    }
+    failed, result = run_module(health, args)
+    assert failed and result["reason"] == "exited" and len(host.ran("systemctl")) == 3
+    assert result["msg"].startswith("the server exited (exit-code, status 1) after ")
+    assert (
+        result["unit_state"]["SubState"] == "auto-restart" and result["journal"][-1] == "CUDA out of memory"
+    )
+
+
+def test_a_server_already_restarted_between_two_polls_fails_at_once(health, host, run_module):
+    """RestartSec shorter than a poll: the next look finds a new MainPID and NRestarts 1."""
+    restarted = {**ALIVE, "MainPID": "11", "NRestarts": "1", "InvocationID": "def"}
+    host.answers["systemctl"] = [
+        systemctl_show(**ALIVE),
+        systemctl_show(**ALIVE),
+        systemctl_show(**restarted),
+    ]
+    host.answers["journalctl"] = [(0, "loading\n", "")]
+    args = {
+        "url": "http://127.0.0.1:9/health",
+        "unit": "sglang.service",
+        "timeout_s": 1800,
+        "interval_s": 0.05,
+    }
+    failed, result = run_module(health, args)
+    assert failed and result["reason"] == "restarted" and len(host.ran("systemctl")) == 3
+    assert result["msg"].startswith("the server restarted (MainPID or NRestarts changed) after ")
