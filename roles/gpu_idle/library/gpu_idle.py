@@ -108,7 +108,9 @@ gpus:
   elements: dict
   returned: always
 holders:
-  description: "Processes on a checked GPU: gpu, pid, process_name, used_mib, unit (the orchestrator unit it runs in, or empty)."
+  description:
+    - "Processes on a checked GPU: gpu, pid, process_name, used_mib, unit."
+    - C(unit) is the orchestrator unit of this host the process runs in; empty for any other process.
   type: list
   elements: dict
   returned: always

@@ -93,7 +93,7 @@ stop_s:
   type: float
   returned: always
 gpus:
-  description: "The GPU wait, as the gpu_idle module returns it: idle, checked, gpus, holders, busy, waited_s, killed."
+  description: "The GPU wait, as gpu_idle returns it: idle, checked, gpus, holders, busy, waited_s, killed."
   type: dict
   returned: success, or when the GPUs were not released
 """
