@@ -231,10 +231,10 @@ def write_atomic(path: str, data: bytes, mode: int) -> None:
         raise
 
 
-def ensure_attrs(module: Any, path: str, mode: int, changed: bool = False) -> bool:
-    """`path` owned by root:root with `mode`; whether anything changed (check mode aware)."""
+def ensure_attrs(module: Any, path: str, mode: int, changed: bool = False, owner: str = "root") -> bool:
+    """`path` owned by `owner`:root with `mode`; whether anything changed (check mode aware)."""
     changed = module.set_mode_if_different(path, f"{mode:04o}", changed)
-    changed = module.set_owner_if_different(path, "root", changed)
+    changed = module.set_owner_if_different(path, owner, changed)
     return module.set_group_if_different(path, "root", changed)
 
 
@@ -248,12 +248,14 @@ def ensure_dir(module: Any, path: str, mode: int = 0o700) -> bool:
     return True
 
 
-def ensure_file(module: Any, path: str, data: bytes, mode: int) -> bool:
-    """`path` holding exactly `data`, root-owned with `mode`; whether anything changed."""
+def ensure_file(module: Any, path: str, data: bytes, mode: int, owner: str = "root") -> bool:
+    """`path` holding exactly `data`, owned by `owner` with `mode`; whether anything changed."""
     if read_bytes(path) == data:
-        return ensure_attrs(module, path, mode)
+        return ensure_attrs(module, path, mode, owner=owner)
     if not module.check_mode:
         write_atomic(path, data, mode)  # a new file: the module's user, root
+        if owner != "root":
+            ensure_attrs(module, path, mode, owner=owner)
     return True
 
 

@@ -46,6 +46,14 @@ options:
         the host, so no digest of the key leaves the control machine. Never logged.
     type: str
     default: ""
+  env_path:
+    description: Host path of the unit's secret EnvironmentFile=; empty if none.
+    type: str
+    default: ""
+  env_content:
+    description: The planned environment file's text, compared like I(secret_content). Never logged.
+    type: str
+    default: ""
   force_restart:
     description: Restart even when nothing changed.
     type: bool
@@ -192,6 +200,8 @@ ARGUMENT_SPEC = {
     "desired_digest": {"type": "str", "default": ""},
     "secret_path": {"type": "str", "default": "", "no_log": False},
     "secret_content": {"type": "str", "default": "", "no_log": True},
+    "env_path": {"type": "str", "default": "", "no_log": False},
+    "env_content": {"type": "str", "default": "", "no_log": True},
     "force_restart": {"type": "bool", "default": False},
     "health_url": {"type": "str", "default": ""},
     "lock": {"type": "dict", "default": {}},
@@ -232,7 +242,17 @@ def secret_differs(path: str, content: str) -> bool:
     return data is None or not hmac.compare_digest(data, content.encode())
 
 
-def restart_reasons(p: dict, digest: str, secret_changed: bool, state: dict[str, str]) -> list[str]:
+def secrets_changed(p: dict) -> list[str]:
+    """Which of the unit's secret files differ from the plan (compared on the host)."""
+    changed = []
+    if secret_differs(p["secret_path"], p["secret_content"]):
+        changed.append("secret config")
+    if secret_differs(p["env_path"], p["env_content"]):
+        changed.append("secret environment")
+    return changed
+
+
+def restart_reasons(p: dict, digest: str, secret_changed: list[str], state: dict[str, str]) -> list[str]:
     """Why the planned unit needs a restart; none without a desired digest (only a report)."""
     if not p["desired_digest"]:
         return []
@@ -241,8 +261,7 @@ def restart_reasons(p: dict, digest: str, secret_changed: bool, state: dict[str,
         reasons.append("unit not installed")
     elif digest != p["desired_digest"]:
         reasons.append(f"unit differs ({digest} -> {p['desired_digest']})")
-    if secret_changed:
-        reasons.append("secret config differs")
+    reasons += [f"{what} differs" for what in secret_changed]
     if state.get("ActiveState") != "active":
         reasons.append(f"service is {state.get('ActiveState')}")
     if p["force_restart"]:
@@ -268,7 +287,7 @@ def probe(module: AnsibleModule) -> dict:
     facts = stored_facts(p["paths"], p["unit_name"], digest)
     url = p["health_url"] or facts.get("health_url", "")
     status = health_status(url, timeout=2) if url and state.get("ActiveState") == "active" else None
-    reasons = restart_reasons(p, digest, secret_differs(p["secret_path"], p["secret_content"]), state)
+    reasons = restart_reasons(p, digest, secrets_changed(p), state)
     return {
         "installed": raw is not None,
         "digest": digest,
