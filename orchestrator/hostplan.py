@@ -86,6 +86,8 @@ class PreflightChecks(_Record):
     allow_gpu_holders: bool = False
     #: The planned unit, for systemd-analyze verify on the host before the stop.
     unit_content: str = ""
+    #: service.user: it must exist on the host.
+    user: str = "root"
 
 
 class HostPlan(_Record):
@@ -251,6 +253,7 @@ def preflight_checks(prof: Profile, plan: Plan, gpus: list[int], kill_holders: b
         skip_flags_if_digest=plan.digest,
         allow_gpu_holders=kill_holders,
         unit_content=plan.unit,
+        user=prof.service.user,
     )
 
 

@@ -64,20 +64,23 @@ def test_server_argv_and_environment_match_the_plan(host, plan):
     assert pid, "no MainPID"
     argv = host.file(f"/proc/{pid}/cmdline").content.split(b"\0")[:-1]
     running = [a.decode() for a in argv]
-    if running != plan["argv"]:
+    environ = dict(
+        e.decode().split("=", 1) for e in host.file(f"/proc/{pid}/environ").content.split(b"\0") if b"=" in e
+    )
+    # systemd expands the API key's credential word to the unit's own credentials directory.
+    credentials = environ.get("CREDENTIALS_DIRECTORY", "${CREDENTIALS_DIRECTORY}")
+    planned = [a.replace("${CREDENTIALS_DIRECTORY}", credentials) for a in plan["argv"]]
+    if running != planned:
         from orchestrator.plan import flags_of
 
-        have, want = flags_of(running), flags_of(plan["argv"])
+        have, want = flags_of(running), flags_of(planned)
         diffs = [f"{k}: {have.get(k, '(unset)')} (plan: {want.get(k, '(unset)')})" for k in {*have, *want}]
         diffs = sorted(
             d for d in diffs if d.split(":")[0] and have.get(d.split(":")[0]) != want.get(d.split(":")[0])
         )
-        if running[:3] != plan["argv"][:3]:
-            diffs.insert(0, f"command {running[:3]} (plan: {plan['argv'][:3]})")
+        if running[:3] != planned[:3]:
+            diffs.insert(0, f"command {running[:3]} (plan: {planned[:3]})")
         pytest.fail("server argv differs from the plan: " + "; ".join(diffs))
-    environ = dict(
-        e.decode().split("=", 1) for e in host.file(f"/proc/{pid}/environ").content.split(b"\0") if b"=" in e
-    )
     missing = {k: v for k, v in plan["environment"].items() if environ.get(k) != v}
     assert not missing, f"environment lacks {missing}"
 

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -63,6 +64,7 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
     "allow_gpu_holders": {"type": "bool", "default": False},
     "unit_content": {"type": "str", "default": ""},
+    "user": {"type": "str", "default": "root"},
 }
 
 
@@ -680,8 +682,8 @@ def port_problems(
     installed: Collection[str],
 ) -> list[str]:
     """Why `port` is not free for `unit_name`, one line each. First another installed
-    orchestrator unit of this host whose facts say this port, running or not (started, it
-    would take it); then who else listens on it now: `owners` are (PID, argv[0], the
+    orchestrator unit of this host whose facts say this port, running or enabled (started, it
+    would take it): `installed` holds those; then who else listens on it now: `owners` are (PID, argv[0], the
     orchestrator unit it runs in or '') of the listening processes. Our own server may hold it.
     `units`: deployed_units, for the profiles."""
     clash = sorted(u for u in installed if u != unit_name and units.get(u, {}).get("port") == port)
@@ -704,6 +706,23 @@ def port_problems(
     return problems
 
 
+def live_units(module: Any, units: list[str]) -> list[str]:
+    """Those of `units` that run or start at boot: a unit `orchestrator stop` stopped and
+    disabled takes its port no more."""
+    if not units:
+        return []
+    systemctl = module.get_bin_path("systemctl", required=True)
+    rc, out, err = module.run_command([systemctl, "show", *units, "--property=Id,UnitFileState,ActiveState"])
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show {' '.join(units)} failed: {(err or out).strip()}", rc=rc)
+    live = []
+    for block in out.split("\n\n"):
+        state = parse_systemctl_show(block)
+        if state.get("UnitFileState") == "enabled" or state.get("ActiveState") in ("active", "activating"):
+            live.append(state.get("Id", ""))
+    return [u for u in units if u in live]
+
+
 def port_owners(port: int, units: Collection[str]) -> list[tuple[int, str, str]]:
     """(PID, argv[0], which of `units` it runs in or '') of each process listening on `port`."""
     inodes: set[str] = set()
@@ -719,6 +738,19 @@ def port_owners(port: int, units: Collection[str]) -> list[tuple[int, str, str]]
         if name is not None:
             owners.append((pid, name, cgroup_unit(proc_cgroup(pid), units)))
     return owners
+
+
+def user_problem(user: str) -> str:
+    """The service user must exist: systemd fails the start with status 217/USER otherwise, after
+    the running server was stopped, and its secret files could not be given to it."""
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        return (
+            f"service.user {user} does not exist on this host: create it (useradd --system {user}) "
+            "or set another"
+        )
+    return ""
 
 
 def disk_problem(log_dir: str, min_free_mib: int) -> str:
@@ -880,10 +912,14 @@ def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> 
     gpu_problems, gpus = _gpu_problems(module, unit_name, units, checks)
     problems += gpu_problems
     owners = port_owners(checks["port"], {*units, unit_name})
-    problems += port_problems(checks["port"], unit_name, owners, units, installed_units(paths))
+    same_port = [u for u in installed_units(paths) if units[u].get("port") == checks["port"]]
+    problems += port_problems(checks["port"], unit_name, owners, units, live_units(module, same_port))
     disk = disk_problem(checks["log_dir"], checks["min_free_mib"])
     if disk:
         problems.append(disk)
+    user = user_problem(checks["user"])
+    if user:
+        problems.append(user)
     return {
         "problems": problems,
         "sglang_version": version,

@@ -145,6 +145,12 @@ class Check:
         extra = {
             "gpu_idle_release_timeout_s": release_timeout_s,
             "gpu_idle_nvidia_smi": self.nvidia_smi,
+            # Where orchestrator units keep their facts (none here: every holder is foreign).
+            "gpu_idle_paths": {
+                "unit_dir": str(self.work / "units"),
+                "state_dir": str(self.work / "state"),
+                "lock_dir": str(self.work / "lock"),
+            },
             "proof_result_file": str(result_file),
         }
         argv = [sys.executable, "-m", "ansible", "playbook", "-i", str(self.work / "inventory.ini")]

@@ -135,7 +135,16 @@ def wait(module: AnsibleModule, url: str, unit: str, timeout_s: float, interval:
             break
         time.sleep(max(0.0, interval - 0.05))
     elapsed = round(time.monotonic() - start, 2)
-    return {"elapsed_s": elapsed, "status": status, "unit_state": state, "reason": reason}
+    # The journal of the start that failed: after a restart (Restart=on-failure) the unit already
+    # runs a new invocation, whose lines say nothing of why the first one died.
+    invocation = (first if reason == "restarted" else state).get("InvocationID", "")
+    return {
+        "elapsed_s": elapsed,
+        "status": status,
+        "unit_state": state,
+        "reason": reason,
+        "invocation": invocation,
+    }
 
 
 def main() -> None:
@@ -143,9 +152,10 @@ def main() -> None:
     p = module.params
     result = wait(module, p["url"], p["unit"], p["timeout_s"], min(p["interval_s"], 1.0))
     if result["reason"] == "healthy":
+        result.pop("invocation")
         module.exit_json(changed=False, **result)
     state, status = result["unit_state"], result["status"]
-    result["journal"] = journal(module, p["unit"], p["journal_lines"], state.get("InvocationID", ""))
+    result["journal"] = journal(module, p["unit"], p["journal_lines"], result.pop("invocation"))
     what = {
         "exited": f"the server exited ({state.get('Result')}, status {state.get('ExecMainStatus')})",
         "restarted": "the server restarted (MainPID or NRestarts changed)",

@@ -70,6 +70,10 @@ options:
             (unless that very text is installed); empty skips the check.
         type: str
         default: ""
+      user:
+        description: The user the server runs as (service.user); it must exist on the host.
+        type: str
+        default: root
 attributes:
   check_mode:
     support: full

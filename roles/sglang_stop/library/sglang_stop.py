@@ -62,6 +62,12 @@ options:
     description: The nvidia-smi executable.
     type: str
     default: nvidia-smi
+  disable:
+    description:
+      - Also disable the unit, so that a reboot does not start it again and its port counts as
+        free for another unit (C(orchestrator stop)); a restart within a deploy leaves it enabled.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -92,6 +98,10 @@ stop_s:
   description: Seconds the stop took (0 when nothing was stopped).
   type: float
   returned: always
+disabled:
+  description: Whether the unit was enabled and is disabled now (with I(disable)).
+  type: bool
+  returned: always
 gpus:
   description: "The GPU wait, as gpu_idle returns it: idle, checked, gpus, holders, busy, waited_s, killed."
   type: dict
@@ -120,8 +130,9 @@ ARGUMENT_SPEC = {
     "kill_gpu_holders": {"type": "bool", "default": False},
     "max_used_mib": {"type": "int", "default": 0},
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+    "disable": {"type": "bool", "default": False},
 }
-PROPS = ("LoadState", "ActiveState", "MainPID", "ControlGroup")
+PROPS = ("LoadState", "ActiveState", "MainPID", "ControlGroup", "UnitFileState")
 RUNNING = ("active", "activating", "deactivating", "reloading")
 
 
@@ -159,6 +170,12 @@ def main() -> None:
     result["stop_s"] = 0.0
     if before.get("LoadState") != "not-found" and not module.check_mode:
         result["stop_s"] = stop(module, p["unit_name"], p["gone_timeout_s"], result)
+    result["disabled"] = p["disable"] and before.get("UnitFileState") == "enabled"
+    if result["disabled"] and not module.check_mode:
+        argv = [module.get_bin_path("systemctl", required=True), "disable", p["unit_name"]]
+        rc, _, err = module.run_command(argv)
+        if rc != 0:
+            module.fail_json(msg=f"systemctl disable {p['unit_name']} failed: {err.strip()}", **result)
     release_timeout_s = 0.0 if module.check_mode else p["gpu_release_timeout_s"]
     result["gpus"] = wait_idle(
         module,
@@ -172,7 +189,7 @@ def main() -> None:
         allow_unit="",
         check_mode=module.check_mode,
     )
-    result["changed"] = was_active or bool(result["gpus"]["killed"])
+    result["changed"] = was_active or result["disabled"] or bool(result["gpus"]["killed"])
     if not result["gpus"]["idle"] and not module.check_mode:
         module.fail_json(msg=idle_message(result["gpus"], release_timeout_s), **result)
     module.exit_json(**result)

@@ -104,3 +104,6 @@ def test_a_server_already_restarted_between_two_polls_fails_at_once(health, host
     failed, result = run_module(health, args)
     assert failed and result["reason"] == "restarted" and len(host.ran("systemctl")) == 3
     assert result["msg"].startswith("the server restarted (MainPID or NRestarts changed) after ")
+    # Why it died is in the journal of the start that failed, not of the one systemd made after.
+    (journal,) = host.ran("journalctl")
+    assert f"_SYSTEMD_INVOCATION_ID={ALIVE['InvocationID']}" in journal, journal

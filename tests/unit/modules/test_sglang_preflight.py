@@ -209,15 +209,29 @@ def test_a_gpu_the_host_lacks(preflight, paths, checks, run_module, host):
 
 
 def test_another_units_port_is_a_problem_naming_it(preflight, paths, checks, run_module, host, neighbour):
-    """Installed, running or not (started, it would take the port); removed by hand, no more."""
+    """Installed and running or enabled (started at boot, it would take the port); stopped and
+    disabled (`orchestrator stop`) or removed by hand, no more."""
     port = checks["port"]
     store_unit(paths, "sglang-a.service", profile="cg_5tok", port=port, gpus=[0, 1, 2, 3])
     host.smi = [(query_gpu(8), "")]
+    state = {"UnitFileState": "enabled", "ActiveState": "inactive"}
+
+    def show(argv: list[str]) -> tuple[int, str, str]:
+        assert argv[2:] == ["sglang-a.service", "--property=Id,UnitFileState,ActiveState"], argv
+        return 0, "Id=sglang-a.service\n" + "".join(f"{k}={v}\n" for k, v in state.items()), ""
+
+    host.answers["systemctl"] = show
     failed, result = run_b(run_module, preflight, paths, checks)
     assert failed and result["problems"] == [
         f"port {port} is the port of sglang-a.service (profile cg_5tok) on this host: "
         "give this profile another server.port"
     ]
+    state["UnitFileState"] = "disabled"
+    failed, result = run_b(run_module, preflight, paths, checks)
+    assert not failed, result["msg"]
+    state["ActiveState"] = "active"
+    failed, _ = run_b(run_module, preflight, paths, checks)
+    assert failed
     Path(paths["unit_dir"], "sglang-a.service").unlink()
     failed, result = run_b(run_module, preflight, paths, checks)
     assert not failed, result["msg"]
@@ -234,4 +248,15 @@ def test_a_listener_of_another_unit_is_named(preflight, paths, checks, run_modul
     ]
     neighbour[os.getpid()] = "sglang-b.service"  # our own server holds it: no problem
     failed, result = run_b(run_module, preflight, paths, {**checks, "port": listener})
+    assert not failed, result["msg"]
+
+
+def test_a_service_user_missing_on_the_host_is_a_problem(preflight, paths, checks, run_module, host):
+    host.smi = [(query_gpu(8), "")]
+    failed, result = run_b(run_module, preflight, paths, {**checks, "user": "no-such-user-here"})
+    assert failed and result["problems"] == [
+        "service.user no-such-user-here does not exist on this host: create it "
+        "(useradd --system no-such-user-here) or set another"
+    ]
+    failed, result = run_b(run_module, preflight, paths, {**checks, "user": "nobody"})
     assert not failed, result["msg"]
