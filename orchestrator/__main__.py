@@ -3,6 +3,7 @@ an unusable state directory or ledger included)."""
 
 from __future__ import annotations
 
+import getpass
 import importlib
 import json
 import sys
@@ -39,9 +40,61 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.LAZY:
-            return super().get_command(ctx, cmd_name)
-        module, _, attr = self.LAZY[cmd_name].partition(":")
-        return getattr(importlib.import_module(module), attr)
+            command = super().get_command(ctx, cmd_name)
+        else:
+            module, _, attr = self.LAZY[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attr)
+        if cmd_name in BECOME_COMMANDS and command is not None:
+            _add_become_option(command, refuse=cmd_name == "verify")
+        return command
+
+
+#: The commands that run plays against hosts: each takes -K/--ask-become-pass, given here once for all
+#: (the option sets what every play of the command answers, so no command passes it along itself).
+BECOME_COMMANDS = frozenset(
+    {"deploy", "preflight", "rollback", "status", "stop", "verify", "logs", "bench", "sweep"}
+)
+
+
+def _add_become_option(command: click.Command, refuse: bool) -> None:
+    if any(param.name == "ask_become_pass" for param in command.params):
+        return
+    help_text = (
+        "Refused: testinfra cannot answer sudo's password prompt, so verify needs a login whose sudo "
+        "asks none (NOPASSWD), or root."
+        if refuse
+        else "Ask once for the password sudo wants on the hosts (Ansible's become password)."
+    )
+    option = click.Option(
+        ["-K", "--ask-become-pass"],
+        is_flag=True,
+        expose_value=False,
+        callback=_refuse_become_pass if refuse else _ask_become_pass,
+        help=help_text,
+    )
+    command.params.append(option)
+
+
+def _ask_become_pass(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """-K: the password, read from the terminal without echo, answers every play's become prompt."""
+    if not value or ctx.resilient_parsing:
+        return
+    from orchestrator import runner
+
+    password = getpass.getpass("BECOME password: ")
+    if not password:
+        raise click.BadParameter("the become password is empty", ctx, param)
+    runner.use_become_password(password)
+
+
+def _refuse_become_pass(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        raise click.BadParameter(
+            "verify cannot use a become password: testinfra's ansible backend runs `sudo` with no way "
+            "to answer its prompt. Verify as a login whose sudo asks no password (NOPASSWD), or as root.",
+            ctx,
+            param,
+        )
 
 
 @click.group(
@@ -423,11 +476,17 @@ def status(inventory: Path | None, limit: str | None, unit_name: str, as_json: b
     from orchestrator import hostops, view
 
     rows = hostops.status(inventory_or_lab(inventory), unit_name=unit_name, limit=limit)
+    # A host whose play failed (sudo refused, say) was not read: its row alone would look merely odd.
+    unread = [r for r in rows if r.message or not r.reachable]
     if as_json:
         click.echo(json.dumps([r.to_json() for r in rows], indent=2))
-        return
+        sys.exit(1 if unread else 0)
     out.print(view.status_table(rows, unit_name))
-    sys.exit(0 if all(r.reachable for r in rows) else 1)
+    for r in unread:
+        err.print(
+            f"{r.host}: {(r.message.strip() or 'unreachable').splitlines()[0]}", style="red", markup=False
+        )
+    sys.exit(1 if unread else 0)
 
 
 @cli.command()
@@ -457,7 +516,11 @@ def stop(inventory: Path | None, limit: str | None, unit_name: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 @handle_errors
 def verify(profile_ref: str | None, inventory: Path | None, limit: str | None, as_json: bool) -> None:
-    """Check hosts with testinfra: unit equals the plan, service active, /health 200, argv, env, GPUs."""
+    """Check hosts with testinfra: unit equals the plan, service active, /health 200, argv, env, GPUs.
+
+    A login that becomes root (ansible_become) needs sudo without a password here: testinfra runs
+    `sudo` with no way to answer its prompt (-K is refused).
+    """
     from orchestrator import hostops
     from orchestrator.inventory import no_match
     from orchestrator.verify.run import verify as run_verify

@@ -1,4 +1,5 @@
-"""One-line diagnoses of a failed SGLang start, classified from its journal and unit state.
+"""One-line diagnoses of a failed SGLang start, classified from its journal and unit state
+(and of a host where becoming root failed: `become`).
 
 The patterns are the shapes real SGLang (and Python, NCCL, systemd) print. The common
 ones: a flag typo or a flag of another version is an argparse usage message and exit 2
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -88,3 +90,26 @@ def classify(journal: list[str], unit_state: dict[str, str] | None = None, reaso
         return Diagnosis("unknown", "alive but never healthy before the timeout", last[:240])
     last = next((line.strip() for line in reversed(journal) if line.strip()), "")
     return Diagnosis("unknown", "unknown failure", last[:240])
+
+
+#: Ansible's words when becoming root failed before the task ran (connection plugins, any method).
+_BECOME_PASSWORD = re.compile(r"\b(Missing|Incorrect) (\S+) password\b")
+#: sudo's words for a login it will not let become root at all (sudoers.so, after the password).
+_NOT_SUDOER = re.compile(r"(is not in the sudoers file|may not run sudo on|is not allowed to execute)")
+
+
+def become(result: dict[str, Any], user: str, password_given: bool) -> str | None:
+    """One line, with its fix, for a task that failed at becoming root; None for any other failure.
+
+    `user` is the login that tried (may be "": unknown); `password_given`: whether -K gave a password.
+    """
+    who = user or "the login user"
+    found = _BECOME_PASSWORD.search(str(result.get("msg", "")))
+    if found and found.group(1) == "Missing":
+        how = "" if password_given else ": pass -K/--ask-become-pass"
+        return f"{found.group(2)} as {who} asks for a password{how}"
+    if found:
+        return f"{found.group(2)} refused the become password for {who}: give -K that user's own password"
+    if _NOT_SUDOER.search(str(result.get("module_stderr", ""))) and not result.get("module_stdout"):
+        return f"{who} may not sudo on this host (not in sudoers): grant it sudo, or log in as a user who may"
+    return None

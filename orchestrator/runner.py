@@ -25,6 +25,7 @@ from typing import Any
 
 import ansible_runner
 
+from orchestrator import diagnose
 from orchestrator import inventory as inventory_mod
 from orchestrator.errors import OrchestratorError
 from orchestrator.hostplan import PlayVars
@@ -32,6 +33,17 @@ from orchestrator.paths import MODULE_UTILS_DIR, PLAYBOOKS_DIR, ROLES_DIR, state
 
 #: Runs kept under the state directory's runs/; older ones are removed.
 KEEP_RUNS = 20
+#: ansible-playbook's prompt for --ask-become-pass (AGNOSTIC_BECOME_PROMPT, which _run sets), which
+#: ansible-runner answers through the pty it runs the play on.
+BECOME_PROMPT = r"^BECOME password:\s*$"
+#: The become password the command line asked for once (-K), for every play of that command.
+_become_password = ""
+
+
+def use_become_password(password: str) -> None:
+    """Every later play of this process answers Ansible's become prompt with `password` ("": none)."""
+    global _become_password
+    _become_password = password
 
 
 @dataclass
@@ -239,8 +251,13 @@ def run_playbook(
     secret: str = "",
     hide_env: Iterable[str] = (),
     on_event: Callable[[TaskEvent], None] | None = None,
+    become_password: str = "",
 ) -> PlayResult:
     """Run playbooks/<playbook> against `inventory`.
+
+    `become_password` (default: the one `use_become_password` set) answers sudo where the inventory
+    asks Ansible to become root. It reaches ansible-playbook only through ansible-runner's answer to
+    its prompt on the play's pty: never argv, the environment, a file or the artifacts.
 
     `secret` reaches the play as `orch.secret_file` (see `_secret_file`); the environment
     variables in `hide_env` (where a secret came from) are kept out of Ansible's environment,
@@ -249,7 +266,38 @@ def run_playbook(
     inventory_mod.check(inventory)
     with _secret_file(secret) as path, _without_env(hide_env):
         orch = orch.model_copy(update={"secret_file": path})
-        return _run(playbook, inventory, orch, limit, check, forks, on_event)
+        password = become_password or _become_password
+        return _run(playbook, inventory, orch, limit, check, forks, on_event, become_password=password)
+
+
+def _explain_become(hosts: dict[str, HostRun], inventory: Path, password_given: bool) -> None:
+    """A host that failed at becoming root gets diagnose.become's line (which login, what to do) as its
+    failure's `msg`, Ansible's own kept as `ansible_msg`: every command shows `msg`."""
+    users: dict[str, str] | None = None
+    for run in hosts.values():
+        failed = run.failed
+        if failed is None or diagnose.become(failed.result, "", password_given) is None:
+            continue
+        users = _login_users(inventory) if users is None else users
+        line = diagnose.become(failed.result, users.get(run.host, ""), password_given)
+        failed.result.update(ansible_msg=failed.result.get("msg", ""), msg=line)
+
+
+def _login_users(inventory: Path) -> dict[str, str]:
+    """The user Ansible logs in as on each host, as far as the inventory says (for a diagnosis only:
+    reading it with Ansible costs a few tenths of a second, so only a failure pays for it)."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[str(inventory)])
+    variables = VariableManager(loader=loader, inventory=manager)
+    users = {}
+    for host in manager.get_hosts("all"):
+        found = variables.get_vars(host=host, include_hostvars=False)
+        users[host.name] = str(found.get("ansible_user") or found.get("ansible_ssh_user") or "")
+    return users
 
 
 def _collect(
@@ -279,6 +327,7 @@ def _run(
     check: bool,
     forks: int,
     on_event: Callable[[TaskEvent], None] | None,
+    become_password: str = "",
 ) -> PlayResult:
     hosts: dict[str, HostRun] = {}
     handle = functools.partial(_collect, hosts, on_event)
@@ -288,10 +337,12 @@ def _run(
             f"--extra-vars @{shlex.quote(str(_vars_file(private, orch)))}",
             "--check --diff" if check else "",
             f"--limit {shlex.quote(limit)}" if limit else "",
+            "--ask-become-pass" if become_password else "",
         ]
     ).strip()
     env_for_run = {**os.environ, **_settings(forks)}
     env_for_run["PATH"] = _path_first_ours(env_for_run.get("PATH", os.defpath))
+    env_for_run["ANSIBLE_AGNOSTIC_BECOME_PROMPT"] = "True"  # the prompt BECOME_PROMPT expects
     with _interrupts() as interrupted:
         result = ansible_runner.run(
             private_data_dir=str(private),
@@ -301,13 +352,15 @@ def _run(
             envvars=env_for_run,
             quiet=True,
             event_handler=handle,
-            suppress_env_files=True,
+            suppress_env_files=True,  # also keeps `passwords` out of the private dir's env/
+            passwords={BECOME_PROMPT: become_password} if become_password else None,
             cancel_callback=interrupted,
         )
     status = "canceled" if interrupted() else result.status
     now = time.monotonic()
     for run in hosts.values():
         run.finished = run.finished or now
+    _explain_become(hosts, inventory, bool(become_password))
     played = PlayResult(result.rc, status, hosts, Path(result.config.artifact_dir))
     if status == "canceled":
         raise PlayCanceled(f"ansible-playbook canceled (rc {result.rc}) by Ctrl-C, SIGTERM or SIGHUP", played)

@@ -64,9 +64,12 @@ def up(hosts: int, gpus: int, sglang_version: str) -> None:
         failed = f"  failed units: {', '.join(host.failed_units)}" if host.failed_units else ""
         out.print(f"{host.name}  {host.address}  {host.systemd_state}{failed}")
     out.print(f"\ninventory: {state.inventory}")
+    out.print(f"as sudoer: {state.sudo_inventory}")
+    out.print(f"become password (deploy-pw, -K): {state.become_password_file}")
     out.print(f"try:       ansible all -i {state.inventory} -m ping")
     key, known, first = state.private_key, state.known_hosts, state.hosts[0]
     out.print(f"           ssh -i {key} -o UserKnownHostsFile={known} root@{first.address}")
+    out.print(f"           ssh -i {state.user_key} -o UserKnownHostsFile={known} deploy@{first.address}")
 
 
 @lab.command()
@@ -87,6 +90,8 @@ def status() -> None:
         out.print("[yellow]lab up did not finish; run `lab up` again or `lab down`[/]")
     if seen.inventory:
         out.print(f"inventory: {seen.inventory}")
+    if seen.sudo_inventory:
+        out.print(f"as sudoer: {seen.sudo_inventory}")
     if not seen.healthy:
         raise SystemExit(1)
 

@@ -12,9 +12,12 @@ crash) removes exactly those and nothing else.
 Layout under `state_dir()`:
 
     lab/lab.json            the record (see `_Record`)
-    lab/id_ed25519[.pub]    the lab's SSH key pair (kept across `down`)
+    lab/id_ed25519[.pub]    the lab's SSH key pair, root's only (kept across `down`)
+    lab/user_key[.pub]      the key of the login users deploy, deploy-pw, nosudo (kept across `down`)
+    lab/become_password     deploy-pw's (and nosudo's) password, random per lab, 0600
     lab/known_hosts         host keys of the current hosts
-    lab/inventory.yml       Ansible inventory, group `lab`
+    lab/inventory.yml       Ansible inventory, group `lab`, as root
+    lab/inventory-sudo.yml  the same hosts as `deploy`, becoming root with sudo
     lab/hosts/labK/         root (overlay mount point), upper, work, console.log
     lab-cache/<key>/        the debootstrapped base root, the overlay's lower dir (kept across `down`)
 """
@@ -29,6 +32,7 @@ import importlib.util
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -89,6 +93,19 @@ KbdInteractiveAuthentication no
 HostKey /etc/ssh/ssh_host_ed25519_key
 UseDNS no
 """
+#: Bumped whenever what `up` builds into a host changes: a running lab of another format is rebuilt
+#: rather than reused (2: the login users and the sglang service user).
+FORMAT = 2
+#: Logins as real fleets have them, each with the user key (never root's): `deploy` sudoes without a
+#: password, `deploy-pw` with the lab's become password, `nosudo` may not sudo (its password is the same,
+#: so sudo gets as far as saying so). `sglang` is a system user for servers run as a non-root service.user.
+SUDO_USER, PASSWORD_SUDO_USER, NO_SUDO_USER, SERVICE_USER = "deploy", "deploy-pw", "nosudo", "sglang"
+LOGIN_USERS = (SUDO_USER, PASSWORD_SUDO_USER, NO_SUDO_USER)
+SUDOERS = f"""\
+# Written by the orchestrator lab.
+{SUDO_USER} ALL=(ALL) NOPASSWD:ALL
+{PASSWORD_SUDO_USER} ALL=(ALL) ALL
+"""
 
 
 # ---------------------------------------------------------------- results
@@ -111,9 +128,10 @@ class LabHost:
 
 @dataclass(frozen=True)
 class LabState:
-    """A lab that is up: where its inventory and key are, and its hosts."""
+    """A lab that is up: where its inventories, keys and become password are, and its hosts."""
 
     inventory: Path
+    """Every host as root with `private_key`."""
     private_key: Path
     known_hosts: Path
     hosts: tuple[LabHost, ...]
@@ -121,6 +139,12 @@ class LabState:
     sglang_version: str
     reused: bool
     """True when `up` found this lab already running and changed nothing."""
+    sudo_inventory: Path
+    """The same hosts as `deploy` with `user_key`, `ansible_become: true` (sudo without a password)."""
+    user_key: Path
+    """The key of the login users (LOGIN_USERS); root does not accept it."""
+    become_password_file: Path
+    """`deploy-pw`'s sudo password (0600), new with every lab built."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +171,7 @@ class LabStatus:
     hosts: tuple[LabHostStatus, ...]
     gpus: int | None = None
     sglang_version: str | None = None
+    sudo_inventory: Path | None = None
 
     @property
     def healthy(self) -> bool:
@@ -177,7 +202,7 @@ def _host_dir(name: str) -> Path:
 class _Record:
     """`lab.json`: every thing `up` made, saved the moment it exists so a crash can be cleaned up.
 
-    Shape: {"hosts_wanted", "gpus", "sglang_version", "complete", "bridge", "run_netns_mount",
+    Shape: {"format", "hosts_wanted", "gpus", "sglang_version", "complete", "bridge", "run_netns_mount",
     "hosts": {name: {"address", "dir", "netns", "veth", "mount", "copied", "pid", "pid_start",
     "leader", "leader_start", "console"}}}; each host key appears only once that thing exists.
     """
@@ -348,11 +373,35 @@ def _generalise_base(root: Path) -> None:
 
 def private_key() -> Path:
     """The lab's SSH key, made once and kept across `down` so ssh configs that name it stay valid."""
-    key = lab_dir() / "id_ed25519"
+    return _key("id_ed25519", "orchestrator-lab")
+
+
+def user_key() -> Path:
+    """The login users' SSH key: a second key, so a login as `deploy` cannot be root in disguise."""
+    return _key("user_key", "orchestrator-lab-users")
+
+
+def _key(name: str, comment: str) -> Path:
+    key = lab_dir() / name
     if not key.exists():
         lab_dir().mkdir(parents=True, exist_ok=True)
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "orchestrator-lab", "-f", str(key)])
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)])
     return key
+
+
+def become_password_file() -> Path:
+    return lab_dir() / "become_password"
+
+
+def _new_become_password() -> str:
+    """A fresh password for this lab, in a file only this user reads from its first byte."""
+    password = secrets.token_urlsafe(18)
+    path = become_password_file()
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(password + "\n")
+    return password
 
 
 # ---------------------------------------------------------------- one host's root
@@ -383,8 +432,8 @@ def _make_root(record: _Record, name: str, base: Path) -> Path:
     return root
 
 
-def _personalise(root: Path, name: str, peers: dict[str, str], key: Path) -> None:
-    """What makes a copy of the base one host: its name, machine id, host key, and the lab key."""
+def _personalise(root: Path, name: str, peers: dict[str, str], key: Path, password: str) -> None:
+    """What makes a copy of the base one host: its name, machine id, host key, the lab key, its users."""
     (root / "etc/hostname").write_text(name + "\n")
     (root / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")
     hosts = [
@@ -403,6 +452,49 @@ def _personalise(root: Path, name: str, peers: dict[str, str], key: Path) -> Non
     auth = ssh_dir / "authorized_keys"
     auth.write_text(key.with_suffix(".pub").read_text())
     auth.chmod(0o600)
+    _add_users(root, password)
+
+
+def _add_users(root: Path, password: str) -> None:
+    """The login users (with the user key), their sudoers rules, and the sglang system user.
+
+    Made with the root's own useradd, chpasswd and visudo under chroot, so the files are exactly
+    what Debian writes; the password goes to chpasswd on stdin, never on a command line.
+    """
+    sudoers = root / "etc/sudoers.d/orchestrator-lab"
+    sudoers.write_text(SUDOERS)
+    sudoers.chmod(0o440)
+    script = "set -e\n"
+    script += "".join(f"useradd --create-home --shell /bin/bash {user}\n" for user in LOGIN_USERS)
+    script += f"useradd --system --home-dir /var/lib/{SERVICE_USER} --create-home "
+    script += f"--shell /usr/sbin/nologin {SERVICE_USER}\n"
+    script += "chpasswd\n"  # reads `user:password` lines from this script's stdin
+    script += "visudo --check --quiet --file=/etc/sudoers.d/orchestrator-lab\n"
+    lines = "".join(f"{user}:{password}\n" for user in (PASSWORD_SUDO_USER, NO_SUDO_USER))
+    done = subprocess.run(
+        ["chroot", str(root), "/bin/sh", "-c", script],
+        input=lines, capture_output=True, text=True, timeout=60, env=HOST_ENV,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise OrchestratorError(f"adding the lab users in {root} failed: {done.stderr.strip()}")
+    public = user_key().with_suffix(".pub").read_text()
+    for user in LOGIN_USERS:
+        uid, gid = _ids(root, user)
+        ssh_dir = root / "home" / user / ".ssh"
+        ssh_dir.mkdir(mode=0o700)
+        (ssh_dir / "authorized_keys").write_text(public)
+        (ssh_dir / "authorized_keys").chmod(0o600)
+        for path in (ssh_dir, ssh_dir / "authorized_keys"):
+            os.chown(path, uid, gid)
+
+
+def _ids(root: Path, user: str) -> tuple[int, int]:
+    """A user's uid and gid in the host's own /etc/passwd (the container shares our uid space)."""
+    for line in (root / "etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        if fields[0] == user:
+            return int(fields[2]), int(fields[3])
+    raise OrchestratorError(f"user {user} is not in {root}/etc/passwd")
 
 
 def _install_standins(root: Path, gpus: int, sglang_version: str) -> bool:
@@ -530,14 +622,18 @@ def _wait_booted(record: _Record, name: str, deadline: float) -> tuple[str, tupl
     raise _boot_failure(name, entry, f"not booted after {BOOT_TIMEOUT_S:.0f} s (systemd: {state})")
 
 
-def ssh_argv(address: str, *command: str, connect_timeout: int = 3) -> list[str]:
-    """`ssh` to a lab host as root with the lab key, checking its host key against the lab's file."""
+def ssh_argv(
+    address: str, *command: str, connect_timeout: int = 3, user: str = "root", key: Path | None = None
+) -> list[str]:
+    """`ssh` to a lab host, checking its host key against the lab's file: as root with the lab key, or
+    as `user` with the user key (`key` picks another, to show it is refused)."""
+    key = key or (private_key() if user == "root" else user_key())
     options = [
-        "-i", str(private_key()), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+        "-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
         "-o", f"UserKnownHostsFile={lab_dir() / 'known_hosts'}", "-o", "StrictHostKeyChecking=yes",
         "-o", f"ConnectTimeout={connect_timeout}",
     ]  # fmt: skip
-    return ["ssh", *options, f"root@{address}", *command]
+    return ["ssh", *options, f"{user}@{address}", *command]
 
 
 def _ssh_ok(address: str, timeout: float = 10) -> bool:
@@ -570,18 +666,19 @@ def _write_known_hosts(record: _Record) -> Path:
     return path
 
 
-def _write_inventory(record: _Record) -> Path:
-    """A plain Ansible YAML inventory, group `lab`.
+def _write_inventory(record: _Record, sudo: bool = False) -> Path:
+    """A plain Ansible YAML inventory, group `lab`: as root, or (`sudo`) as `deploy` becoming root.
 
     Every connection variable is set per host rather than on the group, so a reader that loads the
     YAML without Ansible's variable merging still finds all of a host's settings in one place.
     """
     common_args = f"-o UserKnownHostsFile={lab_dir() / 'known_hosts'} -o StrictHostKeyChecking=yes"
+    login = {"ansible_user": SUDO_USER, "ansible_become": True} if sudo else {"ansible_user": "root"}
     hosts = {
         name: {
             "ansible_host": entry["address"],
-            "ansible_user": "root",
-            "ansible_ssh_private_key_file": str(private_key()),
+            **login,
+            "ansible_ssh_private_key_file": str(user_key() if sudo else private_key()),
             "ansible_ssh_common_args": common_args + " -o IdentitiesOnly=yes",
             "ansible_python_interpreter": "/usr/bin/python3",
             "lab_gpus": record.data["gpus"],
@@ -589,7 +686,7 @@ def _write_inventory(record: _Record) -> Path:
         }
         for name, entry in record.data["hosts"].items()
     }
-    path = lab_dir() / "inventory.yml"
+    path = lab_dir() / ("inventory-sudo.yml" if sudo else "inventory.yml")
     header = "# Written by `orchestrator lab up`; rewritten on every up, removed by `lab down`.\n"
     path.write_text(
         header + yaml.safe_dump({"all": {"children": {"lab": {"hosts": hosts}}}}, sort_keys=False, width=1000)
@@ -618,6 +715,9 @@ def _state(record: _Record, booted: dict[str, tuple[str, tuple[str, ...]]], reus
         gpus=record.data["gpus"],
         sglang_version=record.data["sglang_version"],
         reused=reused,
+        sudo_inventory=lab_dir() / "inventory-sudo.yml",
+        user_key=user_key(),
+        become_password_file=become_password_file(),
     )
 
 
@@ -646,7 +746,10 @@ def up(
             if live is not None:
                 _say(progress, f"lab already up with {hosts} hosts; nothing to do")
                 return live
-            _say(progress, "cleaning up what the last, unfinished lab left behind")
+            if record.data.get("complete") and record.data.get("format") != FORMAT:
+                _say(progress, "the running lab is of an older format (no login users): rebuilding it")
+            else:
+                _say(progress, "cleaning up what the last, unfinished lab left behind")
             _teardown(record, progress)
         return _build(hosts, gpus, sglang_version, progress)
 
@@ -654,6 +757,8 @@ def up(
 def _reuse(record: _Record, hosts: int, gpus: int, sglang_version: str) -> LabState | None:
     """The running lab if it is whole; an InputError if it is whole but not what was asked for."""
     entries = record.data["hosts"]
+    if record.data.get("format") != FORMAT:  # built without what this version's tests stand on
+        return None
     whole = record.data.get("complete") and all(
         _alive(e.get("pid"), e.get("pid_start")) and _leader(e["pid"]) for e in entries.values()
     )
@@ -674,8 +779,16 @@ def _build(hosts: int, gpus: int, sglang_version: str, progress: Progress) -> La
     started = time.monotonic()
     base = ensure_base(progress)
     key = private_key()
+    user_key()
+    password = _new_become_password()
     record = _Record(
-        {"hosts_wanted": hosts, "gpus": gpus, "sglang_version": sglang_version, "complete": False}
+        {
+            "format": FORMAT,
+            "hosts_wanted": hosts,
+            "gpus": gpus,
+            "sglang_version": sglang_version,
+            "complete": False,
+        }
     )
     record.save()
     names = [f"lab{i}" for i in range(1, hosts + 1)]
@@ -685,7 +798,7 @@ def _build(hosts: int, gpus: int, sglang_version: str, progress: Progress) -> La
     for name in names:
         record.note(name, address=peers[name], dir=str(_host_dir(name)))
         root = _make_root(record, name, base)
-        _personalise(root, name, peers, key)
+        _personalise(root, name, peers, key, password)
         standins = _install_standins(root, gpus, sglang_version)
         netns = _make_network(record, name, peers[name])
         _boot(record, name, root, netns)
@@ -703,6 +816,7 @@ def _build(hosts: int, gpus: int, sglang_version: str, progress: Progress) -> La
         failed = f" (failed units: {', '.join(booted[name][1])})" if booted[name][1] else ""
         _say(progress, f"{name}: {booted[name][0]}{failed}, ssh answers")
     _write_inventory(record)
+    _write_inventory(record, sudo=True)
     record.data["complete"] = True
     record.save()
     _say(progress, f"lab up: {hosts} hosts in {time.monotonic() - started:.1f} s")
@@ -722,7 +836,7 @@ def status() -> LabStatus:
         state = _system_state(leader) if leader else "-"
         ssh = alive and _ssh_ok(entry["address"], timeout=5)
         seen.append(LabHostStatus(name, entry["address"], pid, alive, state, ssh))
-    inventory = lab_dir() / "inventory.yml"
+    inventory, sudo_inventory = lab_dir() / "inventory.yml", lab_dir() / "inventory-sudo.yml"
     return LabStatus(
         exists=True,
         complete=bool(record.data.get("complete")),
@@ -730,6 +844,7 @@ def status() -> LabStatus:
         hosts=tuple(seen),
         gpus=record.data.get("gpus"),
         sglang_version=record.data.get("sglang_version"),
+        sudo_inventory=sudo_inventory if sudo_inventory.exists() else None,
     )
 
 
@@ -764,7 +879,8 @@ def _teardown(record: _Record, progress: Progress) -> None:
     if problems:
         record.save()
         raise OrchestratorError("lab down left things behind:\n" + "\n".join(problems))
-    for path in (lab_dir() / "inventory.yml", lab_dir() / "known_hosts", _Record.path()):
+    made = ("inventory.yml", "inventory-sudo.yml", "known_hosts", become_password_file().name)
+    for path in [*(lab_dir() / name for name in made), _Record.path()]:
         path.unlink(missing_ok=True)
     _say(progress, "lab down: nothing left running")
 

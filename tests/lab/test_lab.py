@@ -83,6 +83,79 @@ def test_inventory_names_every_host_with_its_connection(lab):
         assert entry["lab_gpus"] == lab.gpus and entry["lab_sglang_version"] == lab.sglang_version
 
 
+def _as(host, user: str, line: str, key: Path | None = None) -> subprocess.CompletedProcess[str]:
+    argv = lab_hosts.ssh_argv(host.address, line, user=user, key=key)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+
+def test_deploy_logs_in_with_the_user_key_and_sudoes_without_a_password(lab):
+    for host in lab.hosts:
+        done = _as(host, "deploy", "id -un && sudo -n id -un")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["deploy", "root"]
+
+
+def test_each_key_opens_only_its_own_logins(lab):
+    host = lab.hosts[0]
+    assert lab.user_key != lab.private_key
+    assert _as(host, "deploy", "true", key=lab.private_key).returncode == 255  # root's key: not deploy's
+    assert _as(host, "root", "true", key=lab.user_key).returncode == 255  # the user key: not root's
+    assert _as(host, "root", "true").returncode == 0
+
+
+def test_deploy_pw_sudoes_with_the_labs_become_password_only(lab):
+    host = lab.hosts[0]
+    assert lab.become_password_file.stat().st_mode & 0o777 == 0o600
+    password = lab.become_password_file.read_text().strip()
+    assert "a password is required" in _as(host, "deploy-pw", "sudo -n true").stderr
+    wrong = _as(host, "deploy-pw", "echo wrong | sudo -S -p '' true")
+    assert wrong.returncode == 1 and "incorrect password" in wrong.stderr
+    right = _as(host, "deploy-pw", f"echo {password} | sudo -S -p '' id -un")
+    assert right.returncode == 0 and right.stdout.strip() == "root", right.stderr
+
+
+def test_nosudo_may_not_sudo_even_with_its_password(lab):
+    password = lab.become_password_file.read_text().strip()
+    done = _as(lab.hosts[0], "nosudo", f"echo {password} | sudo -S -p '' true")
+    assert done.returncode == 1 and "nosudo is not in the sudoers file" in done.stderr
+
+
+def test_sglang_is_a_system_user_without_a_login(lab):
+    for host in lab.hosts:
+        entry = ssh(host.address, "getent", "passwd", "sglang").stdout.strip().split(":")
+        assert entry[0] == "sglang" and int(entry[2]) < 1000, entry
+        assert entry[5:] == ["/var/lib/sglang", "/usr/sbin/nologin"]
+
+
+def test_sudo_inventory_logs_in_as_deploy_and_becomes_root(lab, tmp_path):
+    inventory = yaml.safe_load(lab.sudo_inventory.read_text())
+    hosts = inventory["all"]["children"]["lab"]["hosts"]
+    assert list(hosts) == [h.name for h in lab.hosts]
+    for entry in hosts.values():
+        assert entry["ansible_user"] == "deploy" and entry["ansible_become"] is True
+        assert entry["ansible_ssh_private_key_file"] == str(lab.user_key)
+    result = ansible_runner.run(
+        private_data_dir=str(tmp_path),
+        inventory=str(lab.sudo_inventory),
+        host_pattern=lab.hosts[0].name,
+        module="ansible.builtin.command",
+        module_args="id -un",
+        quiet=True,
+        timeout=120,
+    )
+    assert result.rc == 0, result.stdout.read()
+    said = [e["event_data"]["res"]["stdout"] for e in result.events if e["event"] == "runner_on_ok"]
+    assert said == ["root"]
+
+
+def test_a_lab_of_an_older_format_is_rebuilt_not_reused(lab, monkeypatch):
+    """A lab up from before the login users must not pass for one that has them."""
+    monkeypatch.setattr(lab_hosts, "FORMAT", lab_hosts.FORMAT + 1)
+    record = lab_hosts._Record.load()
+    assert record is not None
+    assert lab_hosts._reuse(record, len(lab.hosts), lab.gpus, lab.sglang_version) is None
+
+
 def test_up_on_a_running_lab_changes_nothing(lab):
     again = lab_hosts.up(hosts=len(lab.hosts), gpus=lab.gpus, sglang_version=lab.sglang_version)
     assert again.reused
@@ -99,6 +172,7 @@ def test_status_command_shows_every_host_healthy(lab):
     assert result.exit_code == 0, result.output
     for host in lab.hosts:
         assert host.name in result.output and host.address in result.output
+    assert f"as sudoer: {lab.sudo_inventory}" in result.output
 
 
 def _leftovers(record: dict) -> list[str]:
@@ -146,7 +220,8 @@ def test_down_leaves_nothing_behind_and_up_restores(lab):
     assert lab_hosts.down() is True
     assert _leftovers(before) == []
     assert not lab_hosts._Record.path().exists()
-    assert not lab.inventory.exists()
+    assert not lab.inventory.exists() and not lab.sudo_inventory.exists()
+    assert not lab.become_password_file.exists()
     assert lab_hosts.down() is False  # nothing recorded, nothing to do
     restored = lab_hosts.up(hosts=len(lab.hosts), gpus=lab.gpus, sglang_version=lab.sglang_version)
     assert lab_hosts.status().healthy and restored.inventory == lab.inventory

@@ -45,6 +45,7 @@ class Lab:
             NVIDIA_STANDIN_RUN_DIR=str(root / "run/nvidia-standin"),
             PYTHONPATH=str(self.dist),
         )
+        self.env.pop("CUDA_VISIBLE_DEVICES", None)  # tests set it where they mean it
         self.target = write_model_dir(root / "models/target", kimi_config(), **FAST, base_tok_s=300.0)
         self.eagle3 = write_model_dir(root / "models/eagle3", eagle3_config(), accept_top1=0.44)
         self.eagle1 = write_model_dir(root / "models/eagle1", eagle1_config())
@@ -213,6 +214,60 @@ def test_too_few_gpus(lab: Lab) -> None:
     result = lab.run("--model-path", str(lab.target), "--tp-size", "2", "--base-gpu-id", "1")
     assert result.returncode == 1
     assert "CUDA error: invalid device ordinal" in result.stderr
+
+
+# --- CUDA_VISIBLE_DEVICES: logical GPU i is the i-th visible one; nvidia-smi counts physical ---------
+
+
+@pytest.mark.parametrize(
+    ("visible", "args"),
+    [
+        ("1", ["--tp-size", "2"]),  # one visible GPU for two ranks
+        ("0,1", ["--tp-size", "2", "--base-gpu-id", "1"]),  # base_gpu_id counts within the visible list
+        ("0,7", ["--tp-size", "2"]),  # 7 is not on this 2-GPU host: CUDA sees only GPU 0
+        ("", []),  # set but empty: no GPU at all
+    ],
+)
+def test_a_logical_gpu_past_the_visible_ones_is_an_invalid_ordinal(lab: Lab, visible, args) -> None:
+    lab.env["CUDA_VISIBLE_DEVICES"] = visible
+    result = lab.run("--model-path", str(lab.target), *args)
+    assert result.returncode == 1
+    assert "CUDA error: invalid device ordinal" in result.stderr
+
+
+def test_memory_lands_on_the_visible_gpus_nvidia_smi_numbers(tmp_path: Path) -> None:
+    lab = Lab(tmp_path, gpus=8)
+    try:
+        lab.env["CUDA_VISIBLE_DEVICES"] = "6,7,4"
+        server = lab.start("--tp-size", "2", "--base-gpu-id", "1", "--mem-fraction-static", "0.5")
+        server.wait_ready()  # logical GPUs 1 and 2: physical 7 and 4
+        assert lab.smi_used() == [0, 0, 0, 0, 71894, 0, 0, 71894]
+        server.stop()
+        assert lab.smi_used() == [0] * 8
+    finally:
+        lab.close()
+
+
+def test_out_of_memory_names_the_gpu_by_its_logical_index(lab: Lab) -> None:
+    hold = [PYTHON, "-m", "nvidia_standin.hold", "--gpu", "1", "--mib", "40000"]
+    holder = subprocess.Popen(hold, env=lab.env, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None
+        holder.stdout.readline()
+        lab.env["CUDA_VISIBLE_DEVICES"] = "1,0"  # physical GPU 1, held by another process, is logical 0
+        result = lab.run("--model-path", str(lab.target), "--mem-fraction-static", "0.8")
+        assert result.returncode == 1
+        assert "GPU 0 has a total capacity of 139.81 GiB" in result.stderr
+        assert f"Process {holder.pid} has" in result.stderr
+        lab.env["CUDA_VISIBLE_DEVICES"] = "0,1"  # the same GPU as logical 1, through --base-gpu-id
+        args = ["--mem-fraction-static", "0.8", "--base-gpu-id", "1"]
+        result = lab.run("--model-path", str(lab.target), *args)
+        assert result.returncode == 1
+        assert "GPU 1 has a total capacity of 139.81 GiB" in result.stderr
+        assert f"Process {holder.pid} has" in result.stderr
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 # --- serving -----------------------------------------------------------------------------

@@ -42,7 +42,8 @@ def fail(frames: list, error: str, rank: str = "TP0") -> None:
 
 
 def oom_text(rt: Runtime, gpu: int, wanted_mib: float, free_mib: float, own_mib: float) -> str:
-    """torch's out-of-memory message, naming the other processes on that GPU as torch does."""
+    """torch's out-of-memory message for physical GPU `gpu`, which torch names by its logical index,
+    naming the other processes on that GPU as torch does."""
     others = "".join(
         f"Process {h.pid} has {gib(h.mib_per_gpu)} GiB memory in use. "
         for h in registry.holders()
@@ -50,7 +51,7 @@ def oom_text(rt: Runtime, gpu: int, wanted_mib: float, free_mib: float, own_mib:
     )
     return (
         f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {gib(wanted_mib)} GiB. "
-        f"GPU {gpu - rt.args.base_gpu_id} has a total capacity of {gib(rt.gpu_cfg.total_mib)} GiB of which "
+        f"GPU {rt.logical(gpu)} has a total capacity of {gib(rt.gpu_cfg.total_mib)} GiB of which "
         f"{gib(max(free_mib, 0))} GiB is free. {others}Including non-PyTorch memory, this process has "
         f"{gib(own_mib)} GiB memory in use. If reserved but unallocated memory is large try setting "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."

@@ -4,10 +4,15 @@ weight load, KV cache and CUDA graph capture (the load delay), each able to fail
 GPU memory "allows" a start when, on every GPU the server uses, mem_fraction_static x total
 fits in what other holders leave free; a fraction above 0.95 always fails (the real server
 needs the rest for the CUDA context, activations and graphs, and dies capturing graphs).
+
+GPUs have two numberings, as on a real host: the server's logical device i (base_gpu_id + rank,
+what torch names) is the i-th entry of CUDA_VISIBLE_DEVICES; nvidia-smi, and so the memory this
+stand-in registers, uses the physical index.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -49,6 +54,7 @@ class Runtime:
     spec: _speed.SpecSettings | None
     decode: _speed.DecodeModel
     gpus: list[int]
+    """Physical (nvidia-smi) indexes of this node's GPUs, rank order."""
     gpu_cfg: registry.GpuConfig
     mem_fraction: float
 
@@ -56,6 +62,10 @@ class Runtime:
     def tp_label(self) -> str:
         """This node's first TP rank, as its log lines name it: TP0 on node rank 0."""
         return f"TP{self.args.node_rank * len(self.gpus)}"
+
+    def logical(self, gpu: int) -> int:
+        """The device index torch gives physical GPU `gpu` in this process."""
+        return self.args.base_gpu_id + self.gpus.index(gpu)
 
 
 def gib(mib: float) -> str:
@@ -113,11 +123,28 @@ def check_speculative(args: ServerArgs, model: ModelDir) -> None:
         args.draft_tokens = (args.steps or 0) + 1
 
 
+def visible_gpus(count: int, env: str | None) -> list[int]:
+    """Physical indexes of the logical devices 0, 1, ...: CUDA_VISIBLE_DEVICES (`env`), or every GPU
+    of the host when unset. Like the CUDA runtime, the list ends before its first entry that is not
+    an index on this host."""
+    if env is None:
+        return list(range(count))
+    visible = []
+    for entry in env.split(","):
+        entry = entry.strip()
+        if not (entry.isascii() and entry.isdigit()) or int(entry) >= count:
+            break
+        visible.append(int(entry))
+    return visible
+
+
 def check_gpus(args: ServerArgs, cfg: registry.GpuConfig) -> list[int]:
-    """The GPUs this node's ranks use; too few on the host fails like torch.cuda.set_device."""
+    """Physical indexes of the GPUs this node's ranks use; a logical device past what
+    CUDA_VISIBLE_DEVICES (or the host) has fails like torch.cuda.set_device."""
     per_node = max(1, args.tp_size * args.dp_size // args.nnodes)
-    gpus = list(range(args.base_gpu_id, args.base_gpu_id + per_node))
-    bad = [g for g in gpus if g >= cfg.count]
+    visible = visible_gpus(cfg.count, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    logical = list(range(args.base_gpu_id, args.base_gpu_id + per_node))
+    bad = [g for g in logical if g >= len(visible)]
     if bad:
         rank = f"TP{bad[0] - args.base_gpu_id}"
         frame = (
@@ -142,7 +169,7 @@ def check_gpus(args: ServerArgs, cfg: registry.GpuConfig) -> list[int]:
             error,
             before,
         )
-    return gpus
+    return [visible[g] for g in logical]
 
 
 def prepare(args: ServerArgs) -> Runtime:
