@@ -118,8 +118,9 @@ def _scalar(value: object) -> str:
     return str(value)
 
 
-#: The credential name of the API key's --config file (LoadCredential=NAME:PATH).
-CREDENTIAL = "sglang-config"
+#: The credential name of the API key's --config file (LoadCredential=NAME:PATH); SGLang reads
+#: --config only from a file named .yaml or .yml.
+CREDENTIAL = "sglang-config.yaml"
 #: How the server finds it: systemd expands ${CREDENTIALS_DIRECTORY} in ExecStart= to the
 #: unit's private credentials directory (/run/credentials/<unit>), readable by service.user
 #: only, so a non-root server reads a key its user could never read from /etc/orchestrator.

@@ -94,8 +94,8 @@ HostKey /etc/ssh/ssh_host_ed25519_key
 UseDNS no
 """
 #: Bumped whenever what `up` builds into a host changes: a running lab of another format is rebuilt
-#: rather than reused (2: the login users and the sglang service user).
-FORMAT = 2
+#: rather than reused (2: the login users and the sglang service user; 3: a 70B model for TP 4).
+FORMAT = 3
 #: Logins as real fleets have them, each with the user key (never root's): `deploy` sudoes without a
 #: password, `deploy-pw` with the lab's become password, `nosudo` may not sudo (its password is the same,
 #: so sudo gets as far as saying so). `sglang` is a system user for servers run as a non-root service.user.
@@ -747,7 +747,7 @@ def up(
                 _say(progress, f"lab already up with {hosts} hosts; nothing to do")
                 return live
             if record.data.get("complete") and record.data.get("format") != FORMAT:
-                _say(progress, "the running lab is of an older format (no login users): rebuilding it")
+                _say(progress, "the running lab was built by an older orchestrator: rebuilding it")
             else:
                 _say(progress, "cleaning up what the last, unfinished lab left behind")
             _teardown(record, progress)

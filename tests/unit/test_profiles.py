@@ -121,9 +121,9 @@ def test_api_key_becomes_a_config_file_not_an_argument(tmp_path: Path) -> None:
     (tmp_path / "p.yml").write_text("extends: cg_5tok\napi_key: {env: SGLANG_KEY}\n")
     p = plan.build(profile.load(str(tmp_path / "p.yml")))
     # systemd hands the root-only file to the server (whatever its user) as a credential.
-    assert p.argv[-2:] == ["--config", "${CREDENTIALS_DIRECTORY}/sglang-config"]
-    assert "LoadCredential=sglang-config:/etc/orchestrator/sglang.config.yaml\n" in p.unit
-    assert "--config ${CREDENTIALS_DIRECTORY}/sglang-config\n" in p.unit  # unescaped: systemd expands it
+    assert p.argv[-2:] == ["--config", "${CREDENTIALS_DIRECTORY}/sglang-config.yaml"]
+    assert "LoadCredential=sglang-config.yaml:/etc/orchestrator/sglang.config.yaml\n" in p.unit
+    assert "--config ${CREDENTIALS_DIRECTORY}/sglang-config.yaml\n" in p.unit  # unescaped: systemd expands it
     assert "--api-key" not in p.argv and "SGLANG_KEY" not in p.unit
 
 

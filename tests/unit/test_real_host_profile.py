@@ -231,5 +231,5 @@ def test_environment_files_are_checked_and_copied(tmp_path: Path) -> None:
 def test_api_key_for_a_non_root_user_is_a_credential(tmp_path: Path) -> None:
     prof = load(tmp_path, "extends: cg_5tok\nservice: {user: sglang}\napi_key: {env: K}\n")
     unit = plan.build(prof).unit
-    assert "\nLoadCredential=sglang-config:/etc/orchestrator/sglang.config.yaml\n" in unit
-    assert "--config ${CREDENTIALS_DIRECTORY}/sglang-config\n" in unit
+    assert "\nLoadCredential=sglang-config.yaml:/etc/orchestrator/sglang.config.yaml\n" in unit
+    assert "--config ${CREDENTIALS_DIRECTORY}/sglang-config.yaml\n" in unit

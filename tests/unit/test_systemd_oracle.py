@@ -381,7 +381,7 @@ def test_real_host_options_read_back_as_systemd_means_them(systemd: Systemd, tmp
     assert reading.setting("LimitNOFILE") == ["65536"]
     assert reading.setting("Nice") == ["-5"]
     assert reading.setting("CPUAffinity") == ["0-31 64-95"]
-    assert reading.argv[-2:] == ["--config", "${CREDENTIALS_DIRECTORY}/sglang-config"]
+    assert reading.argv[-2:] == ["--config", "${CREDENTIALS_DIRECTORY}/sglang-config.yaml"]
 
 
 @pytest.mark.parametrize(

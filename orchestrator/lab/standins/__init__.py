@@ -23,6 +23,8 @@ RUN_DIR = Path("run/nvidia-standin")
 KIMI_DIR = Path("data/models/Kimi-K2.5")
 EAGLE3_DIR = Path("data/eagle3/output_10k_sglang/4")
 EAGLE1_DIR = Path("data/eagle/llama-eagle")
+#: A dense model that fits on half an 8-GPU host (TP 4), for two servers per host.
+LLAMA_DIR = Path("data/models/Llama-3.3-70B-Instruct")
 
 _SCRIPT = "#!/usr/bin/python3\nimport sys\n\nfrom {module} import main\n\nsys.exit(main())\n"
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -111,6 +113,24 @@ def kimi_config() -> dict:
     }
 
 
+def llama70b_config() -> dict:
+    """Llama-3.3-70B-Instruct's config.json (the fields SGLang and our checks read)."""
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 8192,
+        "intermediate_size": 28672,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 128000,
+        "eos_token_id": [128001, 128008, 128009],
+    }
+
+
 def eagle3_config(target_hidden: int = 7168) -> dict:
     return {
         "architectures": ["LlamaForCausalLMEagle3"],
@@ -169,6 +189,15 @@ def install_models(rootfs: Path, gpus: int, load_delay_s: float) -> None:
         warmup_s=0.5,
         base_tok_s=90.0,
         weights_mib_total=weights,
+    )
+    # 70.6e9 bf16 parameters: 134,700 MiB, a quarter per GPU at TP 4.
+    write_model_dir(
+        rootfs / LLAMA_DIR,
+        llama70b_config(),
+        load_delay_s=load_delay_s,
+        warmup_s=0.5,
+        base_tok_s=45.0,
+        weights_mib_total=134700,
     )
     write_model_dir(rootfs / EAGLE3_DIR, eagle3_config(), accept_top1=0.44)
     write_model_dir(rootfs / EAGLE1_DIR, eagle1_config(), accept_top1=0.44)
