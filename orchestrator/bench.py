@@ -489,6 +489,8 @@ def find_target(
     row = next(iter(status(inventory, unit_name=unit_name, limit=host)), None)
     if row is None or not row.reachable:
         raise BenchError(f"{host}: unreachable, cannot read what it runs")
+    if row.message:  # the play failed there (sudo refused, ...): say why, not "deploy first"
+        raise BenchError(f"{host}: {row.message}")
     if row.active_state != "active":
         raise BenchError(f"{host}: {unit_name} is {row.active_state}; deploy a profile first")
     port = row.port or (plan.port if plan else None)

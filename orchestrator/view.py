@@ -195,7 +195,8 @@ def status_table(rows: list[HostStatus], unit_name: str = "") -> Table:
     table = Table(title=f"status of {unit_name}" if unit_name else "status", title_justify="left")
     columns = ("host", "unit", "profile", "digest", "port", "GPUs", "state", "MainPID", "uptime")
     for col in (*columns, "health", "accept len", "GPU MiB used", "holders"):
-        table.add_column(col)
+        # What a glance must read whole; the digest and the holders wrap first.
+        table.add_column(col, no_wrap=col in ("host", "unit", "profile", "state", "accept len"))
     for r in rows:
         gpus = gpu_ranges(r.gpus) if r.gpus else ("all" if r.unit else "-")
         accept = accept_cell(r.speculative, r.accept_len) if r.active_state == "active" else "-"
