@@ -465,7 +465,10 @@ def missing_gpus(wanted: list[int], gpus: list[dict]) -> str:
     if not missing:
         return ""
     count = f"{len(have)} GPU{'' if len(have) == 1 else 's'}"
-    return f"{_gpus_are(missing)} not on this host: nvidia-smi reports {count} ({gpu_ranges(have)})"
+    return (
+        f"the server uses GPU {gpu_ranges(sorted(wanted))} ({len(wanted)}: TP x DP, on server.gpus); "
+        f"{_gpus_are(missing)} not on this host: nvidia-smi reports {count} ({gpu_ranges(have)})"
+    )
 
 
 def _mib(value: int | None) -> str:

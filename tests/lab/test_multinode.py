@@ -116,6 +116,6 @@ def test_preflight_checks_each_rank_for_its_share_of_the_gpus(lab, ranks):
     assert two_nodes.returncode == 0, two_nodes.stdout + two_nodes.stderr  # TP 8 over 2 x 4 GPUs
     assert one_node.returncode == 1
     assert (
-        "8 GPUs needed (TP x DP, or TP alone with DP attention), nvidia-smi reports 4 on this host"
-        in one_node.stdout + one_node.stderr
+        "the server uses GPU 0-7 (8: TP x DP, on server.gpus); GPUs 4-7 are not on this host: "
+        "nvidia-smi reports 4 GPUs (0-3)" in one_node.stdout + one_node.stderr
     )

@@ -81,8 +81,8 @@ def test_tp8_on_a_4_gpu_host(lab, host):
     with gpu_count(host, 4):
         problems = fails_before_the_stop(lab, host, "cg_2step")
     assert (
-        "8 GPUs needed (TP x DP, or TP alone with DP attention), nvidia-smi reports 4 on this host"
-        in problems
+        "the server uses GPU 0-7 (8: TP x DP, on server.gpus); GPUs 4-7 are not on this host: "
+        "nvidia-smi reports 4 GPUs (0-3)" in problems
     )
 
 

@@ -108,7 +108,12 @@ def test_killed_holders_are_waited_for_even_without_a_release_timeout(
 def test_a_missing_gpu_index_fails(gpu_idle, host, paths, run_module):
     host.smi = [(capture("released-query-gpu.csv"), "")]
     failed, result = run_module(gpu_idle, {"paths": paths, "gpus": [0, 3]})
-    assert failed and result["msg"] == "GPU 3 is not on this host: nvidia-smi reports 1 GPU (0)"
+    assert (
+        failed
+        and result["msg"]
+        == "the server uses GPU 0,3 (2: TP x DP, on server.gpus); GPU 3 is not on this host: "
+        "nvidia-smi reports 1 GPU (0)"
+    )
 
 
 def test_allow_unit_counts_only_processes_outside_the_unit(gpu_idle, host, paths, run_module):

@@ -202,12 +202,18 @@ def test_kill_never_touches_a_process_of_an_orchestrator_unit():
 
 def test_the_gpus_a_host_lacks_are_named_with_what_it_has():
     four = [gpu(i, 0) for i in range(4)]
-    assert oh.missing_gpus([0, 7], four) == "GPU 7 is not on this host: nvidia-smi reports 4 GPUs (0-3)"
-    assert (
-        oh.missing_gpus([4, 5, 6, 7], four)
-        == "GPUs 4-7 are not on this host: nvidia-smi reports 4 GPUs (0-3)"
+    assert oh.missing_gpus([0, 7], four) == (
+        "the server uses GPU 0,7 (2: TP x DP, on server.gpus); GPU 7 is not on this host: "
+        "nvidia-smi reports 4 GPUs (0-3)"
     )
-    assert oh.missing_gpus([3], [gpu(0, 0)]) == "GPU 3 is not on this host: nvidia-smi reports 1 GPU (0)"
+    assert oh.missing_gpus([4, 5, 6, 7], four) == (
+        "the server uses GPU 4-7 (4: TP x DP, on server.gpus); GPUs 4-7 are not on this host: "
+        "nvidia-smi reports 4 GPUs (0-3)"
+    )
+    assert oh.missing_gpus([3], [gpu(0, 0)]) == (
+        "the server uses GPU 3 (1: TP x DP, on server.gpus); GPU 3 is not on this host: "
+        "nvidia-smi reports 1 GPU (0)"
+    )
     assert oh.missing_gpus([0, 3], four) == "" and oh.missing_gpus([], four) == ""
     assert oh.gpu_ranges([7, 0, 1, 2, 5]) == "0-2,5,7"
 
@@ -344,7 +350,8 @@ def test_a_foreign_process_counts_only_on_our_gpus_and_our_own_never():
 
 def test_gpus_of_the_set_the_host_lacks_are_a_problem():
     assert oh.gpu_set_problems(EIGHT[:4], [], B_GPUS, "sglang-b.service", UNITS, False) == [
-        "GPUs 4-7 are not on this host: nvidia-smi reports 4 GPUs (0-3)"
+        "the server uses GPU 4-7 (4: TP x DP, on server.gpus); GPUs 4-7 are not on this host: "
+        "nvidia-smi reports 4 GPUs (0-3)"
     ]
 
 

@@ -123,7 +123,8 @@ def test_every_problem_is_named_at_once(preflight, paths, checks, run_module, ho
         f"drafter {checks['draft_model_path']} is an EAGLE-3 model (LlamaForCausalLMEagle3) but the "
         "algorithm is EAGLE: the server would start and silently run with accept length 1.0; "
         "use --speculative-algorithm EAGLE3",
-        "GPU 1 is not on this host: nvidia-smi reports 1 GPU (0)",
+        "the server uses GPU 0-1 (2: TP x DP, on server.gpus); GPU 1 is not on this host: "
+        "nvidia-smi reports 1 GPU (0)",
         "GPU 0 is used by PID 1 init 100 MiB, outside sglang.service (--kill-gpu-holders kills it)",
         f"port {listener} is taken by PID {os.getpid()} {argv0(os.getpid())} (not sglang.service)",
     ]
@@ -205,7 +206,10 @@ def test_a_neighbour_on_our_gpus_fails_naming_it_even_with_kill_gpu_holders(
 def test_a_gpu_the_host_lacks(preflight, paths, checks, run_module, host):
     host.smi = [(query_gpu(4), "")]
     failed, result = run_b(run_module, preflight, paths, {**checks, "gpus": [0, 7]})
-    assert failed and result["problems"] == ["GPU 7 is not on this host: nvidia-smi reports 4 GPUs (0-3)"]
+    assert failed and result["problems"] == [
+        "the server uses GPU 0,7 (2: TP x DP, on server.gpus); GPU 7 is not on this host: "
+        "nvidia-smi reports 4 GPUs (0-3)"
+    ]
 
 
 def test_another_units_port_is_a_problem_naming_it(preflight, paths, checks, run_module, host, neighbour):
