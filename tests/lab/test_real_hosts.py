@@ -118,7 +118,8 @@ def host(lab):
     ssh(
         h,
         "rm -f /etc/systemd/system/sglang-[abc].service /etc/orchestrator/units/sglang-[abc].service.json "
-        "/etc/orchestrator/last-good/sglang-[abc].service.json && systemctl daemon-reload",
+        "/etc/orchestrator/last-good/sglang-[abc].service.json /etc/orchestrator/sglang-[abc].* "
+        "&& systemctl daemon-reload",
     )
 
 
