@@ -21,6 +21,7 @@ from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.console import err, handle_errors, inventory_or_lab, inventory_or_running_lab, out
 from orchestrator.errors import InputError, Problem, ProfileError
+from orchestrator.paths import EXAMPLES_DIR
 
 
 class LazyGroup(click.Group):
@@ -101,16 +102,29 @@ def _refuse_become_pass(ctx: click.Context, param: click.Parameter, value: bool)
     cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
 @click.version_option(package_name="orchestrator")
-def cli() -> None:
+@click.option(
+    "--profiles-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Folder of profiles (NAME.yml) that -p NAME looks in. Default: $ORCHESTRATOR_PROFILES, "
+    "else ./profiles/.",
+)
+def cli(profiles_dir: Path | None) -> None:
     """Deploy and restart SGLang servers (EAGLE-3 speculative decoding) on GPU hosts.
 
-    Profiles live in profiles/*.yml; `profiles` lists them, `render` shows the exact
-    systemd unit a host would get.
+    A profile is NAME (NAME.yml in the profiles folder: --profiles-dir, else $ORCHESTRATOR_PROFILES,
+    else ./profiles/), example:NAME (an example shipped with orchestrator) or a YAML file's path;
+    `profiles` lists them, `render` shows the exact systemd unit a host would get.
     """
+    profile_mod.use_profiles_dir(profiles_dir)
 
 
 profile_option = click.option(
-    "--profile", "-p", "profile_ref", metavar="NAME|PATH", help="Profile name from profiles/, or a YAML file."
+    "--profile",
+    "-p",
+    "profile_ref",
+    metavar="NAME|PATH",
+    help="Profile name from the profiles folder, example:NAME, or a YAML file.",
 )
 
 
@@ -118,8 +132,8 @@ profile_option = click.option(
 @profile_option
 @handle_errors
 def validate(profile_ref: str | None) -> None:
-    """Validate one profile, or every shipped profile when none is given."""
-    refs = [profile_ref] if profile_ref is not None else list(profile_mod.available())
+    """Validate one profile, or every profile `profiles` lists when none is given."""
+    refs = [profile_ref] if profile_ref is not None else list(profile_mod.every())
     problems = []
     for ref in refs:
         try:
@@ -128,7 +142,8 @@ def validate(profile_ref: str | None) -> None:
             problems += exc.problems if isinstance(exc, ProfileError) else [Problem("error", "", str(exc))]
             continue
         plan = plan_mod.build(prof)
-        out.print(f"ok: {prof.name} ({_spec_summary(prof)}, digest {plan.digest})", markup=False)
+        label = ref if ref.startswith(profile_mod.EXAMPLE) else prof.name
+        out.print(f"ok: {label} ({_spec_summary(prof)}, digest {plan.digest})", markup=False)
     if problems:
         raise ProfileError(problems)
 
@@ -178,23 +193,31 @@ def _spec_summary(prof: profile_mod.Profile) -> str:
 @cli.command()
 @handle_errors
 def profiles() -> None:
-    """List the shipped profiles."""
-    table = Table(title="profiles/")
-    for col in ("name", "extends", "algorithm", "steps/top-k/draft", "CUDA graphs"):
+    """List the profiles -p finds by name: the profiles folder's, then the shipped examples."""
+    folder, label = profile_mod.profiles_dir()
+    table = Table(
+        title="profiles",
+        caption=f"profiles folder: {label}{'' if folder.is_dir() else ', not found'}; "
+        f"shipped examples (example:NAME): {EXAMPLES_DIR}",
+        caption_justify="left",
+    )
+    for col in ("name", "from", "extends", "algorithm", "steps/top-k/draft", "CUDA graphs"):
         table.add_column(col, no_wrap=True)
     table.add_column("description", overflow="fold")
     problems = []
-    for name in profile_mod.available():
+    for name in profile_mod.every():
+        source = "shipped" if name.startswith(profile_mod.EXAMPLE) else "folder"
         try:
             prof = profile_mod.load(name)
         except InputError as exc:  # ProfileError, or a file that does not load (bad YAML)
             problems += exc.problems if isinstance(exc, ProfileError) else [Problem("error", "", str(exc))]
-            table.add_row(name, "", "", "", "", "[red]invalid: run `validate`[/red]")
+            table.add_row(name, source, "", "", "", "", "[red]invalid: run `validate`[/red]")
             continue
         spec = prof.speculative
         trio = "/".join(str(v) for v in (spec.num_steps, spec.eagle_topk, spec.num_draft_tokens))
         table.add_row(
             name,
+            source,
             prof.extends or "",
             spec.algorithm or "-",
             trio if spec.num_steps is not None else "-",
@@ -535,8 +558,9 @@ def verify(profile_ref: str | None, inventory: Path | None, limit: str | None, a
             prof = profile_mod.load(profile_ref)
         except InputError:
             raise InputError(
-                f"the hosts run profile {profile_ref!r}, which is not in profiles/ "
-                "(deployed from a file?); give it as --profile PATH"
+                f"the hosts run profile {profile_ref!r}, which is not in {profile_mod.profiles_dir()[1]} "
+                f"(deployed from a file, or as {profile_mod.EXAMPLE}NAME?); give it as --profile PATH "
+                "or --profile example:NAME"
             ) from None
     else:
         prof = profile_mod.load(profile_ref)

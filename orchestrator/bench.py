@@ -21,6 +21,7 @@ What is measured, and why this way:
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import math
 import statistics
@@ -40,7 +41,7 @@ from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.logs import accept_from_log
-from orchestrator.paths import ROOT
+from orchestrator.paths import CHECKOUT
 from orchestrator.secrets import api_key
 
 #: Prompts when no --prompts file is given: varied lengths, no meaning needed for a speed test.
@@ -275,10 +276,13 @@ class BenchResult:
 
 
 def git_commit() -> str:
-    """The tool's commit, so a result can be traced to the code that measured it."""
+    """The tool's commit, so a result can be traced to the code that measured it; an installed
+    wheel has none and gives its version, v0.1.0 (git would name whatever repository holds the venv)."""
+    if CHECKOUT is None:
+        return f"v{importlib.metadata.version('orchestrator')}"
     try:
         done = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+            ["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
         )
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -6,6 +6,7 @@ LazyGroup): deploy need not import the bench client.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import sys
@@ -354,6 +355,11 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
 @handle_errors
 def results(profile: str | None, since: str | None, fmt: str, plot: Path | None, baseline: str) -> None:
     """Bench results from the ledger, oldest first: as a table, CSV (every column) or JSON."""
+    if plot is not None and importlib.util.find_spec("matplotlib") is None:  # an extra: about 80 MB
+        raise InputError(
+            "--plot draws with matplotlib, which is not installed: pip install 'orchestrator[plot]' "
+            "(under pipx: pipx inject orchestrator matplotlib)"
+        )
     rows = [dict(r) for r in ledger.bench_results(profile, parse_since(since) if since else None)]
     if fmt == "csv":
         click.echo(ledger.to_csv(rows), nl=False)

@@ -5,9 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: The project root (playbooks/, roles/, templates/, profiles/ sit beside the package).
-ROOT = Path(__file__).resolve().parent.parent
-PROFILES_DIR = ROOT / "profiles"
+#: The package's own folder.
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: The source checkout this runs from (a clone, or an editable install of one), or None for an
+#: installed wheel. A checkout keeps playbooks/, roles/, templates/ and profiles/ at its top level;
+#: the wheel carries them inside the package (pyproject.toml maps them in at build time).
+CHECKOUT: Path | None = None if (PACKAGE_DIR / "playbooks").is_dir() else PACKAGE_DIR.parent
+#: The folder holding playbooks/, roles/, templates/ and profiles/: the checkout, else the package.
+ROOT = CHECKOUT or PACKAGE_DIR
+#: The example profiles shipped with the tool (`example:NAME`): the checkout's profiles/.
+EXAMPLES_DIR = ROOT / "profiles"
 TEMPLATES_DIR = ROOT / "templates"
 PLAYBOOKS_DIR = ROOT / "playbooks"
 ROLES_DIR = ROOT / "roles"

@@ -1,7 +1,9 @@
 """The Profile model: one named SGLang deployment, validated before anything touches a host.
 
-Profiles are YAML files, one per name, in `profiles/`. A variant says `extends: base`
-and states only what differs; mappings merge key by key, anything else replaces.
+Profiles are YAML files, one per name, in the profiles folder (`--profiles-dir`, else
+`$ORCHESTRATOR_PROFILES`, else `./profiles/`); the examples shipped with the tool are
+`example:NAME`. A variant says `extends: base` and states only what differs; mappings merge
+key by key, anything else replaces.
 
 Validation collects every problem at once (a profile with five mistakes reports five
 lines), each as `file: field.path: message` with the fix in the message: a mistake
@@ -11,6 +13,7 @@ must cost a second on the control machine, not a five-minute model load.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +33,7 @@ from pydantic import (
 
 from orchestrator import rules, sglang_flags, systemd_rules
 from orchestrator.errors import InputError, Problem, ProfileError
-from orchestrator.paths import PROFILES_DIR
+from orchestrator.paths import EXAMPLES_DIR
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 NAME_RULE = "letters, digits, '_', '-' and '.', starting with a letter or digit"
@@ -354,21 +357,69 @@ class Profile(_Model):
 # --- Loading ------------------------------------------------------------------------
 
 
+#: `example:NAME` names a profile shipped with the tool, wherever it is installed.
+EXAMPLE = "example:"
+PATH_RULE = (
+    "a value with '/' or ending in .yml is a file path, example:NAME a shipped example, and a bare "
+    "name is looked up in the profiles folder: --profiles-dir, else $ORCHESTRATOR_PROFILES, else ./profiles/"
+)
+
+_profiles_dir_option: Path | None = None
+
+
+def use_profiles_dir(path: Path | None) -> None:
+    """`--profiles-dir`: where bare names are looked up, before `$ORCHESTRATOR_PROFILES`."""
+    global _profiles_dir_option
+    _profiles_dir_option = path
+
+
+def profiles_dir() -> tuple[Path, str]:
+    """The folder bare profile names are looked up in, and how a message names it: `--profiles-dir`,
+    else `$ORCHESTRATOR_PROFILES`, else ./profiles/ (which need not exist: the examples still do)."""
+    if _profiles_dir_option is not None:
+        return _profiles_dir_option, f"{_profiles_dir_option} (--profiles-dir)"
+    if os.environ.get("ORCHESTRATOR_PROFILES"):
+        folder = Path(os.environ["ORCHESTRATOR_PROFILES"])
+        return folder, f"{folder} ($ORCHESTRATOR_PROFILES)"
+    return Path("profiles"), "./profiles/"
+
+
 def available() -> dict[str, Path]:
-    """Profile names shipped in `profiles/`, mapped to their files."""
-    return {p.stem: p for p in sorted(PROFILES_DIR.glob("*.yml"))}
+    """The profiles folder's profiles: name (what `-p NAME` takes) -> file."""
+    return {p.stem: p for p in sorted(profiles_dir()[0].glob("*.yml"))}
 
 
-PATH_RULE = "a value with '/' or ending in .yml is a file path; a bare name is looked up in profiles/"
+def examples() -> dict[str, Path]:
+    """The example profiles shipped with the tool: name (`example:NAME`) -> file."""
+    return {p.stem: p for p in sorted(EXAMPLES_DIR.glob("*.yml"))}
+
+
+def is_example(path: Path) -> bool:
+    """Whether the file is one of the shipped examples."""
+    return path.resolve().parent == EXAMPLES_DIR
+
+
+def every() -> dict[str, Path]:
+    """Every profile a name finds, by the name that finds it: the profiles folder's, then the shipped
+    examples as `example:NAME`, unless the folder is the examples' own (a checkout's profiles/)."""
+    found = available()
+    if profiles_dir()[0].resolve() == EXAMPLES_DIR:
+        return found
+    return found | {EXAMPLE + name: path for name, path in examples().items()}
 
 
 def resolve_path(ref: str) -> Path:
-    """A profile name (from `profiles/`) or a path to a YAML file.
+    """A profile name (from the profiles folder), a shipped example (`example:NAME`) or a path to a
+    YAML file.
 
-    The rule is by spelling, never by what happens to exist: `base` is always the shipped
-    profile, `./base.yml` always a file, so a stray file in the working directory cannot
-    shadow a shipped profile, and a name can never climb out of `profiles/`.
+    The rule is by spelling, never by what happens to exist: `base` is always the profiles
+    folder's, `example:base` always the shipped one, `./base.yml` always a file, so a stray file in
+    the working directory cannot shadow a profile, and a name can never climb out of its folder.
     """
+    if ref.startswith(EXAMPLE):
+        shipped = examples()
+        where = f"shipped examples: {', '.join(shipped)}"
+        return _by_name(ref.removeprefix(EXAMPLE), shipped, where, prefix=EXAMPLE)
     if ref.endswith((".yml", ".yaml")) or "/" in ref:
         path = Path(ref)
         try:
@@ -378,14 +429,26 @@ def resolve_path(ref: str) -> Path:
         if not found:
             raise InputError(f"no profile file {_short(ref)} ({PATH_RULE})")
         return path
+    folder, label = profiles_dir()
     profiles = available()
-    if ref not in profiles:
-        close = difflib.get_close_matches(ref, profiles, n=1) if len(ref) < 100 else []
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
+    if ref not in profiles and ref in examples():  # the likeliest fix, from an empty directory
         raise InputError(
-            f"unknown profile {_short(ref)}{hint}; profiles: {', '.join(profiles) or 'none'} ({PATH_RULE})"
+            f"unknown profile {_short(ref)} (the shipped example is {EXAMPLE}{ref}); "
+            f"{'not in' if folder.is_dir() else 'no folder'} {label} ({PATH_RULE})"
         )
-    return profiles[ref]
+    where = f"no folder {label}"
+    if folder.is_dir():
+        where = f"profiles in {label}: {', '.join(profiles) or 'none'}"
+    return _by_name(ref, profiles, where)
+
+
+def _by_name(name: str, found: dict[str, Path], where: str, prefix: str = "") -> Path:
+    """`found[name]`, else an error saying where it was looked for, with a close name if one is."""
+    if name in found:
+        return found[name]
+    close = difflib.get_close_matches(name, found, n=1) if len(name) < 100 else []
+    hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+    raise InputError(f"unknown profile {_short(prefix + name)}{hint}; {where} ({PATH_RULE})")
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -531,11 +594,7 @@ def load_raw(ref: str, _seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], Pat
     if parent is not None:
         if not isinstance(parent, str):
             raise InputError(f"{path}: extends: must be a profile name")
-        ref_parent = (
-            parent
-            if "/" not in parent and not parent.endswith((".yml", ".yaml"))
-            else str((path.parent / parent).resolve())
-        )
+        ref_parent = _parent_ref(parent, path)
         try:
             resolve_path(ref_parent)
         except InputError as exc:  # name the file that says `extends:`, not only the missing one
@@ -546,6 +605,16 @@ def load_raw(ref: str, _seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], Pat
         data = merge(parent_data, {k: v for k, v in data.items() if k != "extends"}) | {"extends": parent}
     data.setdefault("name", path.stem)
     return data, path
+
+
+def _parent_ref(parent: str, child: Path) -> str:
+    """`extends:` spelled as `-p` is, except that a path is relative to the file saying it, and a
+    shipped example's bare names are the examples' own (its `extends: base` is `example:base`)."""
+    if parent.startswith(EXAMPLE):
+        return parent
+    if "/" in parent or parent.endswith((".yml", ".yaml")):
+        return str((child.parent / parent).resolve())
+    return EXAMPLE + parent if is_example(child) else parent
 
 
 def load(ref: str) -> Profile:
@@ -755,6 +824,8 @@ __all__ = [
     "Service",
     "Speculative",
     "available",
+    "every",
+    "examples",
     "load",
     "sglang_flags",
     "validate",

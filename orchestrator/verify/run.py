@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,10 +82,18 @@ def verify(prof: profile_mod.Profile, inventory: Path, limit: str | None = None)
         "--rootdir",
         str(TESTS.parent),
     ]
-    env = {"ORCH_VERIFY_PLANS": json.dumps(plans)}
+    env = {"ORCH_VERIFY_PLANS": json.dumps(plans), "PATH": _path_first_ours()}
     with _environ(env), contextlib.redirect_stdout(io.StringIO()):
         pytest.main(args, plugins=[collector])
     return collector.checks
+
+
+def _path_first_ours() -> str:
+    """PATH with this Python's scripts directory first: testinfra starts `ansible-inventory` and
+    `ansible` by name, and under pipx (or an unactivated venv) ours are on no PATH."""
+    ours = sysconfig.get_path("scripts")
+    path = os.environ.get("PATH", os.defpath)
+    return os.pathsep.join([ours, *(p for p in path.split(os.pathsep) if p and p != ours)])
 
 
 @contextlib.contextmanager

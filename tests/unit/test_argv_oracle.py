@@ -61,7 +61,7 @@ def _load(tmp_path: Path, version: str, name: str, model: str) -> profile.Profil
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("name", [p.stem for p in sorted(Path(profile.PROFILES_DIR).glob("*.yml"))])
+@pytest.mark.parametrize("name", sorted(profile.examples()))
 def test_every_shipped_profile_parses_to_its_own_settings(version: str, name: str, tmp_path: Path):
     path = tmp_path / "p.yml"
     path.write_text(yaml.safe_dump({"extends": name, "server": {"sglang_version": version}}))

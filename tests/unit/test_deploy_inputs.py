@@ -42,4 +42,4 @@ def test_verify_names_a_running_profile_that_is_not_in_profiles(two_nodes: Path,
     monkeypatch.setattr(hostops, "status", lambda inv, limit=None: [row])
     done = CliRunner().invoke(cli, ["verify", "-i", str(two_nodes)])
     assert done.exit_code == 2
-    assert "the hosts run profile 'slow', which is not in profiles/" in done.output
+    assert "the hosts run profile 'slow', which is not in ./profiles/" in done.output

@@ -155,7 +155,7 @@ def profiles_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder.mkdir()
     for name, path in profile.available().items():
         (folder / f"{name}.yml").write_text(path.read_text())
-    monkeypatch.setattr(profile, "PROFILES_DIR", folder)
+    monkeypatch.setenv("ORCHESTRATOR_PROFILES", str(folder))
     return folder
 
 
