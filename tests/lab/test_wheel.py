@@ -9,6 +9,7 @@ package index, as `pip install` does.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
+from orchestrator.lab import hosts as lab_hosts
 from orchestrator.paths import CHECKOUT, EXAMPLES_DIR
 
 pytestmark = pytest.mark.wheel
@@ -137,6 +139,10 @@ def test_preflight_runs_the_shipped_roles_and_modules(run, tmp_path: Path) -> No
 
 @pytest.mark.lab
 def test_deploy_verify_and_bench_on_the_lab_from_an_empty_directory(lab, run) -> None:
+    defaults = inspect.signature(lab_hosts.up).parameters
+    default_lab = tuple(defaults[name].default for name in ("hosts", "gpus", "sglang_version"))
+    if (len(lab.hosts), lab.gpus, lab.sglang_version) != default_lab:
+        pytest.skip("without -i, deploy uses the default lab, and the one up is not (ORCH_LAB_HOSTS?)")
     host = lab.hosts[0].name
     done = run("deploy", "-p", "example:cg_5tok", "--limit", host, "--force-restart", "--json")
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
