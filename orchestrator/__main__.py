@@ -47,6 +47,8 @@ class LazyGroup(click.Group):
             command = getattr(importlib.import_module(module), attr)
         if cmd_name in BECOME_COMMANDS and command is not None:
             _add_become_option(command, refuse=cmd_name == "verify")
+        if cmd_name in VAULT_COMMANDS and command is not None:
+            _add_vault_options(command)
         return command
 
 
@@ -77,8 +79,9 @@ def _add_become_option(command: click.Command, refuse: bool) -> None:
 
 
 def _ask_become_pass(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    """-K: the password, read from the terminal without echo, answers every play's become prompt."""
-    if not value or ctx.resilient_parsing:
+    """-K (or become_ask_pass in ansible.cfg): the password, read from the terminal without echo, answers
+    every play's become prompt."""
+    if ctx.resilient_parsing or not (value or _configured(ctx, "DEFAULT_BECOME_ASK_PASS")):
         return
     from orchestrator import runner
 
@@ -96,6 +99,103 @@ def _refuse_become_pass(ctx: click.Context, param: click.Parameter, value: bool)
             ctx,
             param,
         )
+
+
+#: The commands that read the inventory: each takes Ansible's vault options, given here once for all
+#: (like -K, they set what every inventory read and play of the command decrypts with).
+VAULT_COMMANDS = BECOME_COMMANDS
+
+
+def _add_vault_options(command: click.Command) -> None:
+    if any(param.name == "vault_id" for param in command.params):
+        return
+    command.params += [
+        click.Option(
+            ["--vault-id"],
+            multiple=True,
+            metavar="[LABEL@]FILE|prompt",
+            expose_value=False,
+            callback=_vault_ids,
+            help="A vault password as ansible-playbook takes it: a file (or script) to read, or `prompt` "
+            "to ask once. Repeatable.",
+        ),
+        click.Option(
+            ["--vault-password-file"],
+            multiple=True,
+            metavar="FILE",
+            type=click.Path(exists=True, dir_okay=False),
+            expose_value=False,
+            callback=_vault_password_files,
+            help="A file (or script) holding the vault password. Repeatable. Also: "
+            "ANSIBLE_VAULT_PASSWORD_FILE, vault_password_file in ansible.cfg.",
+        ),
+        click.Option(
+            ["-J", "--ask-vault-pass"],
+            is_flag=True,
+            expose_value=False,
+            callback=_ask_vault_pass,
+            help="Ask once for the vault password.",
+        ),
+    ]
+
+
+def _vault_ids(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
+    """--vault-id: a `prompt` one is asked now (once per label), a file is read when a vault needs it."""
+    if ctx.resilient_parsing:
+        return
+    from orchestrator import vault
+
+    for slug in values:
+        label, source = vault.split_vault_id(slug)
+        password = ""
+        if source in vault.PROMPT_SOURCES:
+            password = _typed_vault_password(ctx, param, vault.prompt_for(label or vault.default_id()))
+        vault.use_vault_id(slug, password)
+
+
+def _vault_password_files(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
+    if ctx.resilient_parsing:
+        return
+    from orchestrator import vault
+
+    for path in values:
+        vault.use_password_file(path)
+
+
+def _ask_vault_pass(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """-J (or ask_vault_pass in ansible.cfg), and the `LABEL@prompt` ids of ansible.cfg's
+    vault_identity_list: each password is asked once, without echo, and answers every play's prompt."""
+    if ctx.resilient_parsing:
+        return
+    from orchestrator import vault
+
+    if value or _configured(ctx, "DEFAULT_ASK_VAULT_PASS"):
+        vault.use_typed_password(_typed_vault_password(ctx, param, vault.prompt_for(None)))
+    try:
+        configured = vault.prompts_configured()
+    except InputError as exc:
+        raise click.UsageError(str(exc), ctx) from None
+    for vault_id in configured:
+        if not vault.typed(vault_id):
+            password = _typed_vault_password(ctx, param, vault.prompt_for(vault_id))
+            vault.use_configured_prompt(vault_id, password)
+
+
+def _typed_vault_password(ctx: click.Context, param: click.Parameter, prompt: str) -> str:
+    password = getpass.getpass(prompt)
+    if not password:
+        raise click.BadParameter("the vault password is empty", ctx, param)
+    return password
+
+
+def _configured(ctx: click.Context, setting: str) -> bool:
+    """Whether the user's Ansible configuration turns `setting` on (ansible.cfg, ANSIBLE_*)."""
+    from orchestrator import ansible_config
+
+    try:
+        return bool(ansible_config.read()[setting].value)
+    except InputError as exc:  # an ansible.cfg Ansible cannot read: a usage error, before any play
+        raise click.UsageError(str(exc), ctx) from None
 
 
 @click.group(

@@ -119,7 +119,8 @@ def inventory_option(default: str) -> Callable[[Callable[..., Any]], Callable[..
         "-i",
         "--inventory",
         type=click.Path(exists=True, dir_okay=True, path_type=Path),
-        help=f"Ansible inventory (YAML or INI). Default: {default}.",
+        help="Ansible inventory (YAML or INI). Default: ANSIBLE_INVENTORY or the inventory of "
+        f"ansible.cfg, else {default}.",
     )
 
 
@@ -135,27 +136,55 @@ unit_option = click.option(
 
 
 def inventory_or_lab(path: Path | None) -> Path:
-    """The given inventory (checked: a broken file is bad input, exit 2, before any play), else the
-    lab's, brought up when needed: what commands that deploy use."""
-    if path is not None:
-        from orchestrator import inventory
-
-        inventory.check(path)
-        return path
+    """The inventory as Ansible picks it (checked: a broken file is bad input, exit 2, before any play),
+    else the lab's, brought up when needed: what commands that deploy use."""
+    chosen = _given_or_configured(path)
+    if chosen is not None:
+        return chosen
     from orchestrator.lab import hosts as lab_hosts
 
+    _say_inventory(f"the lab's, {lab_hosts.lab_dir() / 'inventory.yml'}", NO_INVENTORY)
     return lab_hosts.up(progress=lambda line: err.print(line, style="dim", markup=False)).inventory
 
 
 def inventory_or_running_lab(path: Path | None) -> Path:
-    """The given inventory, else the lab that is up: commands that only read or stop never bring
-    one up just to find it empty."""
-    if path is not None:
-        return inventory_or_lab(path)
+    """The inventory as Ansible picks it, else the lab that is up: commands that only read or stop
+    never bring one up just to find it empty."""
+    chosen = _given_or_configured(path)
+    if chosen is not None:
+        return chosen
     from orchestrator.errors import InputError
     from orchestrator.lab import hosts as lab_hosts
 
+    _say_inventory(f"the lab's, {lab_hosts.lab_dir() / 'inventory.yml'}", NO_INVENTORY)
     seen = lab_hosts.status()
     if not seen.healthy or seen.inventory is None:
         raise InputError("no inventory given and no lab is up: pass -i INVENTORY")
     return seen.inventory
+
+
+#: Why a command without an inventory uses the lab's.
+NO_INVENTORY = "no -i, ANSIBLE_INVENTORY or inventory in ansible.cfg"
+
+
+def _given_or_configured(path: Path | None) -> Path | None:
+    """`-i`, else the inventory the user's Ansible configuration names (ANSIBLE_INVENTORY, `inventory =`
+    in ansible.cfg), said on stderr as the command's first line; checked (a broken file is bad input,
+    exit 2, before any play). None: neither, so the lab's."""
+    from orchestrator import ansible_config, inventory
+    from orchestrator.errors import InputError
+
+    if path is None:
+        found = ansible_config.read().inventory_source()
+        if found is None:
+            return None
+        path, why = found
+        _say_inventory(str(path), f"from {why}")
+        if not path.exists():
+            raise InputError(f"inventory {path} ({why}) does not exist")
+    inventory.check(path)
+    return path
+
+
+def _say_inventory(which: str, why: str) -> None:
+    err.print(f"inventory: {which} ({why})", style="dim", markup=False)

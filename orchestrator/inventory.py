@@ -6,7 +6,9 @@ Importing Ansible and parsing costs about 0.3 s, a fifth of a no-op deploy, so w
 found is kept in the state directory under a fingerprint of everything it depended on: the
 inventory files, the group_vars/ and host_vars/ beside them, Ansible's config files and
 ANSIBLE_* variables, and Ansible's version. Any change there reads the inventory again.
-Dynamic inventories (scripts, plugin configs such as aws_ec2) are read every time.
+Dynamic inventories (scripts, plugin configs such as aws_ec2) are read every time, and so are
+inventories with vaulted files or `!vault` values: each read then checks that they decrypt, so a
+wrong vault password is one line naming the file before any play.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import os
 import stat
 from dataclasses import astuple, dataclass
 from pathlib import Path
+from typing import Any
 
+from orchestrator import vault
 from orchestrator.errors import InputError
 from orchestrator.paths import PLAYBOOKS_DIR, state_dir
 
@@ -86,33 +90,50 @@ def check(inventory: Path) -> None:
 
 def _read(inventory: Path, limit: str | None) -> tuple[list[InventoryHost], set[str]]:
     """Parse with Ansible: the selected hosts, and the plugins that parsed the sources."""
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.plugins.vars import host_group_vars
-    from ansible.vars.manager import VariableManager
-
-    # Ansible remembers which group_vars/host_vars files exist for the life of the process;
-    # one that reads twice (a sweep, the tests) must see files added in between.
-    host_group_vars.FOUND.clear()
-    host_group_vars.NAK.clear()
     count, reasons, plugins = _parse_sources(inventory)
     if count is None:
         why = "; ".join(reasons) or "no file in it parsed"
         raise InputError(f"inventory {inventory}: {why}")
     if count == 0:
         raise InputError(f"inventory {inventory}: Ansible parsed it but found no hosts in it")
-    loader = DataLoader()
-    manager = InventoryManager(loader=loader, sources=[str(inventory)])
-    if limit:
-        manager.subset(limit)
-    variables = VariableManager(loader=loader, inventory=manager)
     selected = []
-    for host in manager.get_hosts("all"):
-        merged = variables.get_vars(host=host, include_hostvars=False)
-        address = str(merged.get("ansible_host") or host.name)
-        deployment = merged.get("orchestrator_deployment")
-        selected.append(InventoryHost(host.name, address, None if deployment is None else str(deployment)))
+    for name, merged in host_variables(inventory, limit).items():
+        address = str(vault.plain(merged.get("ansible_host"), "ansible_host") or name)
+        deployment = vault.plain(merged.get("orchestrator_deployment"), "orchestrator_deployment")
+        selected.append(InventoryHost(name, address, None if deployment is None else str(deployment)))
     return selected, plugins
+
+
+def host_variables(inventory: Path, limit: str | None = None) -> dict[str, dict[str, Any]]:
+    """Each selected host's variables as Ansible merges them from the inventory (its group_vars and
+    host_vars included), in inventory order, uncached. Vaulted files and `!vault` values are decrypted with
+    the vault secrets (vault.secrets()); one that does not decrypt is an InputError naming it."""
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.plugins.vars import host_group_vars
+    from ansible.vars.manager import VariableManager
+
+    # Ansible remembers which group_vars/host_vars files exist, and where a source's folder is, for the
+    # life of the process; one that reads twice (a sweep, the tests) must see files added in between.
+    host_group_vars.FOUND.clear()
+    host_group_vars.NAK.clear()
+    host_group_vars.CANONICAL_PATHS.clear()
+    loader = vault.loader()
+    try:
+        manager = InventoryManager(loader=loader, sources=[str(inventory.absolute())])
+        if limit:
+            manager.subset(limit)
+        variables = VariableManager(loader=loader, inventory=manager)
+        found = {}
+        for host in manager.get_hosts("all"):
+            found[host.name] = variables.get_vars(host=host, include_hostvars=False)
+            vault.check_decrypts(found[host.name])
+    except AnsibleError as exc:
+        line = vault.explain(exc)
+        if line is None:
+            raise
+        raise InputError(line) from None
+    return found
 
 
 def _parse_sources(source: Path) -> tuple[int | None, list[str], set[str]]:
@@ -124,9 +145,9 @@ def _parse_sources(source: Path) -> tuple[int | None, list[str], set[str]]:
     from ansible import constants as C
     from ansible.inventory.data import InventoryData
     from ansible.inventory.manager import IGNORED
-    from ansible.parsing.dataloader import DataLoader
     from ansible.plugins.loader import inventory_loader
 
+    loader = vault.loader()  # before any plugin: a vault password file that fails is its own error
     if source.is_dir():  # like Ansible: the directory parses if any file in it does
         entries = [p for p in sorted(source.iterdir()) if not IGNORED.search(os.fsencode(p.name))]
         parts = [_parse_sources(p) for p in entries]
@@ -140,9 +161,11 @@ def _parse_sources(source: Path) -> tuple[int | None, list[str], set[str]]:
             if not (plugin and plugin.verify_file(str(source))):
                 continue
             data = InventoryData()
-            plugin.parse(data, DataLoader(), str(source), cache=False)
+            plugin.parse(data, loader, str(source), cache=False)
             return len(data.hosts), [], {name}
         except Exception as exc:  # Ansible catches every plugin failure the same way
+            if vault.explain(exc):  # a vaulted inventory file: every plugin would say the same
+                raise InputError(str(vault.explain(exc))) from None
             first_line = str(exc).strip().partition("\n")[0]
             if not any(r.endswith(f": {first_line}") for r in reasons):  # `auto` repeats `yaml`
                 reasons.append(f"{name} plugin: {first_line}")
@@ -160,6 +183,8 @@ def _fingerprint(inventory: Path, limit: str | None) -> str | None:
     for base in sorted(beside):
         for sub in ("group_vars", "host_vars"):
             files += [base / sub, *sorted((base / sub).rglob("*"))]
+    if any(_holds_vault(p) for p in files):
+        return None
     ansible_spec = importlib.util.find_spec("ansible")
     release = (
         Path(ansible_spec.origin).with_name("release.py") if ansible_spec and ansible_spec.origin else None
@@ -170,6 +195,14 @@ def _fingerprint(inventory: Path, limit: str | None) -> str | None:
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("ANSIBLE_"))
     parts = [_FORMAT, str(root), limit, env, [_identity(p) for p in [*files, *configs, release] if p]]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def _holds_vault(path: Path) -> bool:
+    """Whether a file is vaulted or holds a `!vault` value."""
+    try:
+        return path.is_file() and vault.HEADER in path.read_bytes()
+    except OSError:
+        return False
 
 
 def _identity(path: Path) -> list[object]:

@@ -25,11 +25,11 @@ from typing import Any
 
 import ansible_runner
 
-from orchestrator import diagnose
+from orchestrator import ansible_config, diagnose, vault
 from orchestrator import inventory as inventory_mod
 from orchestrator.errors import OrchestratorError
 from orchestrator.hostplan import PlayVars
-from orchestrator.paths import MODULE_UTILS_DIR, PLAYBOOKS_DIR, ROLES_DIR, state_dir
+from orchestrator.paths import PLAYBOOKS_DIR, state_dir
 
 #: Runs kept under the state directory's runs/; older ones are removed.
 KEEP_RUNS = 20
@@ -130,22 +130,21 @@ class PlayResult:
 
 
 def _settings(forks: int) -> dict[str, str]:
-    """Ansible's own means for speed and quiet: pipelining, SSH multiplexing, forks, and a
-    strategy (linear, frozen out of GC before workers fork: playbooks/strategy_plugins/)."""
-    return {
-        "ANSIBLE_ROLES_PATH": str(ROLES_DIR),
-        "ANSIBLE_MODULE_UTILS": str(MODULE_UTILS_DIR),
-        "ANSIBLE_STRATEGY_PLUGINS": str(PLAYBOOKS_DIR / "strategy_plugins"),
-        "ANSIBLE_STRATEGY": "orchestrator_linear",
-        "ANSIBLE_PIPELINING": "True",
-        "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=120s",
-        "ANSIBLE_FORKS": str(forks),
-        "ANSIBLE_RETRY_FILES_ENABLED": "False",
-        "ANSIBLE_NOCOWS": "1",
-        "ANSIBLE_DEPRECATION_WARNINGS": "False",
-        "ANSIBLE_LOCALHOST_WARNING": "False",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
-    }
+    """The user's Ansible configuration (ansible.cfg, ANSIBLE_*) kept whole, with orchestrator's roles and
+    plugins added to its search paths, and Ansible's own means for speed where the user left the default:
+    pipelining, SSH multiplexing, forks, and a strategy (linear, frozen out of GC before workers fork:
+    playbooks/strategy_plugins/). See ansible_config."""
+    return ansible_config.play_environment(ansible_config.read(), forks)
+
+
+def _play_directory() -> str | None:
+    """The user's directory, for the play to start in: relative paths in their configuration (an
+    `ssh_args = -F ssh_config`, a key file named in the inventory) mean there what they mean to their
+    own ansible-playbook. None (ansible-runner's private directory) when it is gone."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def ansible_command(name: str) -> str:
@@ -257,7 +256,8 @@ def run_playbook(
 
     `become_password` (default: the one `use_become_password` set) answers sudo where the inventory
     asks Ansible to become root. It reaches ansible-playbook only through ansible-runner's answer to
-    its prompt on the play's pty: never argv, the environment, a file or the artifacts.
+    its prompt on the play's pty: never argv, the environment, a file or the artifacts; so do the vault
+    passwords the command line asked for (vault.play_options).
 
     `secret` reaches the play as `orch.secret_file` (see `_secret_file`); the environment
     variables in `hide_env` (where a secret came from) are kept out of Ansible's environment,
@@ -286,17 +286,10 @@ def _explain_become(hosts: dict[str, HostRun], inventory: Path, password_given: 
 def _login_users(inventory: Path) -> dict[str, str]:
     """The user Ansible logs in as on each host, as far as the inventory says (for a diagnosis only:
     reading it with Ansible costs a few tenths of a second, so only a failure pays for it)."""
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.vars.manager import VariableManager
-
-    loader = DataLoader()
-    manager = InventoryManager(loader=loader, sources=[str(inventory)])
-    variables = VariableManager(loader=loader, inventory=manager)
     users = {}
-    for host in manager.get_hosts("all"):
-        found = variables.get_vars(host=host, include_hostvars=False)
-        users[host.name] = str(found.get("ansible_user") or found.get("ansible_ssh_user") or "")
+    for host, found in inventory_mod.host_variables(inventory).items():
+        user = vault.plain(found.get("ansible_user"), "ansible_user")
+        users[host] = str(user or vault.plain(found.get("ansible_ssh_user"), "ansible_ssh_user") or "")
     return users
 
 
@@ -332,20 +325,25 @@ def _run(
     hosts: dict[str, HostRun] = {}
     handle = functools.partial(_collect, hosts, on_event)
     private = _new_run_dir(playbook)
+    vault_args, passwords = vault.play_options()  # the typed vault passwords answer their prompts
     cmdline = " ".join(
         [
             f"--extra-vars @{shlex.quote(str(_vars_file(private, orch)))}",
             "--check --diff" if check else "",
             f"--limit {shlex.quote(limit)}" if limit else "",
             "--ask-become-pass" if become_password else "",
+            *(shlex.quote(arg) for arg in vault_args),
         ]
     ).strip()
+    if become_password:
+        passwords[BECOME_PROMPT] = become_password
     env_for_run = {**os.environ, **_settings(forks)}
     env_for_run["PATH"] = _path_first_ours(env_for_run.get("PATH", os.defpath))
     env_for_run["ANSIBLE_AGNOSTIC_BECOME_PROMPT"] = "True"  # the prompt BECOME_PROMPT expects
     with _interrupts() as interrupted:
         result = ansible_runner.run(
             private_data_dir=str(private),
+            project_dir=_play_directory(),
             playbook=str(PLAYBOOKS_DIR / playbook),
             inventory=str(inventory.resolve()),
             cmdline=cmdline or None,
@@ -353,7 +351,7 @@ def _run(
             quiet=True,
             event_handler=handle,
             suppress_env_files=True,  # also keeps `passwords` out of the private dir's env/
-            passwords={BECOME_PROMPT: become_password} if become_password else None,
+            passwords=passwords or None,
             cancel_callback=interrupted,
         )
     status = "canceled" if interrupted() else result.status

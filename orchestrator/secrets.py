@@ -11,7 +11,7 @@ import re
 import stat
 from pathlib import Path
 
-from orchestrator import systemd_rules
+from orchestrator import systemd_rules, vault
 from orchestrator.errors import InputError
 from orchestrator.profile import ApiKey, Profile
 
@@ -52,6 +52,9 @@ def _read_key_file(path: Path, source: str) -> str:
     a deploy's output. The check follows symlinks and looks at what they point to: a link into a
     secrets manager's mount is the usual way to hand a key over, and such mounts often hold 0644
     files inside a directory only the owner can enter, which is not readable by others at all.
+
+    An Ansible Vault file is decrypted with the vault password (vault.decrypt); others may read it, as
+    they may a vaulted file in the team's repository.
     """
     if not path.is_file():
         raise InputError(f"{source} does not exist on this machine (or is not a file)")
@@ -59,9 +62,12 @@ def _read_key_file(path: Path, source: str) -> str:
     mode = target.stat().st_mode
     if mode & stat.S_IWOTH:
         raise InputError(f"{source} can be written by any user on this machine: chmod o-w {target}")
-    if mode & stat.S_IROTH and _others_can_reach(target):
-        raise InputError(f"{source} can be read by any user on this machine: chmod o-r {target}")
     data = path.read_bytes()
+    vaulted = vault.is_vaulted(data)
+    if mode & stat.S_IROTH and not vaulted and _others_can_reach(target):
+        raise InputError(f"{source} can be read by any user on this machine: chmod o-r {target}")
+    if vaulted:
+        data = vault.decrypt(data, source)
     if b"\0" in data:
         raise InputError(f"{source} holds NUL bytes: a binary file, not a key")
     try:

@@ -92,8 +92,26 @@ def status() -> None:
         out.print(f"inventory: {seen.inventory}")
     if seen.sudo_inventory:
         out.print(f"as sudoer: {seen.sudo_inventory}")
+    if seen.bastion:
+        out.print(f"bastion:   {seen.bastion} (the others refuse ssh from here; `lab bastion --off`)")
     if not seen.healthy:
         raise SystemExit(1)
+
+
+@lab.command()
+@click.argument("jump", required=False)
+@click.option("--off", is_flag=True, help="Let every host answer ssh from this machine again.")
+@_errors_to_exit
+def bastion(jump: str | None, off: bool) -> None:
+    """Make host JUMP the jump host: the other hosts refuse ssh from this machine (reach them with
+    ssh -J root@JUMP, or ProxyJump in ansible.cfg's ssh_args) until `lab bastion --off` or `lab up`."""
+    if off:
+        out.print("every host answers ssh again" if lab_hosts.lift_bastion() else "no bastion was set")
+        return
+    if not jump:
+        raise click.UsageError("name the jump host (lab1, ...), or give --off")
+    behind = lab_hosts.bastion(jump)
+    out.print(f"{jump} is the jump host; {', '.join(behind) or 'no other host'} refuse ssh from this machine")
 
 
 @lab.command()

@@ -2,7 +2,9 @@
 
 Each host `labK` is a `systemd-nspawn -b` container in its own network namespace `orchlabK`, joined by
 a veth pair to the bridge `orchlab0` (10.213.0.1/24; hosts at .11, .12, ...). The hosts have no default
-route, so the lab never talks to anything but itself and the control machine.
+route, so the lab never talks to anything but itself and the control machine. `bastion(JUMP)` makes one
+host the jump host: the others then refuse SSH from the control machine (a routing rule in their own
+namespaces), as GPU hosts behind a bastion do, until `lift_bastion()` (or the next `up`, or `down`).
 
 The control machine has no systemd as PID 1 and no D-Bus, so there is no machined: nspawn runs with
 `--register=no --keep-unit`, detached, and the lab keeps its own record (`lab.json`) of every process,
@@ -145,6 +147,8 @@ class LabState:
     """The key of the login users (LOGIN_USERS); root does not accept it."""
     become_password_file: Path
     """`deploy-pw`'s sudo password (0600), new with every lab built."""
+    bastion: str | None = None
+    """The jump host, while the other hosts refuse SSH from the control machine (see `bastion`)."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,8 @@ class LabStatus:
     gpus: int | None = None
     sglang_version: str | None = None
     sudo_inventory: Path | None = None
+    bastion: str | None = None
+    """The jump host, while the others refuse SSH from the control machine (they are not `healthy` then)."""
 
     @property
     def healthy(self) -> bool:
@@ -203,7 +209,7 @@ class _Record:
     """`lab.json`: every thing `up` made, saved the moment it exists so a crash can be cleaned up.
 
     Shape: {"format", "hosts_wanted", "gpus", "sglang_version", "complete", "bridge", "run_netns_mount",
-    "hosts": {name: {"address", "dir", "netns", "veth", "mount", "copied", "pid", "pid_start",
+    "bastion", "hosts": {name: {"address", "dir", "netns", "veth", "mount", "copied", "pid", "pid_start",
     "leader", "leader_start", "console"}}}; each host key appears only once that thing exists.
     """
 
@@ -718,7 +724,62 @@ def _state(record: _Record, booted: dict[str, tuple[str, tuple[str, ...]]], reus
         sudo_inventory=lab_dir() / "inventory-sudo.yml",
         user_key=user_key(),
         become_password_file=become_password_file(),
+        bastion=record.data.get("bastion"),
     )
+
+
+# ---------------------------------------------------------------- bastion
+
+#: The routing-policy rule that makes a host refuse SSH from the control machine, in the host's own
+#: network namespace: sshd's answers to the bridge address have no route (`prohibit`), so a connection
+#: from the control machine to port 22 never completes (it times out, as behind a dropping firewall),
+#: while connections from the jump host (another address on the bridge) and to every other port (the
+#: server's, ping) still get through. Only iproute2, which the lab needs anyway.
+BASTION_PREF = "100"
+BASTION_RULE = ("pref", BASTION_PREF, "to", BRIDGE_ADDRESS, "ipproto", "tcp", "sport", "22", "prohibit")
+
+
+def bastion(jump: str) -> tuple[str, ...]:
+    """Make lab host `jump` the jump host: from now on every other host refuses SSH from the control
+    machine and accepts it from `jump` (ssh -J root@JUMP, or ProxyJump in ssh_args). Returns the hosts
+    that refuse. `lift_bastion()`, the next `up` and `down` undo it."""
+    _check_root()
+    with _locked():
+        record = _Record.load()
+        if record is None or not record.data.get("complete"):
+            raise InputError("no lab is up: run `lab up` first")
+        hosts = record.data["hosts"]
+        if jump not in hosts:
+            raise InputError(f"no lab host {jump!r}; the lab has {', '.join(hosts)}")
+        _lift(record)
+        record.data["bastion"] = jump  # recorded first: a crash half-way is still undone
+        record.save()
+        behind = tuple(name for name in hosts if name != jump)
+        for name in behind:
+            _run(["ip", "-n", hosts[name]["netns"], "rule", "add", *BASTION_RULE])
+        return behind
+
+
+def lift_bastion() -> bool:
+    """Every lab host answers SSH from the control machine again; True if a bastion was set."""
+    _check_root()
+    with _locked():
+        record = _Record.load()
+        return record is not None and _lift(record)
+
+
+def _lift(record: _Record) -> bool:
+    if not record.data.get("bastion"):
+        return False
+    for entry in record.data["hosts"].values():
+        netns = entry.get("netns")
+        if not netns or not _netns_exists(netns):
+            continue
+        while _run(["ip", "-n", netns, "rule", "show", "pref", BASTION_PREF]).strip():
+            _run(["ip", "-n", netns, "rule", "del", "pref", BASTION_PREF])
+    record.data["bastion"] = None
+    record.save()
+    return True
 
 
 # ---------------------------------------------------------------- public: up, status, down
@@ -771,6 +832,7 @@ def _reuse(record: _Record, hosts: int, gpus: int, sglang_version: str) -> LabSt
             f"a lab is up with hosts={has[0]} gpus={has[1]} sglang-version={has[2]}; "
             f"run `lab down` first to get hosts={hosts} gpus={gpus} sglang-version={sglang_version}"
         )
+    _lift(record)  # `up` promises hosts the control machine reaches (a test that set a bastion crashed)
     booted = {name: _systemd(_leader(e["pid"]) or 0) for name, e in entries.items()}
     return _state(record, booted, reused=True)
 
@@ -845,6 +907,7 @@ def status() -> LabStatus:
         gpus=record.data.get("gpus"),
         sglang_version=record.data.get("sglang_version"),
         sudo_inventory=sudo_inventory if sudo_inventory.exists() else None,
+        bastion=record.data.get("bastion"),
     )
 
 

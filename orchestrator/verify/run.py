@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import ansible_config, vault
+from orchestrator import inventory as inventory_mod
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.hostplan import HostPaths, UnitFacts, placements
@@ -83,6 +85,7 @@ def verify(prof: profile_mod.Profile, inventory: Path, limit: str | None = None)
         str(TESTS.parent),
     ]
     env = {"ORCH_VERIFY_PLANS": json.dumps(plans), "PATH": _path_first_ours()}
+    _give_testinfra(inventory, list(plans))
     with _environ(env), contextlib.redirect_stdout(io.StringIO()):
         pytest.main(args, plugins=[collector])
     return collector.checks
@@ -94,6 +97,29 @@ def _path_first_ours() -> str:
     ours = sysconfig.get_path("scripts")
     path = os.environ.get("PATH", os.defpath)
     return os.pathsep.join([ours, *(p for p in path.split(os.pathsep) if p and p != ours)])
+
+
+def _give_testinfra(inventory: Path, names: list[str]) -> None:
+    """testinfra would read the inventory with `ansible-inventory --list`, which knows none of the command
+    line's vault passwords, and takes ssh_args only from ansible.cfg: it gets the hosts' connection
+    variables as orchestrator read them (decrypted where vaulted), and the user's ssh_args where they come
+    from ANSIBLE_SSH_ARGS (a ProxyJump there reaches verify too)."""
+    from testinfra.utils.ansible_runner import AnsibleRunner
+
+    found = inventory_mod.host_variables(inventory)
+    hostvars = {
+        name: {k: vault.plain(v, k) for k, v in found[name].items() if k.startswith("ansible_")}
+        for name in names
+    }
+    runner = AnsibleRunner.get_runner(str(inventory))
+    runner.__dict__["inventory"] = {"_meta": {"hostvars": hostvars}, "all": {"hosts": list(hostvars)}}
+    runner._host_cache.clear()
+    ssh_args = ansible_config.read()["ssh.ssh_args"]
+    if ssh_args.origin.startswith("env:"):
+        parser = runner.ansible_config
+        if not parser.has_section("ssh_connection"):
+            parser.add_section("ssh_connection")
+        parser.set("ssh_connection", "ssh_args", str(ssh_args.value).replace("%", "%%"))
 
 
 @contextlib.contextmanager

@@ -1,0 +1,299 @@
+"""The user's Ansible configuration, read as Ansible reads it, and the settings orchestrator's plays run with.
+
+Ansible reads one ini file, `$ANSIBLE_CONFIG`, else `./ansible.cfg` (not in a world-writable
+directory), else `~/.ansible.cfg`, else `/etc/ansible/ansible.cfg`, and `ANSIBLE_*` variables override
+it. Its own ConfigManager finds and reads it here, so every setting means what it means to the user's
+own `ansible-playbook`. A play runs in the user's directory with `ANSIBLE_CONFIG` naming that same file
+(ansible-runner would start it elsewhere, where `./ansible.cfg` is not the user's), plus environment
+variables for only these (`play_environment`):
+
+- orchestrator's roles, module_utils and strategy plugin folders, put before the user's, never in
+  their place;
+- its speed settings (pipelining, SSH ControlMaster/ControlPersist, the `orchestrator_linear` strategy,
+  forks) and quiet settings where the user left Ansible's default; a user's `ssh_args` is kept whole
+  (a ProxyJump in it stays) and gets only the multiplexing options it does not name;
+- what orchestrator needs to drive the play: no password prompt the CLI did not ask for itself
+  (it answers -K and the vault prompts), and the user's `host_key_checking` (ansible-runner would
+  switch it off), and the user's callback plugin folders (ansible-runner adds its own to them).
+
+Reading costs about 0.3 s of Ansible imports, so what was found is kept in the state directory under a
+fingerprint of the candidate config files, the `ANSIBLE_*` variables, the directory and Ansible's version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import shlex
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import InputError
+from orchestrator.paths import MODULE_UTILS_DIR, PLAYBOOKS_DIR, ROLES_DIR, state_dir
+
+#: Ansible's own settings (base.yml) that orchestrator reads.
+BASE_SETTINGS = (
+    "DEFAULT_HOST_LIST",
+    "DEFAULT_ROLES_PATH",
+    "DEFAULT_MODULE_UTILS_PATH",
+    "DEFAULT_STRATEGY_PLUGIN_PATH",
+    "DEFAULT_CALLBACK_PLUGIN_PATH",
+    "DEFAULT_STRATEGY",
+    "DEFAULT_FORKS",
+    "HOST_KEY_CHECKING",
+    "DEFAULT_ASK_PASS",
+    "DEFAULT_BECOME_ASK_PASS",
+    "DEFAULT_ASK_VAULT_PASS",
+    "DEFAULT_VAULT_IDENTITY",
+    "DEFAULT_VAULT_IDENTITY_LIST",
+    "DEFAULT_VAULT_PASSWORD_FILE",
+    "ANSIBLE_NOCOWS",
+    "DEPRECATION_WARNINGS",
+    "LOCALHOST_WARNING",
+    "INVENTORY_UNPARSED_WARNING",
+)
+#: Options of the ssh connection plugin (its documentation defines them): pipelining is one too, and
+#: only the plugin's definition knows `[ssh_connection] pipelining`.
+SSH_SETTINGS = ("ssh_args", "pipelining")
+#: orchestrator's SSH multiplexing: one connection per host for a whole play, kept for the next command.
+SSH_MULTIPLEXING = {"controlmaster": "ControlMaster=auto", "controlpersist": "ControlPersist=120s"}
+#: Where the user left Ansible's default: (setting, variable, orchestrator's value; "{forks}" is the run's).
+OUR_DEFAULTS = (
+    ("ssh.pipelining", "ANSIBLE_PIPELINING", "True"),
+    ("DEFAULT_STRATEGY", "ANSIBLE_STRATEGY", "orchestrator_linear"),
+    ("DEFAULT_FORKS", "ANSIBLE_FORKS", "{forks}"),
+    ("ANSIBLE_NOCOWS", "ANSIBLE_NOCOWS", "True"),
+    ("DEPRECATION_WARNINGS", "ANSIBLE_DEPRECATION_WARNINGS", "False"),
+    ("LOCALHOST_WARNING", "ANSIBLE_LOCALHOST_WARNING", "False"),
+    ("INVENTORY_UNPARSED_WARNING", "ANSIBLE_INVENTORY_UNPARSED_WARNING", "False"),
+)
+_FORMAT = 1
+_CACHE_ENTRIES = 16
+_memo: dict[str, AnsibleConfig] = {}
+
+
+@dataclass(frozen=True)
+class Setting:
+    value: Any
+    #: Where Ansible found it: "default", "env: NAME", or the config file's path.
+    origin: str
+
+    @property
+    def user_set(self) -> bool:
+        return self.origin != "default"
+
+
+@dataclass(frozen=True)
+class AnsibleConfig:
+    """The settings orchestrator reads, each with its origin, and the config file Ansible uses (or None)."""
+
+    file: str | None
+    settings: dict[str, Setting]
+
+    def __getitem__(self, name: str) -> Setting:
+        return self.settings[name]
+
+    def inventory_source(self) -> tuple[Path, str] | None:
+        """The inventory the user configured and why (`ANSIBLE_INVENTORY`, `ansible.cfg: PATH`); None
+        where it is Ansible's default. orchestrator reads one inventory: several are an error."""
+        setting = self["DEFAULT_HOST_LIST"]
+        if not setting.user_set:
+            return None
+        why = "ANSIBLE_INVENTORY" if setting.origin.startswith("env:") else f"ansible.cfg: {setting.origin}"
+        sources = [str(s) for s in setting.value or [] if str(s).strip()]
+        if len(sources) != 1:
+            raise InputError(
+                f"{why} names {len(sources)} inventories ({', '.join(sources) or 'none'}); "
+                "orchestrator reads one: pass -i INVENTORY"
+            )
+        return Path(sources[0]), why
+
+
+def read() -> AnsibleConfig:
+    """The user's configuration as Ansible sees it from this directory and environment, now."""
+    key = _fingerprint()
+    if key is not None and key in _memo:
+        return _memo[key]
+    found = _cache_get(key) if key else None
+    if found is None:
+        found = _read_with_ansible()
+        if key:
+            _cache_put(key, found)
+    if key:
+        _memo[key] = found
+    return found
+
+
+def play_environment(config: AnsibleConfig, forks: int) -> dict[str, str]:
+    """The environment variables a play gets on top of the user's own (see the module's docstring)."""
+    env = {
+        "ANSIBLE_ROLES_PATH": _search_path(ROLES_DIR, config["DEFAULT_ROLES_PATH"].value),
+        "ANSIBLE_MODULE_UTILS": _search_path(MODULE_UTILS_DIR, config["DEFAULT_MODULE_UTILS_PATH"].value),
+        "ANSIBLE_STRATEGY_PLUGINS": _search_path(
+            PLAYBOOKS_DIR / "strategy_plugins", config["DEFAULT_STRATEGY_PLUGIN_PATH"].value
+        ),
+        "ANSIBLE_CALLBACK_PLUGINS": os.pathsep.join(config["DEFAULT_CALLBACK_PLUGIN_PATH"].value or []),
+        "ANSIBLE_HOST_KEY_CHECKING": str(bool(config["HOST_KEY_CHECKING"].value)),
+        # The CLI asks -K and the vault passwords itself and answers their prompts; any other prompt
+        # would wait on a terminal nobody reads.
+        "ANSIBLE_ASK_PASS": "False",
+        "ANSIBLE_BECOME_ASK_PASS": "False",
+        "ANSIBLE_ASK_VAULT_PASS": "False",
+    }
+    if config.file:
+        env["ANSIBLE_CONFIG"] = config.file
+    for name, variable, ours in OUR_DEFAULTS:
+        if not config[name].user_set:
+            env[variable] = ours.format(forks=forks)
+    ssh_args = merged_ssh_args(config["ssh.ssh_args"])
+    if ssh_args is not None:
+        env["ANSIBLE_SSH_ARGS"] = ssh_args
+    return env
+
+
+def merged_ssh_args(setting: Setting) -> str | None:
+    """The ssh_args a play uses: orchestrator's multiplexing where the user left Ansible's default,
+    else the user's own with the multiplexing options they do not name appended (ssh takes the first
+    value of an option, so theirs win anyway); None when the user's need nothing added."""
+    if not setting.user_set:
+        return " ".join(f"-o {option}" for option in SSH_MULTIPLEXING.values())
+    user = str(setting.value or "")
+    named = ssh_option_names(user)
+    missing = [f"-o {option}" for key, option in SSH_MULTIPLEXING.items() if key not in named]
+    return " ".join([user, *missing]).strip() if missing else None
+
+
+def ssh_option_names(args: str) -> set[str]:
+    """The `-o` options an ssh command line sets, lower-cased (`-o Key=v`, `-oKey=v`, `-o "Key v"`)."""
+    try:
+        words = shlex.split(args)
+    except ValueError:  # unbalanced quotes: ssh would refuse the line anyway
+        words = args.split()
+    names = set()
+    for i, word in enumerate(words):
+        option = (
+            words[i + 1] if word == "-o" and i + 1 < len(words) else word[2:] if word.startswith("-o") else ""
+        )
+        key = option.replace("=", " ").split(" ", 1)[0].strip().lower()
+        if key:
+            names.add(key)
+    return names
+
+
+def _search_path(ours: Path, theirs: list[str] | None) -> str:
+    """orchestrator's folder first (its playbooks must get its own roles), then every one of the user's."""
+    folders = [str(ours), *(str(p) for p in theirs or [] if str(p) != str(ours))]
+    return os.pathsep.join(folders)
+
+
+def _read_with_ansible() -> AnsibleConfig:
+    from ansible.config.manager import ConfigManager
+    from ansible.errors import AnsibleError
+
+    try:
+        manager = ConfigManager()  # finds the file as Ansible does, from this directory and environment
+        config_file = manager.get_config_value("CONFIG_FILE")
+        home = {"ANSIBLE_HOME": manager.get_config_value("ANSIBLE_HOME")}  # templated defaults use it
+        settings = {
+            name: Setting(*_plain(manager.get_config_value_and_origin(name, variables=home)))
+            for name in BASE_SETTINGS
+        }
+        manager.initialize_plugin_configuration_definitions("connection", "ssh", _ssh_options())
+        for name in SSH_SETTINGS:
+            found = manager.get_config_value_and_origin(name, plugin_type="connection", plugin_name="ssh")
+            settings[f"ssh.{name}"] = Setting(*_plain(found))
+    except AnsibleError as exc:
+        where = os.environ.get("ANSIBLE_CONFIG") or "ansible.cfg"
+        raise InputError(f"Ansible's configuration ({where}): {str(exc).strip().splitlines()[0]}") from None
+    return AnsibleConfig(str(config_file) if config_file else None, settings)
+
+
+def _ssh_options() -> dict[str, Any]:
+    """The ssh connection plugin's option definitions, from its own documentation (as the plugin loader
+    reads them, without importing the plugin and its dependencies)."""
+    from ansible.parsing.plugin_docs import read_docstring
+
+    spec = importlib.util.find_spec("ansible")
+    assert spec is not None and spec.origin is not None
+    doc = read_docstring(str(Path(spec.origin).with_name("plugins") / "connection" / "ssh.py"), verbose=False)
+    return doc["doc"]["options"]
+
+
+def _plain(found: tuple[Any, Any]) -> tuple[Any, str]:
+    """A value as plain JSON types (Ansible tags its strings with where they came from)."""
+    value, origin = found
+    return json.loads(json.dumps(value, default=str)), str(origin or "default")
+
+
+# ---------------------------------------------------------------- cache
+
+
+def _candidates() -> list[Path]:
+    """Every file Ansible might take its configuration from, in its order (see find_ini_config_file)."""
+    found = []
+    explicit = os.environ.get("ANSIBLE_CONFIG")
+    if explicit:
+        found += [
+            Path(explicit).expanduser().absolute(),
+            Path(explicit).expanduser().absolute() / "ansible.cfg",
+        ]
+    found += [Path.cwd() / "ansible.cfg", Path.home() / ".ansible.cfg", Path("/etc/ansible/ansible.cfg")]
+    return found
+
+
+def _fingerprint() -> str | None:
+    try:
+        cwd = Path.cwd()
+        world_writable = bool(cwd.stat().st_mode & stat.S_IWOTH)  # Ansible skips ./ansible.cfg then
+    except OSError:
+        return None
+    spec = importlib.util.find_spec("ansible")
+    release = Path(spec.origin).with_name("release.py") if spec and spec.origin else None
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("ANSIBLE_"))
+    files = [_identity(p) for p in [*_candidates(), release] if p]
+    parts = [_FORMAT, str(cwd), world_writable, str(Path.home()), env, files, str(PLAYBOOKS_DIR)]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def _identity(path: Path) -> list[object]:
+    try:
+        return [str(path), hashlib.sha256(path.read_bytes()).hexdigest(), os.access(path, os.R_OK)]
+    except OSError:
+        return [str(path)]
+
+
+def _cache_path() -> Path:
+    return state_dir() / "cache" / "ansible-config.json"
+
+
+def _cache_get(key: str) -> AnsibleConfig | None:
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        entry = json.loads(_cache_path().read_text()).get(key)
+        if entry is not None:
+            settings = {name: Setting(*pair) for name, pair in entry["settings"].items()}
+            if set(settings) == {*BASE_SETTINGS, *(f"ssh.{n}" for n in SSH_SETTINGS)}:
+                return AnsibleConfig(entry["file"], settings)
+    return None
+
+
+def _cache_put(key: str, config: AnsibleConfig) -> None:
+    path = _cache_path()
+    entries: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        entries = json.loads(path.read_text())
+    entries.pop(key, None)
+    entries[key] = {
+        "file": config.file,
+        "settings": {n: [s.value, s.origin] for n, s in config.settings.items()},
+    }
+    kept = dict(list(entries.items())[-_CACHE_ENTRIES:])
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(kept))
+        tmp.replace(path)
