@@ -16,7 +16,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator import console
+from orchestrator import console, sglang_flags
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.console import err, handle_errors, inventory_or_lab, inventory_or_running_lab, out
@@ -263,7 +263,11 @@ def validate(profile_ref: str | None) -> None:
 @handle_errors
 def render(profile_ref: str, as_json: bool, against: str | None) -> None:
     """Print the systemd unit the profile renders to, byte for byte what a host gets."""
-    plan = plan_mod.build(profile_mod.load(profile_ref))
+    prof = profile_mod.load(profile_ref)
+    note = sglang_flags.help_note(prof.server.sglang_version)
+    if note:  # on stderr: stdout stays the unit's exact bytes
+        click.echo(f"note: {note}", err=True)
+    plan = plan_mod.build(prof)
     if against:
         other = plan_mod.build(profile_mod.load(against))
         changes = plan_mod.flag_changes(other.unit, plan.unit)

@@ -297,6 +297,7 @@ def render_unit(profile: Profile, argv: list[str], environment: dict[str, str]) 
             ansible_managed=MANAGED,
             profile=profile.name,
             sglang_version=profile.server.sglang_version,
+            sglang_help=sglang_flags.help_version(profile.server.sglang_version),
             description=f"SGLang {profile.server.sglang_version} server, profile {profile.name}",
             user=svc.user,
             working_directory=_working_directory(svc.working_directory),

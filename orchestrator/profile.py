@@ -85,6 +85,13 @@ def _profile_name(value: str) -> str:
     return value
 
 
+def _sglang_version(value: str) -> str:
+    problem = sglang_flags.version_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 def _systemd(check: Callable[[str], list[str]]) -> AfterValidator:
     """A systemd_rules check as a field validator: what systemd would refuse or change is an error here."""
 
@@ -163,8 +170,10 @@ AbsPath = Annotated[str, Field(pattern=r"^/[^\x00-\x1f]*$", description="An abso
 class Server(_Model):
     """How SGLang itself is started."""
 
-    sglang_version: Literal["0.5.9", "0.5.23"] = Field(
-        "0.5.9", description="SGLang version installed on the hosts; flags are rendered for it."
+    sglang_version: Annotated[str, AfterValidator(_sglang_version)] = Field(
+        "0.5.9",
+        description="SGLang version installed on the hosts: any release from 0.5.9 on (0.5.10.post1 too); "
+        "flags are rendered from the nearest shipped --help at or below it.",
     )
     python: Annotated[AbsPath, _systemd(systemd_rules.executable_problems)] = Field(
         "/usr/bin/python3", description="Python executable that has SGLang installed."
@@ -722,7 +731,7 @@ def _partial_rule_findings(data: dict[str, Any]) -> list[rules.Finding]:
         # A typo elsewhere in `server` must not hide a bad extra arg.
         raw = data["server"]
         version, extra = raw.get("sglang_version", "0.5.9"), raw.get("extra_args", [])
-        if version in sglang_flags.SUPPORTED_VERSIONS and isinstance(extra, list):
+        if isinstance(version, str) and not sglang_flags.version_problem(version) and isinstance(extra, list):
             findings += rules.check_extra_args(version, [str(a) for a in extra])
     if isinstance(data.get("nccl"), dict):
         findings += rules.check_nccl({str(k): str(v) for k, v in data["nccl"].items()})

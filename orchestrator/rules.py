@@ -188,7 +188,7 @@ def check_extra_args(version: str, extra_args: list[str]) -> Iterator[Finding]:
         elif arg.unknown:
             close = difflib.get_close_matches(name, sglang_flags.flag_table(version).names, n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
-            yield (loc, f"{name} is not a flag of SGLang {version}{hint}")
+            yield (loc, f"{name} is not a flag of {sglang_flags.named(version)}{hint}")
         elif opt is not None and "--help" in opt.names:
             yield (loc, f"{shown} prints SGLang's help and exits: the server would never start; remove it")
         elif opt is not None and modelled.intersection(opt.names):
@@ -208,8 +208,9 @@ def _argparse_finding(version: str, message: str) -> str:
     if ambiguous:
         word, matches = ambiguous.groups()
         candidates = ", ".join(sorted(matches.split(", ")))
-        return f"{word.split('=', 1)[0]} is ambiguous in SGLang {version} ({candidates}); spell it out"
-    return f"SGLang {version} would exit at start with: {message}"
+        shown = word.split("=", 1)[0]
+        return f"{shown} is ambiguous in {sglang_flags.named(version)} ({candidates}); spell it out"
+    return f"{sglang_flags.named(version)} would exit at start with: {message}"
 
 
 def _stray_finding(version: str, word: str) -> str:
@@ -284,10 +285,11 @@ def check_parallel(
         )
 
 
-#: With eagle_topk > 1 and a page size > 1, the attention backends SGLang accepts. 0.5.9:
-#: ServerArgs._handle_speculative_decoding; 0.5.23: speculative_hook._handle_eagle_family
-#: (_PAGE_TREE_SPEC_BACKENDS); NGRAM, both: flashinfer only (0.5.23 speculative_hook._handle_ngram).
-_PAGE_TREE_BACKENDS = {"0.5.9": ("flashinfer", "fa3"), "0.5.23": ("flashinfer", "fa3", "triton")}
+#: With eagle_topk > 1 and a page size > 1, the attention backends SGLang accepts, from each
+#: release on (sglang_flags.at_or_below). 0.5.9 to 0.5.12: ServerArgs._handle_speculative_decoding;
+#: from 0.5.13: speculative_hook._handle_eagle_family (_PAGE_TREE_SPEC_BACKENDS, read in every
+#: wheel to 0.5.23); NGRAM, all: flashinfer only (0.5.23 speculative_hook._handle_ngram).
+_PAGE_TREE_BACKENDS = {"0.5.9": ("flashinfer", "fa3"), "0.5.13": ("flashinfer", "fa3", "triton")}
 _NGRAM_PAGE_TREE_BACKENDS = ("flashinfer",)
 
 #: Backends that force a page size whatever --page-size says: backend -> (sizes kept, size forced).
@@ -321,9 +323,7 @@ def check_speculative_server(
     extra = sglang_flags.option_values(sglang_version, extra_args)
     _, groups = dp_layout(sglang_version, dp_size, extra)
     if algorithm in ("STANDALONE", "NGRAM") and groups > 1:
-        where = (
-            "ServerArgs._handle_speculative_decoding" if sglang_version == "0.5.9" else _SPEC_HOOK[algorithm]
-        )
+        where = sglang_flags.at_or_below(_SPEC_CHECK, sglang_version)[algorithm]
         yield (
             "speculative.algorithm",
             f"SGLang {sglang_version} refuses {algorithm} with DP attention ({where}: "
@@ -335,13 +335,22 @@ def check_speculative_server(
         yield from _page_tree(sglang_version, algorithm, topk, extra, _NGRAM_PAGE_TREE_BACKENDS)
     elif eagle_topk is not None:
         yield from _page_tree(
-            sglang_version, algorithm, eagle_topk, extra, _PAGE_TREE_BACKENDS[sglang_version]
+            sglang_version,
+            algorithm,
+            eagle_topk,
+            extra,
+            sglang_flags.at_or_below(_PAGE_TREE_BACKENDS, sglang_version),
         )
 
 
-_SPEC_HOOK = {
-    "STANDALONE": "speculative_hook._handle_eagle_family",
-    "NGRAM": "speculative_hook._handle_ngram",
+#: Where SGLang refuses STANDALONE and NGRAM with DP attention, from each release on: 0.5.13
+#: moved the speculative checks out of ServerArgs into arg_groups/speculative_hook.py.
+_SPEC_CHECK = {
+    "0.5.9": dict.fromkeys(("STANDALONE", "NGRAM"), "ServerArgs._handle_speculative_decoding"),
+    "0.5.13": {
+        "STANDALONE": "speculative_hook._handle_eagle_family",
+        "NGRAM": "speculative_hook._handle_ngram",
+    },
 }
 
 

@@ -17,12 +17,88 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 HELP_DIR = Path(__file__).resolve().parent / "sglang_help"
+_HELP_PREFIX = "launch_server-help-"
 
-#: SGLang versions whose real --help we ship; a profile must name one of them.
-SUPPORTED_VERSIONS = ("0.5.9", "0.5.23")
+#: A release number as SGLang's tags spell them: 0.5.9, 0.5.10.post1.
+_RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?")
+
+#: The oldest SGLang a profile may name: the oldest --help shipped, the first one read.
+OLDEST = "0.5.9"
+
+
+def version_key(version: str) -> tuple[int, int, int, int]:
+    """A release number, comparable: 0.5.9 < 0.5.10 < 0.5.10.post1 < 0.5.11. ValueError if malformed."""
+    match = _RELEASE.fullmatch(version)
+    if match is None:
+        raise ValueError(f"{version!r} is not an SGLang release number such as 0.5.9 or 0.5.10.post1")
+    major, minor, patch, post = match.groups()
+    return int(major), int(minor), int(patch), -1 if post is None else int(post)
+
+
+def _shipped() -> tuple[str, ...]:
+    names = (p.name[len(_HELP_PREFIX) : -len(".txt")] for p in HELP_DIR.glob(f"{_HELP_PREFIX}*.txt"))
+    return tuple(sorted((v for v in names if _RELEASE.fullmatch(v)), key=version_key))
+
+
+#: SGLang versions whose real --help ships in sglang_help/ (scripts/sglang_help.py makes them),
+#: oldest first. A profile may name any release from OLDEST on: its flags are read from the
+#: nearest of these at or below it (help_version).
+SHIPPED = _shipped()
+
+
+def version_problem(version: str) -> str | None:
+    """Why a profile may not name `version`, or None when it may."""
+    try:
+        key = version_key(version)
+    except ValueError as exc:
+        return str(exc)
+    if key < version_key(OLDEST):
+        return (
+            f"SGLang {version} is older than {OLDEST}, the oldest release orchestrator renders flags for; "
+            f"name {OLDEST} or later"
+        )
+    return None
+
+
+@cache
+def help_version(version: str) -> str:
+    """The shipped --help whose flags are rendered for SGLang `version`: the nearest at or below it."""
+    problem = version_problem(version)
+    if problem:
+        raise KeyError(problem)
+    return at_or_below({v: v for v in SHIPPED}, version)
+
+
+def at_or_below(by_version: dict[str, T], version: str) -> T:
+    """The value of the highest version key at or below `version`: what holds from that release on."""
+    key = version_key(version)
+    fitting = [v for v in by_version if version_key(v) <= key]
+    if not fitting:
+        raise KeyError(f"nothing known for SGLang {version} (from {min(by_version, key=version_key)} on)")
+    return by_version[max(fitting, key=version_key)]
+
+
+def help_note(version: str) -> str | None:
+    """What `render` says when SGLang `version` has no shipped --help of its own."""
+    used = help_version(version)
+    if used == version:
+        return None
+    return (
+        f"SGLang {version} has no shipped --help; flags are spelled from {used}'s, and preflight "
+        "checks them against the host's own --help"
+    )
+
+
+def named(version: str) -> str:
+    """SGLang `version` in a message that a --help text decides: with the help read, if another's."""
+    used = help_version(version)
+    return f"SGLang {version}" if used == version else f"SGLang {version} (read with {used}'s --help)"
+
 
 #: Options argparse marks as required in the usage line of every shipped version.
 _REQUIRED = {"--model-path"}
@@ -88,13 +164,24 @@ class FlagTable:
 
 #: Options SGLang's parser takes but its --help hides (`help=argparse.SUPPRESS`). argparse
 #: matches prefixes against them too, so `--forward-pass-metrics` is ambiguous in 0.5.23.
-#: Found by building SGLang's own parser from each wheel's server_args and comparing: 0.5.23,
-#: arg_groups/fields/observability.py (forward_pass_metrics_worker_id, forward_pass_metrics_ipc_name).
+#: Found by building SGLang's own parser from each wheel's server_args and comparing (scripts/
+#: sglang_help.py lists them): 0.5.23, arg_groups/fields/observability.py (forward_pass_metrics_worker_id,
+#: forward_pass_metrics_ipc_name; 0.5.20 too); 0.5.15, server_args.py (the same two, and the
+#: deprecated alias --speculative-dflash-draft-window-size of --speculative-draft-window-size).
 HIDDEN: dict[str, tuple[OptionSpec, ...]] = {
+    "0.5.15": (
+        OptionSpec(("--forward-pass-metrics-worker-id",), "1", metavar="FORWARD_PASS_METRICS_WORKER_ID"),
+        OptionSpec(("--forward-pass-metrics-ipc-name",), "1", metavar="FORWARD_PASS_METRICS_IPC_NAME"),
+        OptionSpec(("--speculative-dflash-draft-window-size",), "1", metavar="SPECULATIVE_DRAFT_WINDOW_SIZE"),
+    ),
+    "0.5.20": (
+        OptionSpec(("--forward-pass-metrics-worker-id",), "1", metavar="FORWARD_PASS_METRICS_WORKER_ID"),
+        OptionSpec(("--forward-pass-metrics-ipc-name",), "1", metavar="FORWARD_PASS_METRICS_IPC_NAME"),
+    ),
     "0.5.23": (
         OptionSpec(("--forward-pass-metrics-worker-id",), "1", metavar="FORWARD_PASS_METRICS_WORKER_ID"),
         OptionSpec(("--forward-pass-metrics-ipc-name",), "1", metavar="FORWARD_PASS_METRICS_IPC_NAME"),
-    )
+    ),
 }
 
 
@@ -141,17 +228,18 @@ def parse_help(text: str) -> list[OptionSpec]:
 
 
 def help_path(version: str) -> Path:
-    return HELP_DIR / f"launch_server-help-{version}.txt"
+    return HELP_DIR / f"{_HELP_PREFIX}{version}.txt"
+
+
+def flag_table(version: str) -> FlagTable:
+    """The options SGLang `version` is taken to have: those of its nearest shipped help at or
+    below it (the table's `version` names that help)."""
+    return _table(help_version(version))
 
 
 @cache
-def flag_table(version: str) -> FlagTable:
-    """The options of SGLang `version`, from its shipped help file."""
-    path = help_path(version)
-    if not path.exists():
-        known = ", ".join(SUPPORTED_VERSIONS)
-        raise KeyError(f"no --help text for SGLang {version} (known: {known})")
-    return FlagTable(version, parse_help(path.read_text()))
+def _table(shipped: str) -> FlagTable:
+    return FlagTable(shipped, parse_help(help_path(shipped).read_text()))
 
 
 class ArgError(Exception):
@@ -283,9 +371,13 @@ def spelled_flags(version: str, args: list[str]) -> list[str]:
     return sorted(out)
 
 
-@cache
 def _fragment_parser(version: str) -> argparse.ArgumentParser:
-    return build_parser(flag_table(version), fragments=True)
+    return _fragment_parser_of(help_version(version))
+
+
+@cache
+def _fragment_parser_of(shipped: str) -> argparse.ArgumentParser:
+    return build_parser(_table(shipped), fragments=True)
 
 
 def _pieces(args: list[str], names: set[str] | frozenset[str]) -> list[tuple[int, list[str]]]:
@@ -352,8 +444,10 @@ def _positions(words: list[str], extras: list[str], start: int) -> tuple[int, ..
 
 
 # --- The flags the renderer emits, per version -------------------------------------
-# Each modelled setting maps to the spelling that version's help lists; None means the
-# version has no such flag, and a profile asking for that setting is an error there.
+# Each modelled setting maps to the spelling that the help of that version on lists (a key
+# holds until the next one: 0.5.15 spells as 0.5.9); None means no such flag from that
+# version on, and a profile asking for that setting is an error there. Every spelling is
+# checked against every shipped help (tests/unit/test_render.py).
 MODELLED: dict[str, dict[str, str | None]] = {
     "model_path": {"0.5.9": "--model-path", "0.5.23": "--model-path"},
     "served_model_name": {"0.5.9": "--served-model-name", "0.5.23": "--served-model-name"},
@@ -365,7 +459,8 @@ MODELLED: dict[str, dict[str, str | None]] = {
     "context_length": {"0.5.9": "--context-length", "0.5.23": "--context-length"},
     "trust_remote_code": {"0.5.9": "--trust-remote-code", "0.5.23": "--trust-remote-code"},
     "disable_cuda_graph": {"0.5.9": "--disable-cuda-graph", "0.5.23": "--disable-cuda-graph"},
-    "cuda_graph_max_bs": {"0.5.9": "--cuda-graph-max-bs", "0.5.23": "--cuda-graph-max-bs-decode"},
+    # 0.5.14 to 0.5.19 keep --cuda-graph-max-bs as a deprecated alias; 0.5.20 drops it.
+    "cuda_graph_max_bs": {"0.5.9": "--cuda-graph-max-bs", "0.5.20": "--cuda-graph-max-bs-decode"},
     "log_level": {"0.5.9": "--log-level", "0.5.23": "--log-level"},
     "enable_metrics": {"0.5.9": "--enable-metrics", "0.5.23": "--enable-metrics"},
     "speculative_algorithm": {"0.5.9": "--speculative-algorithm", "0.5.23": "--speculative-algorithm"},
@@ -387,16 +482,17 @@ MODELLED: dict[str, dict[str, str | None]] = {
 
 
 def flag(setting: str, version: str) -> str | None:
-    """The spelling of a modelled setting in `version`, or None if that version lacks it."""
-    return MODELLED[setting].get(version)
+    """The spelling of a modelled setting for `version` (as its nearest shipped help at or below
+    it has it), or None if that help lacks it."""
+    return at_or_below(MODELLED[setting], help_version(version))
 
 
 def modelled_flag_names(version: str) -> set[str]:
     """Every spelling (aliases included) of every flag the renderer may emit for `version`."""
     table = flag_table(version)
     names: set[str] = set()
-    for per_version in MODELLED.values():
-        spelled = per_version.get(version)
+    for setting in MODELLED:
+        spelled = flag(setting, version)
         if spelled:
             opt = table.option(spelled)
             names.update(opt.names if opt else (spelled,))

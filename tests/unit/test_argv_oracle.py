@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from orchestrator import plan, profile, sglang_flags
 from orchestrator.errors import InputError
 
-VERSIONS = ["0.5.9", "0.5.23"]
+VERSIONS = list(sglang_flags.SHIPPED)
 #: Free text as a user might type it, and as an attacker would: quotes, `$`, `%`, backslashes,
 #: newlines, leading dashes and spaces, unicode.
 TEXT = st.text(alphabet=st.sampled_from(list("ab -_=./\"'$%\\\n\t;&|*?~#é漢")), min_size=1, max_size=24)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from orchestrator import plan, profile, rules, sglang_flags
 from orchestrator.errors import ProfileError
 
-VERSIONS = sglang_flags.SUPPORTED_VERSIONS
+VERSIONS = sglang_flags.SHIPPED
 SECRET = "sk-SECRET-value"
 
 

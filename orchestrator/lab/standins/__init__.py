@@ -60,7 +60,7 @@ def install_packages(rootfs: Path, sglang_version: str) -> None:
     package = dist / "sglang"
     shutil.copy2(Path(sglang_flags.__file__), package / "_flags.py")
     (package / "_help").mkdir()
-    for version in sglang_flags.SUPPORTED_VERSIONS:
+    for version in sglang_flags.SHIPPED:
         shutil.copy2(
             sglang_flags.help_path(version), package / "_help" / sglang_flags.help_path(version).name
         )
@@ -217,10 +217,8 @@ def set_sglang_version(rootfs_or_root: Path, version: str) -> None:
     It rewrites sglang/version.py and the sglang-<V>.dist-info directory; a running server
     keeps its version until restarted, as a real upgrade would.
     """
-    if version not in sglang_flags.SUPPORTED_VERSIONS:
-        raise ValueError(
-            f"unsupported SGLang version {version} (known: {', '.join(sglang_flags.SUPPORTED_VERSIONS)})"
-        )
+    if version not in sglang_flags.SHIPPED:  # the stand-in acts a version by its real --help
+        raise ValueError(f"unsupported SGLang version {version} (known: {', '.join(sglang_flags.SHIPPED)})")
     _set_version_module().set_version(Path(rootfs_or_root) / DIST_PACKAGES / "sglang", version)
 
 
