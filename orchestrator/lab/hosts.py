@@ -96,8 +96,9 @@ HostKey /etc/ssh/ssh_host_ed25519_key
 UseDNS no
 """
 #: Bumped whenever what `up` builds into a host changes: a running lab of another format is rebuilt
-#: rather than reused (2: the login users and the sglang service user; 3: a 70B model for TP 4).
-FORMAT = 3
+#: rather than reused (2: the login users and the sglang service user; 3: a 70B model for TP 4;
+#: 4: the stand-in knows every shipped --help).
+FORMAT = 4
 #: Logins as real fleets have them, each with the user key (never root's): `deploy` sudoes without a
 #: password, `deploy-pw` with the lab's become password, `nosudo` may not sudo (its password is the same,
 #: so sudo gets as far as saying so). `sglang` is a system user for servers run as a non-root service.user.
