@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from labutil import GOOD, service, variant
-from orchestrator import deploy, hostops, logs, runner
+from orchestrator import ansible_config, deploy, hostops, logs, runner
 from orchestrator import profile as profile_mod
 from orchestrator.paths import PLAYBOOKS_DIR, ROLES_DIR
 
@@ -43,8 +43,10 @@ def renamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
         _rename_tasks(data, counter)
         path.write_text(yaml.safe_dump(data, sort_keys=False))
     monkeypatch.setattr(runner, "PLAYBOOKS_DIR", books)
-    monkeypatch.setattr(runner, "ROLES_DIR", roles)
-    monkeypatch.setattr(runner, "MODULE_UTILS_DIR", books / "module_utils")
+    # The play's roles, module_utils and strategy plugin paths come from ansible_config.
+    monkeypatch.setattr(ansible_config, "PLAYBOOKS_DIR", books)
+    monkeypatch.setattr(ansible_config, "ROLES_DIR", roles)
+    monkeypatch.setattr(ansible_config, "MODULE_UTILS_DIR", books / "module_utils")
     return counter[0]
 
 

@@ -94,7 +94,9 @@ def team(lab, tmp_path_factory):
         f"  UserKnownHostsFile {lab.known_hosts}\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
     )
     (repo / "ansible.cfg").write_text(
-        "[defaults]\ninventory = hosts.yml\n\n"
+        # A jump host adds a hop before sudo's prompt: teams behind one raise Ansible's 10 s
+        # connection timeout (a loaded CI machine took over 12 s to that prompt).
+        "[defaults]\ninventory = hosts.yml\ntimeout = 60\n\n"
         f"[ssh_connection]\nssh_args = -F ssh_config -o ProxyJump=root@{jump.address}\n"
     )
     (repo / "hosts.yml").write_text(_inventory(lab, host, lab_hosts.PASSWORD_SUDO_USER))
