@@ -94,10 +94,12 @@ def team(lab, tmp_path_factory):
         f"  UserKnownHostsFile {lab.known_hosts}\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
     )
     (repo / "ansible.cfg").write_text(
-        # A jump host adds a hop before sudo's prompt: teams behind one raise Ansible's 10 s
-        # connection timeout (a loaded CI machine took over 12 s to that prompt).
-        "[defaults]\ninventory = hosts.yml\ntimeout = 60\n\n"
+        "[defaults]\ninventory = hosts.yml\n\n"
         f"[ssh_connection]\nssh_args = -F ssh_config -o ProxyJump=root@{jump.address}\n"
+        # The team's own multiplexing sockets: a master this machine opened to the same host
+        # directly before the bastion went up (another test, ControlPersist) is dead now, and
+        # reusing it would hang at sudo's prompt.
+        f"control_path_dir = {repo / 'cp'}\n"
     )
     (repo / "hosts.yml").write_text(_inventory(lab, host, lab_hosts.PASSWORD_SUDO_USER))
     (repo / "hosts-verify.yml").write_text(_inventory(lab, host, lab_hosts.SUDO_USER))
