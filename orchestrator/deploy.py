@@ -6,6 +6,7 @@ are hostplan.py's, facts in facts.py's, reports report.py's, rollback rollback.p
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -176,13 +177,19 @@ def _mark_interrupted(
             on_event(TaskEvent(r.host, "interrupted", "", "", {"msg": "rolling back"}))
 
 
+_PEER_GONE = re.compile(r"remote process exited|ncclRemoteError|Connection closed by remote peer", re.I)
+
+
 def _group_diagnosis(reports: list[HostReport], where: dict[str, Placement]) -> None:
     """A multi-node server fails as one: every rank's report names the rank that died first."""
     failed = [r for r in reports if not r.ok and r.host in where]
     if not failed:
         return
     dead = [r for r in failed if r.exited_at]
-    first = min(dead, key=lambda r: r.exited_at) if dead else failed[0]
+    # A rank that saw its peer go (ncclRemoteError) died of another's death, even when its own
+    # systemd recorded the exit a few milliseconds earlier (clock skew, a busy host's reaper).
+    causes = [r for r in dead if not _PEER_GONE.search(r.diagnosis)] or dead
+    first = min(causes, key=lambda r: r.exited_at) if causes else failed[0]
     rank = where[first.host].facts.rank
     why = first.diagnosis or f"failed at {first.step}"
     for r in reports:

@@ -13,11 +13,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from orchestrator.deploy import _group_diagnosis
 from orchestrator.diagnose import classify
 from orchestrator.lab.standins import DIST_PACKAGES, install, kimi_config, write_model_dir
+from orchestrator.report import HostReport
 from tests.unit.test_standin_sglang import Server, free_port
 
 PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
@@ -173,6 +176,40 @@ def test_killing_rank_1_ends_rank_0_naming_rank_1(cluster: Cluster) -> None:
     assert "remote process exited or there was a network error" in diagnosis.evidence
     assert "Received sigquit from a child process. It usually means the child failed." in lines[-1]
     assert cluster.smi_used(rank0) == [0, 0]
+
+
+def test_the_group_names_the_killed_rank_even_when_the_survivor_exited_first(cluster: Cluster) -> None:
+    """The survivor can be reaped first (a busy host, clock skew between hosts): its
+    ncclRemoteError is a consequence, and the group's diagnosis still names the killed rank."""
+    rank0, rank1 = up(cluster)
+    rank1.proc.send_signal(signal.SIGKILL)
+    rank0.wait_exit(timeout=5)
+    killed = {"Result": "signal", "ExecMainCode": "killed", "ExecMainStatus": "9"}
+    reports = [
+        HostReport(
+            host="a",
+            ok=False,
+            step="health",
+            diagnosis=str(classify(rank0.output().splitlines())),
+            exited_at="Tue 2026-12-01 16:00:00.100000 UTC",
+        ),
+        HostReport(
+            host="b",
+            ok=False,
+            step="health",
+            diagnosis=str(classify([], killed)),
+            exited_at="Tue 2026-12-01 16:00:00.104000 UTC",
+        ),
+    ]
+    where = {
+        "a": SimpleNamespace(facts=SimpleNamespace(rank=0)),
+        "b": SimpleNamespace(facts=SimpleNamespace(rank=1)),
+    }
+    _group_diagnosis(reports, where)
+    for r in reports:
+        assert r.diagnosis.startswith("group failed: node rank 1 (b) failed first: killed by a signal"), (
+            r.diagnosis
+        )
 
 
 def test_killing_rank_0_ends_rank_1(cluster: Cluster) -> None:
