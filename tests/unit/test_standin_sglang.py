@@ -6,6 +6,7 @@ Each test runs the installed stand-in (install() into a temporary root filesyste
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import importlib.util
 import json
@@ -55,11 +56,15 @@ class Lab:
         cmd = [PYTHON, "-m", "sglang.launch_server", *args]
         return subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
 
-    def start(self, *args: str) -> Server:
+    def start(self, *args: str, log: Path | None = None) -> Server:
+        """`log`: the server's output goes to this file, for a test that sends more requests than a
+        pipe nobody reads holds the log lines of (the server would block writing them)."""
         port = free_port()
         cmd = [PYTHON, "-m", "sglang.launch_server", "--model-path", str(self.target), "--port", str(port)]
-        out = subprocess.PIPE
-        proc = subprocess.Popen([*cmd, *args], env=self.env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        with log.open("w") if log else contextlib.nullcontext(subprocess.PIPE) as out:
+            proc = subprocess.Popen(
+                [*cmd, *args], env=self.env, stdout=out, stderr=subprocess.STDOUT, text=True
+            )
         self.procs.append(proc)
         return Server(proc, port)
 
@@ -355,6 +360,35 @@ def test_api_key_from_config_file_and_open_health(lab: Lab, tmp_path: Path) -> N
     metrics = server.request("GET", "/metrics").read().decode()
     assert "sglang:gen_throughput{" in metrics and "sglang:spec_accept_length{" in metrics
     assert server.status("/server_info") == 404  # 0.5.9 has only /get_server_info
+
+
+def test_get_load_counts_the_requests_in_flight_on_rank_0(lab: Lab) -> None:
+    """SGLang's /get_load, which the gateway's load-aware policies read: one entry per DP rank."""
+    server = lab.start("--dp-size", "2")
+    server.wait_ready()
+    idle = [
+        {"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0},
+        {"dp_rank": 1, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0},
+    ]
+    assert server.json("GET", "/get_load") == idle
+    body = {"text": "one two three", "sampling_params": {"max_new_tokens": 300}, "stream": True}
+    streams = [server.request("POST", "/generate", body) for _ in range(3)]
+    for resp in streams:
+        assert resp.read(6) == b"data: "  # the first decode round came: the request is running
+    busy = server.json("GET", "/get_load")
+    assert [load["num_reqs"] for load in busy] == [3, 0]
+    assert busy[0]["num_waiting_reqs"] == 0 and busy[0]["num_tokens"] >= 3 * 3  # the prompts at least
+    for resp in streams:
+        assert resp.read().decode().endswith("data: [DONE]\n\n")
+    assert server.json("GET", "/get_load") == idle
+
+
+def test_get_load_needs_the_api_key(lab: Lab) -> None:
+    server = lab.start("--api-key", "secret")
+    server.wait_ready()
+    resp = server.request("GET", "/get_load")
+    assert (resp.status, json.loads(resp.read())) == (401, {"error": "Unauthorized"})
+    assert server.json("GET", "/get_load", key="secret")[0]["num_reqs"] == 0
 
 
 def test_version_switch_over_ssh_style_command(lab: Lab) -> None:

@@ -189,6 +189,18 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.send_text(200, prometheus_text(self.engine), "text/plain; version=0.0.4; charset=utf-8")
 
+    def get_load(self) -> None:
+        """One entry per DP rank, as SGLang's /get_load; the stand-in's one engine counts on rank 0."""
+        eng = self.engine
+        with eng.lock:
+            running, waiting, tokens = eng.running, eng.queued, eng.tokens_in_use
+        loads = [
+            {"dp_rank": rank, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0}
+            for rank in range(eng.rt.args.dp_size)
+        ]
+        loads[0].update(num_reqs=running + waiting, num_waiting_reqs=waiting, num_tokens=tokens)
+        self.send_json(200, loads)
+
     def generate(self) -> None:
         body = self.read_json()
         if not self.engine.ready:
@@ -375,6 +387,7 @@ GET_ROUTES = {
     "/health_generate": "health",
     "/get_model_info": "model_info",
     "/get_server_info": "server_info",
+    "/get_load": "get_load",
     "/server_info": "server_info",
     "/v1/models": "models",
     "/metrics": "metrics",
