@@ -13,6 +13,7 @@ from rich.text import Text
 
 from orchestrator.console import state_dir_problem
 from orchestrator.errors import OrchestratorError
+from orchestrator.lab import gateway as lab_gateway
 from orchestrator.lab import hosts as lab_hosts
 
 out = Console(highlight=False, soft_wrap=True)
@@ -119,3 +120,52 @@ def bastion(jump: str | None, off: bool) -> None:
 def down() -> None:
     """Stop the lab hosts and remove everything `lab up` made (the base root cache stays)."""
     lab_hosts.down(progress=_progress)
+
+
+@lab.group()
+def gateway() -> None:
+    """SGLang's gateway (smg) on this machine's loopback, routing to the lab hosts' servers."""
+
+
+@gateway.command("up")
+@click.option("--port", default=lab_gateway.DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65534))
+@click.option(
+    "--worker-port",
+    default=lab_gateway.WORKER_PORT,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="The port the hosts' servers listen on.",
+)
+@_errors_to_exit
+def gateway_up(port: int, worker_port: int) -> None:
+    """Start smg with every lab host as a worker and wait until all serve (a no-op when it runs)."""
+    state = lab_gateway.up(port=port, worker_port=worker_port)
+    if state.reused:
+        _progress("gateway already up with these workers; nothing to do")
+    out.print(f"gateway:   {state.url}  (pid {state.pid}, log {state.log})")
+    out.print(f"workers:   {' '.join(state.workers)}")
+    out.print(f"inventory: {state.inventory}  (deploys through it drain each host at the gateway first)")
+
+
+@gateway.command("down")
+@_errors_to_exit
+def gateway_down() -> None:
+    """Stop the gateway and remove its record and inventory."""
+    out.print("gateway stopped" if lab_gateway.down() else "no gateway was running")
+
+
+@gateway.command("status")
+@_errors_to_exit
+def gateway_status() -> None:
+    """Show the gateway and each worker's health as smg sees it. Exit 1 when it is not running."""
+    state = lab_gateway.state()
+    if state is None:
+        out.print("no gateway; start one with `lab gateway up`")
+        raise SystemExit(1)
+    out.print(f"gateway:   {state.url}  (pid {state.pid}, log {state.log})")
+    table = Table("worker", "healthy")
+    for worker in lab_gateway.worker_health(state):
+        healthy = {True: "[green]yes[/]", False: "[red]no[/]", None: "[yellow]not registered[/]"}
+        table.add_row(worker.url, healthy[worker.healthy])
+    out.print(table)
+    out.print(f"inventory: {state.inventory}")

@@ -50,6 +50,9 @@ from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.paths import state_dir
 
 Progress = Callable[[str], None] | None
+#: Called first by `down`: what serves in front of the hosts (the lab gateway) stops before they go.
+#: Such modules add themselves here when imported, so this one imports none of them.
+ON_DOWN: list[Callable[[], object]] = []
 
 SUITE = "bookworm"
 #: What the deploy needs on a host, and no more: systemd to run units, sshd and python3 for Ansible,
@@ -918,6 +921,8 @@ def down(progress: Progress = None) -> bool:
     The base root cache and the lab key stay, so the next `up` is quick and old ssh configs still work.
     """
     _check_root()
+    for stop in ON_DOWN:
+        stop()
     with _locked():
         record = _Record.load()
         if record is None:

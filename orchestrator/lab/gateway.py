@@ -1,0 +1,314 @@
+"""The lab's gateway: SGLang's own `smg` on the control machine's loopback, the lab hosts its workers.
+
+A fleet behind a gateway is drained there before a worker stops; this puts the real gateway in front
+of the lab so a deploy can be tried under traffic. `smg` (PyPI sglang-router, the `gateway` extra)
+runs in its own session, so it outlives the command that started it, and routes round robin to
+http://<host address>:<worker port> for every lab host. Its Prometheus exporter (which binds 29000 on
+all interfaces unless told otherwise) goes to 127.0.0.1:<port + 1>.
+
+Layout under `lab_dir()`:
+
+    gateway.json            the record: pid and its start time, url, port, workers, log
+    gateway.log             smg's output (--log-level warn)
+    inventory-gateway.yml   inventory.yml plus all.vars.orchestrator_gateway_url, for deploys through it
+
+Engine layer: never prints; `up`, `down` and `state` return typed results or raise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import yaml
+
+from orchestrator.errors import InputError, OrchestratorError
+from orchestrator.lab import hosts as lab_hosts
+
+DEFAULT_PORT = 39000
+#: The port the lab's servers listen on (a profile's default).
+WORKER_PORT = 30000
+#: Every worker registered and healthy within this, or `up` gives up: smg itself registers a worker
+#: within a few seconds of its /health answering 200.
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 5.0
+#: The release whose worker API (/workers, /readiness) this module was written against.
+SMG_REQUIREMENT = "sglang-router==0.3.2"
+INVENTORY_VAR = "orchestrator_gateway_url"
+
+
+@dataclass(frozen=True)
+class GatewayState:
+    """A running gateway, as `up` left it or `state` found it."""
+
+    url: str
+    """http://127.0.0.1:<port>: where clients send requests, and deploys drain workers."""
+    pid: int
+    workers: tuple[str, ...]
+    """The worker URLs smg was started with, one per lab host."""
+    inventory: Path
+    """The lab inventory with `orchestrator_gateway_url` set."""
+    log: Path
+    reused: bool = False
+    """True when `up` found this gateway already running with the same workers and port."""
+
+
+@dataclass(frozen=True)
+class GatewayWorker:
+    """One worker as smg's GET /workers lists it; `healthy` is None while smg has not registered it."""
+
+    url: str
+    healthy: bool | None
+
+
+def _record_path() -> Path:
+    return lab_hosts.lab_dir() / "gateway.json"
+
+
+def inventory_path() -> Path:
+    return lab_hosts.lab_dir() / "inventory-gateway.yml"
+
+
+def _log_path() -> Path:
+    return lab_hosts.lab_dir() / "gateway.log"
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """One gateway up/down at a time: two would both find no gateway and start two."""
+    lab_hosts.lab_dir().mkdir(parents=True, exist_ok=True)
+    with open(lab_hosts.lab_dir() / ".gateway.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as err:
+            raise OrchestratorError(f"another lab gateway up/down is running (lock {lock.name})") from err
+        yield
+
+
+def _load() -> dict | None:
+    try:
+        return json.loads(_record_path().read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise OrchestratorError(
+            f"cannot read the gateway record {_record_path()}: {err}; remove it (and stop its smg by hand)"
+        ) from err
+
+
+def _save(record: dict) -> None:
+    tmp = _record_path().with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, _record_path())
+
+
+def _as_state(record: dict, reused: bool = False) -> GatewayState:
+    return GatewayState(
+        url=record["url"],
+        pid=record["pid"],
+        workers=tuple(record["workers"]),
+        inventory=inventory_path(),
+        log=Path(record["log"]),
+        reused=reused,
+    )
+
+
+def state() -> GatewayState | None:
+    """The recorded gateway if its smg is still running, else None."""
+    record = _load()
+    if record is None or not lab_hosts._alive(record.get("pid"), record.get("pid_start")):
+        return None
+    return _as_state(record)
+
+
+def _lab_inventory() -> dict:
+    path = lab_hosts.lab_dir() / "inventory.yml"
+    try:
+        inventory = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise InputError("no lab is up: run `orchestrator lab up` first") from None
+    hosts = (((inventory or {}).get("all") or {}).get("children") or {}).get("lab", {}).get("hosts")
+    if not hosts:
+        raise OrchestratorError(f"{path} lists no lab hosts; run `orchestrator lab up` again")
+    return inventory
+
+
+def _worker_urls(inventory: dict, worker_port: int) -> tuple[str, ...]:
+    hosts = inventory["all"]["children"]["lab"]["hosts"]
+    return tuple(f"http://{host['ansible_host']}:{worker_port}" for host in hosts.values())
+
+
+def _write_inventory(inventory: dict, url: str) -> Path:
+    inventory.setdefault("all", {}).setdefault("vars", {})[INVENTORY_VAR] = url
+    header = (
+        "# Written by `orchestrator lab gateway up`: the lab's inventory.yml with the gateway's URL;\n"
+        "# rewritten on every gateway up, removed by `lab gateway down` and `lab down`.\n"
+    )
+    path = inventory_path()
+    path.write_text(header + yaml.safe_dump(inventory, sort_keys=False, width=1000))
+    return path
+
+
+def _smg() -> str:
+    smg = shutil.which("smg")
+    if smg is None:
+        raise InputError(
+            "the lab gateway runs SGLang's `smg`, which is not installed: "
+            f"pip install 'orchestrator[gateway]' (or pip install {SMG_REQUIREMENT})"
+        )
+    return smg
+
+
+def _check_free(port: int, what: str) -> None:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as err:
+            raise InputError(
+                f"port {port} on 127.0.0.1 ({what}) is taken: {err.strerror or err}; "
+                "stop what holds it, or give the gateway another --port"
+            ) from None
+
+
+def up(
+    port: int = DEFAULT_PORT, worker_port: int = WORKER_PORT, timeout_s: float = READY_TIMEOUT_S
+) -> GatewayState:
+    """Start smg in front of the lab hosts (a no-op when it already runs with the same workers and
+    port), write inventory-gateway.yml, and wait until every worker is registered and healthy.
+
+    A gateway recorded with other workers or another port is stopped first. When the workers do not
+    all serve within `timeout_s`, the smg this call started is stopped again and the error names them.
+    """
+    if not 1 <= port < 65535:
+        raise InputError(f"--port must be between 1 and 65534 (port + 1 serves metrics), not {port}")
+    smg = _smg()
+    inventory = _lab_inventory()
+    workers = _worker_urls(inventory, worker_port)
+    with _locked():
+        record = _load()
+        running = record is not None and lab_hosts._alive(record.get("pid"), record.get("pid_start"))
+        if running and record and (record["workers"], record["port"]) == (list(workers), port):
+            _write_inventory(inventory, record["url"])
+            _wait_serving(record, timeout_s)
+            return _as_state(record, reused=True)
+        if record is not None:
+            _stop(record)
+        record = _start(smg, port, workers)
+        try:
+            _wait_serving(record, timeout_s)
+        except BaseException:  # Ctrl-C as well: an smg nobody waited for is not left behind
+            _stop(record)
+            raise
+        _write_inventory(inventory, record["url"])
+        return _as_state(record)
+
+
+def _start(smg: str, port: int, workers: tuple[str, ...]) -> dict:
+    """Start smg in its own session, recorded the moment it exists so `down` finds it after a crash."""
+    _check_free(port, "the gateway")
+    _check_free(port + 1, "the gateway's Prometheus metrics")
+    argv = [smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers]
+    argv += ["--policy", "round_robin", "--log-level", "warn"]
+    argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(port + 1)]
+    log = _log_path()
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    record = {
+        "pid": proc.pid,
+        "pid_start": lab_hosts._proc_start(proc.pid),
+        "url": f"http://127.0.0.1:{port}",
+        "port": port,
+        "workers": list(workers),
+        "log": str(log),
+    }
+    _save(record)
+    return record
+
+
+def _wait_serving(record: dict, timeout_s: float) -> None:
+    """Until GET /readiness says ready and GET /workers lists every worker healthy."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(base_url=record["url"], timeout=5) as client:
+        while True:
+            if not lab_hosts._alive(record["pid"], record["pid_start"]):
+                raise OrchestratorError(
+                    f"smg (pid {record['pid']}) exited; end of {record['log']}:\n"
+                    f"{lab_hosts._tail(record['log'])}"
+                )
+            waiting = [w.url for w in _listed(client, record["workers"]) if not w.healthy]
+            if not waiting and _ready(client):
+                return
+            if time.monotonic() >= deadline:
+                raise OrchestratorError(
+                    f"the gateway's workers {', '.join(waiting) or '(all)'} are not serving after "
+                    f"{timeout_s:.0f} s: deploy first: python -m orchestrator deploy -i "
+                    f"{lab_hosts.lab_dir() / 'inventory.yml'} --profile NAME (smg's log: {record['log']})"
+                )
+            time.sleep(0.3)
+
+
+def _ready(client: httpx.Client) -> bool:
+    try:
+        return client.get("/readiness").json().get("status") == "ready"
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
+
+
+def _listed(client: httpx.Client, workers: list[str]) -> tuple[GatewayWorker, ...]:
+    """Each of `workers` as smg lists it; all unregistered while smg does not answer yet."""
+    try:
+        listed = client.get("/workers").json()["workers"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        listed = []
+    healthy = {w.get("url"): bool(w.get("is_healthy")) for w in listed}
+    return tuple(GatewayWorker(url, healthy.get(url)) for url in workers)
+
+
+def worker_health(gateway: GatewayState) -> tuple[GatewayWorker, ...]:
+    """What smg says of each worker now (GET /workers)."""
+    with httpx.Client(base_url=gateway.url, timeout=5) as client:
+        try:
+            client.get("/health").raise_for_status()
+        except httpx.HTTPError as err:
+            raise OrchestratorError(f"the gateway at {gateway.url} does not answer: {err}") from err
+        return _listed(client, list(gateway.workers))
+
+
+def down() -> bool:
+    """Stop the recorded smg and remove gateway.json and inventory-gateway.yml; True if one was running."""
+    with _locked():
+        record = _load()
+        was_running = record is not None and _stop(record)
+        inventory_path().unlink(missing_ok=True)
+        return was_running
+
+
+def _stop(record: dict) -> bool:
+    """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; the record goes once the process has. True if it ran."""
+    pid, start = record.get("pid"), record.get("pid_start")
+    running = lab_hosts._alive(pid, start)
+    if running:
+        os.kill(pid, signal.SIGTERM)
+        if not lab_hosts._wait_gone(pid, start, STOP_TIMEOUT_S):
+            os.kill(pid, signal.SIGKILL)
+            if not lab_hosts._wait_gone(pid, start, STOP_TIMEOUT_S):
+                raise OrchestratorError(f"smg (pid {pid}) survives SIGKILL; gateway record kept")
+    _record_path().unlink(missing_ok=True)
+    return running
+
+
+# `lab down` stops the gateway before the hosts it routes to go.
+lab_hosts.ON_DOWN.append(down)
