@@ -385,6 +385,26 @@ unit_option = console.unit_option
     help="Skip the read-only checks before a restart (to debug a failing start).",
 )
 @click.option(
+    "--no-drain",
+    is_flag=True,
+    help="Behind a gateway (orchestrator_gateway_url): restart under traffic, without taking "
+    "each batch out of its rotation first.",
+)
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(0, 86400),
+    default=60,
+    show_default=True,
+    help="Seconds to wait for a drained server's requests in flight before it is stopped anyway.",
+)
+@click.option(
+    "--forks",
+    type=click.IntRange(1, 1000),
+    default=20,
+    show_default=True,
+    help="Hosts Ansible works on at once (its --forks).",
+)
+@click.option(
     "--canary", is_flag=True, help="Deploy and bench the first host; the rest only if tok/s held up."
 )
 @click.option(
@@ -408,6 +428,9 @@ def deploy(
     serial: str | None,
     max_fail_percent: int | None,
     no_preflight: bool,
+    no_drain: bool,
+    drain_timeout: float,
+    forks: int,
     canary: bool,
     canary_margin: float,
     as_json: bool,
@@ -415,6 +438,7 @@ def deploy(
     """Stop, check GPUs idle, write the unit, start, wait for health: only where something changed.
 
     A host that fails after its server was stopped is rolled back to its last known good unit.
+    Behind a gateway, each batch leaves its rotation and drains first, and goes back once it generates.
     """
     from orchestrator import deploy as deploy_mod
 
@@ -429,6 +453,9 @@ def deploy(
         serial=_serial(serial),
         max_fail_percent=max_fail_percent,
         preflight=not no_preflight,
+        drain=not no_drain,
+        drain_timeout_s=drain_timeout,
+        forks=forks,
     )
     inv = inventory_or_lab(inventory)
     title = f"{'check' if check else 'deploy'} {prof.name} -> {inv}"
@@ -482,6 +509,7 @@ def _show(run: Callable[..., Any], title: str, as_json: bool, check: bool = Fals
         if check:
             out.print(view.check_details(report))
         out.print(view.deploy_table(report))
+        out.print(view.gateway_steps(report))
         out.print(view.failures(report))
     if report.interrupted:
         sys.exit(130)  # as a shell reports a command ended by Ctrl-C

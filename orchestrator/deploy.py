@@ -6,6 +6,7 @@ are hostplan.py's, facts in facts.py's, reports report.py's, rollback rollback.p
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable
@@ -13,15 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator import facts as facts_mod
+from orchestrator import gateway as gateway_mod
 from orchestrator import hostplan
 from orchestrator import inventory as inventory_mod
 from orchestrator.errors import InputError
-from orchestrator.hostplan import HostPlan, Placement, PlayVars, placements
+from orchestrator.hostplan import GatewayPlan, HostPlan, Placement, PlayVars, placements
 from orchestrator.profile import Profile
 from orchestrator.report import DeployReport, HostReport, host_report
 from orchestrator.rollback import record, rollback_hosts
 from orchestrator.runner import PlayCanceled, PlayResult, TaskEvent, run_playbook
-from orchestrator.secrets import secret_bundle, secret_env_names
+from orchestrator.secrets import api_key, secret_bundle, secret_env_names
 
 #: How long a second deploy waits for a host's lock before failing, naming the holder.
 LOCK_WAIT_S = 120
@@ -43,10 +45,24 @@ class Options:
     max_fail_percent: int | None = None
     #: Run the read-only checks before a restart (off only to provoke or debug a failing start).
     preflight: bool = True
+    #: Behind a gateway (orchestrator_gateway_url): take each batch out of its rotation and wait
+    #: for the requests in flight before the stop, put it back once it generates.
+    drain: bool = True
+    drain_timeout_s: float = 60.0
+    #: Ansible's forks: hosts worked on at once.
+    forks: int = 20
 
 
 #: (host, plan digest) pairs that passed preflight in this process: a sweep's repeats skip them.
 _PREFLIGHT_PASSED: set[tuple[str, str]] = set()
+
+
+def gateways(where: dict[str, Placement], options: Options) -> dict[str, GatewayPlan]:
+    """The hosts this deploy drains through their gateway, with the run's drain timeout."""
+    if not options.drain:
+        return {}
+    timeout = {"drain_timeout_s": options.drain_timeout_s}
+    return {h: p.gateway.model_copy(update=timeout) for h, p in where.items() if p.gateway is not None}
 
 
 def play_vars(prof: Profile, where: dict[str, Placement], options: Options, run_id: str) -> PlayVars:
@@ -54,6 +70,7 @@ def play_vars(prof: Profile, where: dict[str, Placement], options: Options, run_
     svc = prof.service
     ttl = svc.stop_timeout_s + 60 + svc.health_timeout_s + 120
     lock = None if options.check else hostplan.lock(run_id, prof.name, ttl, options.lock_wait_s)
+    drained = gateways(where, options)
     hosts = {
         name: hostplan.for_profile(
             prof,
@@ -63,6 +80,7 @@ def play_vars(prof: Profile, where: dict[str, Placement], options: Options, run_
             lock=lock,
             force_restart=options.force_restart,
             kill_gpu_holders=options.kill_gpu_holders,
+            gateway=drained.get(name),
         )
         for name, p in where.items()
     }
@@ -92,6 +110,10 @@ def deploy(
     if not where:
         raise inventory_mod.no_match(inventory, options.limit)
     orch = play_vars(prof, where, options, run_id)
+    drained = {h: p.gateway for h, p in orch.hosts.items() if p.gateway is not None}
+    keys = gateway_mod.api_keys(inventory, drained)
+    if drained:  # before anything is stopped: each gateway answers and lists its hosts
+        gateway_mod.check(drained, keys)
     interrupted = False
     try:
         play = run_playbook(
@@ -100,6 +122,7 @@ def deploy(
             orch,
             limit=options.limit,
             check=options.check,
+            forks=options.forks,
             secret=secret_bundle(prof),
             hide_env=secret_env_names(prof),
             on_event=on_event,
@@ -114,6 +137,9 @@ def deploy(
     if orch.serial or interrupted:  # only these leave hosts unstarted
         reports += _not_started(where, play, interrupted)
     reports.sort(key=lambda r: r.host)
+    for r in reports:
+        if r.host in drained:
+            r.gateway = {"url": drained[r.host].url, "worker_url": drained[r.host].worker_url, **r.gateway}
     if multinode:
         _group_diagnosis(reports, where)
     plan = next(iter(where.values())).plan
@@ -126,7 +152,9 @@ def deploy(
         if r.host in where:
             record(run_id, r, orch.hosts[r.host], "deploy")
     if options.rollback:
-        _roll_back(report, inventory, orch.hosts, plan.unit_name, on_event)
+        _roll_back(report, inventory, orch.hosts, plan.unit_name, on_event, api_key(prof) or "")
+    if drained:  # a worker this run took out goes back, or the report says why it stays out
+        gateway_mod.restore(reports, drained, keys, api_key(prof) or "")
     return report
 
 
@@ -147,14 +175,32 @@ def _roll_back(
     plans: dict[str, HostPlan],
     unit_name: str,
     on_event: Callable[[TaskEvent], None] | None,
+    server_key: str = "",
 ) -> None:
-    """Put every host this deploy broke back on its last good unit."""
+    """Put every host this deploy broke back on its last good unit (and a drained one back in its
+    gateway's rotation once healthy: the rollback's play does it, and the report says so)."""
     broken = [r for r in report.hosts if not r.ok and (r.stopped or (report.interrupted and r.locked))]
     timeout = max((p.health_timeout_s for p in plans.values()), default=1800)
     # After a Ctrl-C even the plan's own digest may be what a host needs back (--force-restart).
     failed = {} if report.interrupted else {name: p.digest for name, p in plans.items()}
+    drained = {h: p.gateway for h, p in plans.items() if p.gateway is not None}
+    secret = json.dumps({"config": "", "env": "", "api_key": server_key}) if drained else ""
     try:
-        rollback_hosts(inventory, broken, unit_name, timeout, report.run_id, failed, on_event)
+        runs = rollback_hosts(
+            inventory,
+            broken,
+            unit_name,
+            timeout,
+            report.run_id,
+            failed,
+            on_event,
+            gateways=drained,
+            secret=secret,
+        )
+        for r in broken:
+            back = runs[r.host].gateway.get("back") if r.host in runs else None
+            if back and not back.get("error"):
+                r.gateway["back"] = back
     except PlayCanceled:
         report.interrupted = True
         for r in broken:

@@ -21,12 +21,16 @@ UNIT = "sglang_unit"
 START = "sglang_start"
 HEALTH = "sglang_health_wait"
 RECORD = "sglang_record"
+GATEWAY = "sglang_gateway"
+DRAIN = "sglang_drain"
 COMMAND = "ansible.builtin.command"
 
 #: Actions in play order, with the step name users see.
 STEPS = {
     PROBE: "probe",
     PREFLIGHT: "preflight",
+    GATEWAY: "gateway",
+    DRAIN: "drain",
     STOP: "stop",
     GPU_IDLE: "GPUs idle",
     UNIT: "write unit",
@@ -43,6 +47,10 @@ def step_of(e: TaskEvent) -> str:
         return STEPS[PREFLIGHT]
     if e.action == STOP and e.kind == "failed" and (e.result.get("gpus") or {}).get("busy"):
         return STEPS[GPU_IDLE]
+    if e.action == GATEWAY and e.result.get("state"):
+        return "gateway out" if e.result["state"] == "absent" else "gateway back"
+    if e.action == DRAIN and e.result.get("mode") == "prove":
+        return "prove"
     return STEPS.get(e.action, "")
 
 
@@ -127,6 +135,8 @@ class HostFacts:
     elapsed_s: float
     #: Actions that finished (not skipped), in order.
     done: list[str]
+    #: What the gateway and the server said at each step of a drain (gateway_steps()).
+    gateway: dict[str, Any] = field(default_factory=dict)
 
     @property
     def unreachable(self) -> bool:
@@ -194,4 +204,25 @@ def of_run(run: HostRun) -> HostFacts:
         changed=run.changed,
         elapsed_s=round((run.finished or time.monotonic()) - run.started, 1),
         done=[e.action for e in run.events if e.kind in ("ok", "changed")],
+        gateway=gateway_steps(run),
     )
+
+
+def gateway_steps(run: HostRun) -> dict[str, Any]:
+    """{out, drain, prove, back}: each step of a drain this host's play ran, with what the gateway
+    listed before and after (out, back) or what the server said (drain, prove); {} without one."""
+    found: dict[str, Any] = {}
+    for e in run.events:
+        if e.kind in ("start", "skipped") or e.action not in (GATEWAY, DRAIN):
+            continue
+        r = e.result
+        if e.action == GATEWAY:
+            name = "out" if r.get("state") == "absent" else "back"
+            found[name] = {"changed": e.kind == "changed", "before": r.get("before"), "after": r.get("after")}
+        else:
+            name = "prove" if r.get("mode") == "prove" else "drain"
+            keys = ("status", "waited_s") if name == "prove" else ("in_flight", "waited_s", "timed_out")
+            found[name] = {k: r.get(k) for k in keys}
+        if e.kind in ("failed", "unreachable"):
+            found[name]["error"] = r.get("msg", "")
+    return found

@@ -90,6 +90,18 @@ class PreflightChecks(_Record):
     user: str = "root"
 
 
+class GatewayPlan(_Record):
+    """The SGLang gateway (smg) in front of a host's server, for a rollout that drains it
+    (roles/sglang_gateway, roles/sglang_drain). Its admin API key is the inventory's
+    `orchestrator_gateway_api_key`, which the play reads itself: never in these vars."""
+
+    url: str = Field(description="The gateway's base URL (orchestrator_gateway_url).")
+    worker_url: str = Field(description="The URL the gateway knows this host's server by.")
+    server_url: str = Field(description="The server's base URL as reached from the host itself.")
+    drain_timeout_s: float = Field(60.0, description="How long to wait for requests in flight.")
+    add_timeout_s: float = Field(120.0, description="How long the gateway may take to list it healthy.")
+
+
 class HostPlan(_Record):
     """Everything one host's play needs for one deploy (or rollback, or preflight)."""
 
@@ -111,6 +123,8 @@ class HostPlan(_Record):
     health_timeout_s: int = 1800
     health_interval_s: float = 0.25
     gpu_release_timeout_s: float = 30
+    #: None: no gateway routes to this host (or --no-drain): the server restarts under its traffic.
+    gateway: GatewayPlan | None = None
 
 
 class Target(_Record):
@@ -157,6 +171,8 @@ class Placement:
 
     plan: Plan
     facts: UnitFacts
+    #: The gateway that routes to this host's server (a multi-node server: rank 0 only).
+    gateway: GatewayPlan | None = None
 
 
 def multinode_hosts(
@@ -201,14 +217,28 @@ def placements(prof: Profile, inventory: Path, limit: str | None) -> dict[str, P
     ranks = _ranks(prof, selected)
     if not ranks:
         plan, facts = plan_mod.build(prof), unit_facts(prof)
-        return {h.name: Placement(plan, facts) for h in selected}
+        return {h.name: Placement(plan, facts, gateway_plan(h, facts)) for h in selected}
     addr = f"{ranks[0].address}:{prof.deployment.dist_init_port}"
     out = {}
     for rank, host in enumerate(ranks):
         node = plan_mod.Node(rank, len(ranks), addr)
         facts = unit_facts(prof, rank=rank, nnodes=len(ranks), rank0_address=ranks[0].address)
-        out[host.name] = Placement(plan_mod.build(prof, node), facts)
+        # The server is one worker of the gateway: rank 0's URL, the only one serving HTTP.
+        gateway = gateway_plan(host, facts) if rank == 0 else None
+        out[host.name] = Placement(plan_mod.build(prof, node), facts, gateway)
     return out
+
+
+def gateway_plan(host: inventory_mod.InventoryHost, facts: UnitFacts) -> GatewayPlan | None:
+    """The host's gateway from its inventory variables, or None when it has none."""
+    if not host.gateway_url:
+        return None
+    address = f"[{host.address}]" if ":" in host.address else host.address
+    return GatewayPlan(
+        url=host.gateway_url.rstrip("/"),
+        worker_url=host.gateway_worker_url or f"http://{address}:{facts.port}",
+        server_url=facts.health_url.removesuffix("/health"),
+    )
 
 
 def health_url(port: int, host: str) -> str:

@@ -33,7 +33,7 @@ STATIC_PLUGINS = frozenset({"yaml", "ini", "toml"})
 CACHE_ENTRIES = 64
 #: Files up to this size are fingerprinted by content, larger ones by stat.
 MAX_HASHED = 1 << 20
-_FORMAT = 1
+_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,11 @@ class InventoryHost:
     address: str
     #: The host's `orchestrator_deployment` variable (fleet or multinode), if set.
     deployment: str | None = None
+    #: `orchestrator_gateway_url`: the SGLang gateway (smg) that routes to this host's server.
+    gateway_url: str | None = None
+    #: `orchestrator_gateway_worker_url`: the URL the gateway knows this host's server by
+    #: (None: http://ADDRESS:PORT).
+    gateway_worker_url: str | None = None
 
 
 def hosts(inventory: Path, limit: str | None = None) -> list[InventoryHost]:
@@ -99,8 +104,17 @@ def _read(inventory: Path, limit: str | None) -> tuple[list[InventoryHost], set[
     selected = []
     for name, merged in host_variables(inventory, limit).items():
         address = str(vault.plain(merged.get("ansible_host"), "ansible_host") or name)
-        deployment = vault.plain(merged.get("orchestrator_deployment"), "orchestrator_deployment")
-        selected.append(InventoryHost(name, address, None if deployment is None else str(deployment)))
+        found = {
+            var: vault.plain(merged.get(var), var)
+            for var in (
+                "orchestrator_deployment",
+                "orchestrator_gateway_url",
+                "orchestrator_gateway_worker_url",
+            )
+        }
+        selected.append(
+            InventoryHost(name, address, *(None if v is None else str(v) for v in found.values()))
+        )
     return selected, plugins
 
 

@@ -43,6 +43,9 @@ class HostReport:
     last_good: dict[str, Any] = field(default_factory=dict)
     rolled_back_to: str = ""
     rollback_error: str = ""
+    #: A drain through the gateway: {url, worker_url, out, drain, prove, back} (facts.gateway_steps),
+    #: and after a rollback or Ctrl-C `left_out` when the worker stayed out of rotation, saying why.
+    gateway: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
@@ -109,6 +112,7 @@ def host_report(f: HostFacts, digest: str, planned_unit: str, check: bool) -> Ho
         locked=probe.locked,
         exited_at=(health.get("unit_state") or {}).get("ExecMainExitTimestamp", "") if f.failed else "",
         last_good=probe.last_good,
+        gateway=dict(f.gateway),
     )
     if f.failed:
         report.diagnosis = _diagnosis(report, health)

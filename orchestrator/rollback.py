@@ -14,7 +14,7 @@ from typing import Any
 from orchestrator import facts as facts_mod
 from orchestrator import hostplan, ledger
 from orchestrator.hostops import status
-from orchestrator.hostplan import HostPlan, PlayVars
+from orchestrator.hostplan import GatewayPlan, HostPlan, PlayVars
 from orchestrator.report import DeployReport, HostReport, host_report
 from orchestrator.runner import TaskEvent, run_playbook
 
@@ -64,9 +64,13 @@ def rollback_hosts(
     failed: dict[str, str] | None = None,
     on_event: Callable[[TaskEvent], None] | None = None,
     prefer_record: bool = False,
+    gateways: dict[str, GatewayPlan] | None = None,
+    secret: str = "",
 ) -> dict[str, HostReport]:
     """Restore each host's last known good unit (the host's own record, else the ledger's), start
     it, wait for health. `failed` maps a host to the digest that just failed there, never restored.
+    A host behind a gateway (`gateways`) goes back into its rotation once healthy and generating;
+    `secret` (the deploy's bundle) gives the server's API key for that.
     Fills in `rolled_back_to` or `rollback_error` on each report, and returns the rollback's own
     report per host it ran on."""
     goods: dict[str, dict[str, Any]] = {}
@@ -84,11 +88,17 @@ def rollback_hosts(
             good,
             lock=lock.model_copy(update={"profile": good["profile"]}),
             health_timeout_s=health_timeout_s,
+            gateway=(gateways or {}).get(host),
         )
         for host, good in goods.items()
     }
     play = run_playbook(
-        "deploy.yml", inventory, PlayVars(hosts=plans), limit=",".join(plans), on_event=on_event
+        "deploy.yml",
+        inventory,
+        PlayVars(hosts=plans),
+        limit=",".join(plans),
+        secret=secret if any(p.gateway for p in plans.values()) else "",
+        on_event=on_event,
     )
     runs: dict[str, HostReport] = {}
     for r in reports:

@@ -155,8 +155,10 @@ def secret_env_text(prof: Profile) -> str:
 
 
 def secret_bundle(prof: Profile) -> str:
-    """Every secret of the profile as the JSON the deploy play reads ({config, env}); "" if none."""
+    """Every secret of the profile as the JSON the deploy play reads ({config, env, api_key}: the
+    API key also as itself, for the drain's /get_load and the gateway that adds the worker back);
+    "" if none."""
     config, env = secret_config(prof), secret_env_text(prof)
     if not config and not env:
         return ""
-    return json.dumps({"config": config, "env": env})
+    return json.dumps({"config": config, "env": env, "api_key": api_key(prof) or ""})

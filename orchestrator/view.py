@@ -142,6 +142,44 @@ def check_details(report: DeployReport) -> Group:
                 style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
                 parts.append(Text(f"  {line}", style=style))
         parts.append(Text(f"  GPUs: {_gpu_state(h.gpus)}"))
+        out = h.gateway.get("out")
+        if out:
+            verb = (
+                "would take it out of the gateway's rotation and drain it"
+                if out.get("changed")
+                else ("the gateway does not list it: nothing to drain")
+            )
+            parts.append(Text(f"  gateway: {verb}"))
+    return Group(*parts)
+
+
+def gateway_steps(report: DeployReport) -> Group:
+    """Per drained host, one line: what the gateway and the server said at each step."""
+    parts: list[Any] = []
+    for h in report.hosts:
+        g = h.gateway
+        if not g or report.check:
+            continue
+        said = []
+        if "out" in g:
+            before = g["out"].get("before") or {}
+            state = (
+                "healthy" if before.get("is_healthy") else "listed" if before.get("listed") else "not listed"
+            )
+            said.append(f"out of rotation (was {state})" if g["out"].get("changed") else "already out")
+        if "drain" in g:
+            d = g["drain"]
+            left = f", {d['in_flight']} still in flight at the timeout" if d.get("timed_out") else ""
+            said.append(f"drained in {d.get('waited_s')} s{left}")
+        if "prove" in g:
+            said.append(f"/health_generate {g['prove'].get('status')}")
+        if "back" in g:
+            after = g["back"].get("after") or {}
+            said.append("back in rotation, healthy" if after.get("is_healthy") else "back, NOT healthy")
+        style = "yellow" if "left_out" in g else "dim"
+        if "left_out" in g:
+            said.append(f"LEFT OUT of rotation: {g['left_out']}")
+        parts.append(Text(f"{h.host}: gateway: " + " -> ".join(said), style=style))
     return Group(*parts)
 
 

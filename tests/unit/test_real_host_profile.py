@@ -194,7 +194,7 @@ def test_secret_env_never_reaches_the_unit(tmp_path: Path, monkeypatch: pytest.M
     # systemd's load_env_file() reads `\\`, `\"`, `\``, `\$` inside double quotes as the character.
     assert secrets.secret_env_text(prof) == 'HF_TOKEN="hf_a\\"b\\$c\\`d\\\\e"\n'
     bundle = json.loads(secrets.secret_bundle(prof))
-    assert bundle == {"config": "", "env": secrets.secret_env_text(prof)}
+    assert bundle == {"config": "", "env": secrets.secret_env_text(prof), "api_key": ""}
     assert secrets.secret_env_names(prof) == ["HF_TOKEN"]
 
 

@@ -27,6 +27,8 @@ from ansible.module_utils import orchestrator_host as host  # found through the 
 #: The module each role's tasks/main.yml runs.
 ROLE_MODULE = {
     "gpu_idle": "gpu_idle",
+    "sglang_drain": "sglang_drain",
+    "sglang_gateway": "sglang_gateway",
     "sglang_health": "sglang_health_wait",
     "sglang_preflight": "sglang_preflight",
     "sglang_probe": "sglang_probe",

@@ -1,0 +1,110 @@
+#!/usr/bin/python
+"""Ansible module: a server's place in the rotation of SGLang's gateway (smg).
+
+Runs on the control machine (the role delegates it to localhost): the gateway's admin API may be
+reachable only from there. The client is module_utils/orchestrator_gateway.py, which
+orchestrator/gateway.py shares.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_gateway
+short_description: Take a worker out of the SGLang gateway's rotation, or put it back
+description:
+  - "I(state=absent): DELETE /workers/{id}; returns once the gateway no longer lists it. A worker
+    that is not listed is left as it is (a rollback after a failed start finds it so)."
+  - "I(state=present): POST /workers unless listed, then waits until the gateway lists it healthy."
+options:
+  url:
+    description: The gateway's base URL.
+    type: str
+    required: true
+  worker_url:
+    description: The URL the gateway knows the server by.
+    type: str
+    required: true
+  state:
+    description: "absent: out of rotation; present: back in rotation and healthy."
+    type: str
+    required: true
+    choices: [absent, present]
+  api_key:
+    description: The gateway's admin API key.
+    type: str
+    default: ""
+  worker_api_key:
+    description: The server's own API key, given to the gateway with the worker.
+    type: str
+    default: ""
+  timeout_s:
+    description: Seconds the gateway may take to drop the worker or list it healthy.
+    type: float
+    default: 120.0
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Take the worker out of rotation
+  sglang_gateway:
+    url: http://127.0.0.1:39000
+    worker_url: http://10.0.0.5:30000
+    state: absent
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+state:
+  description: The state asked for.
+  type: str
+  returned: always
+before:
+  description: "The worker as the gateway listed it before: listed, is_healthy, load."
+  type: dict
+  returned: always
+after:
+  description: The worker as the gateway lists it after.
+  type: dict
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.orchestrator_gateway import GatewayError, add, find, remove, seen, workers
+
+ARGUMENT_SPEC = {
+    "url": {"type": "str", "required": True},
+    "worker_url": {"type": "str", "required": True},
+    "state": {"type": "str", "required": True, "choices": ["absent", "present"]},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+    "worker_api_key": {"type": "str", "default": "", "no_log": True},
+    "timeout_s": {"type": "float", "default": 120.0},
+}
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    gateway, worker, key = p["url"].rstrip("/"), p["worker_url"], p["api_key"]
+    try:
+        before = find(workers(gateway, key), worker)
+        if p["state"] == "absent":
+            changed = before is not None
+            if changed and not module.check_mode:
+                remove(gateway, worker, key, p["timeout_s"])
+            after = None if changed else before
+        else:
+            changed = before is None or not before.get("is_healthy")
+            after = before
+            if changed and not module.check_mode:
+                after = add(gateway, worker, key, p["worker_api_key"], p["timeout_s"])
+    except GatewayError as exc:
+        module.fail_json(msg=f"gateway {gateway}: {exc}", state=p["state"], changed=False)
+    module.exit_json(changed=changed, state=p["state"], before=seen(before), after=seen(after))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""roles/sglang_gateway and roles/sglang_drain against the real gateway (`smg`, sglang-router 0.3.2)
+and real SGLang stand-in servers on loopback: out of rotation, drain, prove, back in rotation."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from hostfakes import load_module
+
+from tests.unit.test_standin_sglang import Lab, free_port
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("smg") is None, reason="needs smg: pip install 'orchestrator[gateway]'"
+)
+
+
+class Fleet:
+    """Two stand-in servers behind one smg."""
+
+    def __init__(self, root: Path) -> None:
+        self.lab = Lab(root)
+        self.servers = [self.lab.start("--mem-fraction-static", "0.3") for _ in range(2)]
+        for s in self.servers:
+            s.wait_ready(timeout=30)
+        self.urls = [f"http://127.0.0.1:{s.port}" for s in self.servers]
+        port = free_port()
+        argv = ["smg", "launch", "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin"]
+        # smg's Prometheus exporter binds 0.0.0.0:29000 unless told otherwise: one per smg.
+        argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
+        self.smg = subprocess.Popen(
+            [*argv, "--log-level", "warn", "--worker-urls", *self.urls],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while self.healthy() != set(self.urls):
+            assert time.monotonic() < deadline, "smg did not list both workers healthy"
+            time.sleep(0.2)
+
+    def healthy(self) -> set[str]:
+        try:
+            workers = httpx.get(f"{self.url}/workers", timeout=2).json()["workers"]
+        except httpx.HTTPError:
+            return set()
+        return {w["url"] for w in workers if w["is_healthy"]}
+
+    def close(self) -> None:
+        self.smg.terminate()
+        self.smg.wait(timeout=10)
+        self.lab.close()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    made = Fleet(tmp_path_factory.mktemp("fleet"))
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def gateway():
+    return load_module("sglang_gateway", "sglang_gateway")
+
+
+@pytest.fixture
+def drain():
+    return load_module("sglang_drain", "sglang_drain")
+
+
+def test_out_of_rotation_and_back(fleet, gateway, run_module):
+    worker = fleet.urls[0]
+    args = {"url": fleet.url, "worker_url": worker, "state": "absent", "timeout_s": 10}
+    failed, result = run_module(gateway, args)
+    assert not failed and result["changed"], result
+    assert result["before"] == {"listed": True, "is_healthy": True, "load": 0}
+    assert result["after"] == {"listed": False}
+    assert fleet.healthy() == {fleet.urls[1]}
+    for _ in range(4):  # round robin over what is left: all to the other server
+        r = httpx.post(f"{fleet.url}/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 4}})
+        assert r.status_code == 200
+    assert run_module(gateway, args)[1]["changed"] is False  # already out: left as it is
+    failed, result = run_module(gateway, {**args, "state": "present", "timeout_s": 30})
+    assert not failed and result["changed"] and result["after"]["is_healthy"], result
+    assert fleet.healthy() == set(fleet.urls)
+    assert run_module(gateway, {**args, "state": "present"})[1]["changed"] is False
+
+
+def test_check_mode_says_what_it_would_do_and_does_nothing(fleet, gateway, run_module):
+    args = {"url": fleet.url, "worker_url": fleet.urls[1] + "/", "state": "absent"}
+    failed, result = run_module(gateway, args, check_mode=True)
+    assert not failed and result["changed"] and result["before"]["listed"]
+    assert fleet.healthy() == set(fleet.urls)
+
+
+def test_a_gateway_that_does_not_answer_fails_naming_it(gateway, run_module):
+    url = f"http://127.0.0.1:{free_port()}"
+    failed, result = run_module(gateway, {"url": url, "worker_url": "http://127.0.0.1:1", "state": "absent"})
+    assert failed and result["msg"].startswith(f"gateway {url}: GET {url}/workers: no answer")
+
+
+def test_drain_waits_for_the_request_in_flight(fleet, drain, run_module):
+    server = fleet.urls[1]
+    long = threading.Thread(
+        target=httpx.post,
+        args=(f"{server}/generate",),
+        kwargs={"json": {"text": "x", "sampling_params": {"max_new_tokens": 600}}, "timeout": 60},
+    )
+    long.start()
+    time.sleep(0.5)
+    start = time.monotonic()
+    failed, result = run_module(drain, {"url": server, "mode": "drain", "timeout_s": 30})
+    took = time.monotonic() - start
+    long.join()
+    assert not failed and result["in_flight"] == 0 and not result["timed_out"], result
+    assert took > 0.5  # it waited for the request (600 tokens at the stand-in's speed), then went on
+
+
+def test_drain_timeout_reports_what_is_still_in_flight(fleet, drain, run_module):
+    server = fleet.urls[1]
+    body = {"text": "x", "sampling_params": {"max_new_tokens": 3000}}
+    long = threading.Thread(
+        target=httpx.post, args=(f"{server}/generate",), kwargs={"json": body, "timeout": 60}
+    )
+    long.start()
+    time.sleep(0.5)
+    failed, result = run_module(drain, {"url": server, "mode": "drain", "timeout_s": 1})
+    long.join()
+    assert not failed and result["timed_out"] and result["in_flight"] == 1, result
+
+
+def test_a_stopped_server_has_nothing_in_flight(drain, run_module):
+    failed, result = run_module(drain, {"url": f"http://127.0.0.1:{free_port()}", "mode": "drain"})
+    assert not failed and result["in_flight"] == 0 and not result["timed_out"]
+
+
+def test_prove_wants_health_generate(fleet, drain, run_module):
+    failed, result = run_module(drain, {"url": fleet.urls[0], "mode": "prove", "timeout_s": 5})
+    assert not failed and result["status"] == 200
+    failed, result = run_module(
+        drain, {"url": f"http://127.0.0.1:{free_port()}", "mode": "prove", "timeout_s": 1}
+    )
+    assert failed and "cannot generate; it was not put back in rotation" in result["msg"]
