@@ -399,10 +399,8 @@ unit_option = console.unit_option
 )
 @click.option(
     "--forks",
-    type=click.IntRange(1, 1000),
-    default=20,
-    show_default=True,
-    help="Hosts Ansible works on at once (its --forks).",
+    type=click.IntRange(1, 5000),
+    help="Hosts Ansible works on at once (ansible-playbook --forks). Default: ansible.cfg's forks, else 20.",
 )
 @click.option(
     "--canary", is_flag=True, help="Deploy and bench the first host; the rest only if tok/s held up."
@@ -430,7 +428,7 @@ def deploy(
     no_preflight: bool,
     no_drain: bool,
     drain_timeout: float,
-    forks: int,
+    forks: int | None,
     canary: bool,
     canary_margin: float,
     as_json: bool,

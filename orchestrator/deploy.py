@@ -49,8 +49,8 @@ class Options:
     #: for the requests in flight before the stop, put it back once it generates.
     drain: bool = True
     drain_timeout_s: float = 60.0
-    #: Ansible's forks: hosts worked on at once.
-    forks: int = 20
+    #: Ansible's forks (hosts worked on at once); None: ansible.cfg's, else runner.DEFAULT_FORKS.
+    forks: int | None = None
 
 
 #: (host, plan digest) pairs that passed preflight in this process: a sweep's repeats skip them.

@@ -129,6 +129,10 @@ class PlayResult:
     artifacts: Path
 
 
+#: Hosts a play works on at once where neither ansible.cfg nor deploy --forks says.
+DEFAULT_FORKS = 20
+
+
 def _settings(forks: int) -> dict[str, str]:
     """The user's Ansible configuration (ansible.cfg, ANSIBLE_*) kept whole, with orchestrator's roles and
     plugins added to its search paths, and Ansible's own means for speed where the user left the default:
@@ -246,7 +250,7 @@ def run_playbook(
     *,
     limit: str | None = None,
     check: bool = False,
-    forks: int = 20,
+    forks: int | None = None,
     secret: str = "",
     hide_env: Iterable[str] = (),
     on_event: Callable[[TaskEvent], None] | None = None,
@@ -318,10 +322,12 @@ def _run(
     orch: PlayVars,
     limit: str | None,
     check: bool,
-    forks: int,
+    forks: int | None,
     on_event: Callable[[TaskEvent], None] | None,
     become_password: str = "",
 ) -> PlayResult:
+    """`forks`: None keeps ansible.cfg's forks (orchestrator's DEFAULT_FORKS where it has none); a
+    number (deploy --forks) goes to ansible-playbook's own --forks, which wins over both."""
     hosts: dict[str, HostRun] = {}
     handle = functools.partial(_collect, hosts, on_event)
     private = _new_run_dir(playbook)
@@ -332,12 +338,13 @@ def _run(
             "--check --diff" if check else "",
             f"--limit {shlex.quote(limit)}" if limit else "",
             "--ask-become-pass" if become_password else "",
+            f"--forks {int(forks)}" if forks else "",
             *(shlex.quote(arg) for arg in vault_args),
         ]
     ).strip()
     if become_password:
         passwords[BECOME_PROMPT] = become_password
-    env_for_run = {**os.environ, **_settings(forks)}
+    env_for_run = {**os.environ, **_settings(forks or DEFAULT_FORKS)}
     env_for_run["PATH"] = _path_first_ours(env_for_run.get("PATH", os.defpath))
     env_for_run["ANSIBLE_AGNOSTIC_BECOME_PROMPT"] = "True"  # the prompt BECOME_PROMPT expects
     with _interrupts() as interrupted:

@@ -77,3 +77,27 @@ def test_the_plan_of_many_hosts_reaches_the_play_through_a_private_file(tmp_path
     assert max(len(a) for a in argv) < 1000 and not any("p7" in a for a in argv)
     vars_file = next(Path(tmp_path / "state" / "runs").glob("*/orch.json"))
     assert vars_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_forks_given_to_a_play_win_over_ansible_cfg(tmp_path, monkeypatch) -> None:
+    """deploy --forks N reaches ansible-playbook's own --forks, above a team's ansible.cfg `forks`;
+    without it the play keeps ansible.cfg's."""
+    from orchestrator.hostplan import PlayVars
+
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    cfg = tmp_path / "ansible.cfg"
+    cfg.write_text("[defaults]\nforks = 7\n")
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(cfg))
+    books = tmp_path / "playbooks"
+    books.mkdir()
+    (books / "forks.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        '    - ansible.builtin.debug:\n        msg: "{{ ansible_forks }}"\n'
+    )
+    (books / "strategy_plugins").symlink_to(runner.PLAYBOOKS_DIR / "strategy_plugins")
+    monkeypatch.setattr(runner, "PLAYBOOKS_DIR", books)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    h1: {ansible_connection: local}\n")
+    for forks, seen in ((None, 7), (3, 3)):
+        play = runner.run_playbook("forks.yml", inv, PlayVars(), forks=forks)
+        assert play.hosts["h1"].result_of("ansible.builtin.debug")["msg"] == seen
