@@ -49,6 +49,9 @@ class Options:
     #: for the requests in flight before the stop, put it back once it generates.
     drain: bool = True
     drain_timeout_s: float = 60.0
+    #: Put a drained host back in the gateway's rotation once it generates (a canary stays out
+    #: while it is benched: canary.py puts it back).
+    rejoin: bool = True
     #: Ansible's forks (hosts worked on at once); None: ansible.cfg's, else runner.DEFAULT_FORKS.
     forks: int | None = None
 
@@ -61,7 +64,7 @@ def gateways(where: dict[str, Placement], options: Options) -> dict[str, Gateway
     """The hosts this deploy drains through their gateway, with the run's drain timeout."""
     if not options.drain:
         return {}
-    timeout = {"drain_timeout_s": options.drain_timeout_s}
+    timeout = {"drain_timeout_s": options.drain_timeout_s, "rejoin": options.rejoin}
     return {h: p.gateway.model_copy(update=timeout) for h, p in where.items() if p.gateway is not None}
 
 
@@ -154,7 +157,8 @@ def deploy(
     if options.rollback:
         _roll_back(report, inventory, orch.hosts, plan.unit_name, on_event, api_key(prof) or "")
     if drained:  # a worker this run took out goes back, or the report says why it stays out
-        gateway_mod.restore(reports, drained, keys, api_key(prof) or "")
+        owed = reports if options.rejoin else [r for r in reports if not r.ok]
+        gateway_mod.restore(owed, drained, keys, api_key(prof) or "")
     return report
 
 
@@ -183,7 +187,8 @@ def _roll_back(
     timeout = max((p.health_timeout_s for p in plans.values()), default=1800)
     # After a Ctrl-C even the plan's own digest may be what a host needs back (--force-restart).
     failed = {} if report.interrupted else {name: p.digest for name, p in plans.items()}
-    drained = {h: p.gateway for h, p in plans.items() if p.gateway is not None}
+    # A rolled-back server goes back into rotation once healthy, a canary's too.
+    drained = {h: p.gateway.model_copy(update={"rejoin": True}) for h, p in plans.items() if p.gateway}
     secret = json.dumps({"config": "", "env": "", "api_key": server_key}) if drained else ""
     try:
         runs = rollback_hosts(

@@ -100,6 +100,9 @@ class GatewayPlan(_Record):
     server_url: str = Field(description="The server's base URL as reached from the host itself.")
     drain_timeout_s: float = Field(60.0, description="How long to wait for requests in flight.")
     add_timeout_s: float = Field(120.0, description="How long the gateway may take to list it healthy.")
+    rejoin: bool = Field(
+        True, description="Put it back once it generates (a canary stays out to be benched)."
+    )
 
 
 class HostPlan(_Record):

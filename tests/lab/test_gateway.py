@@ -232,3 +232,35 @@ def test_a_drain_timeout_reports_the_requests_still_in_flight(lab, gw):
     ]
     assert 2 <= r["gateway"]["drain"]["waited_s"] < 10
     assert listed(gw)[worker_url(h)] is True
+
+
+def test_a_canary_is_benched_out_of_rotation_and_put_back(lab, gw):
+    """The canary leaves the gateway's rotation before its benches (which measure it alone) and comes
+    back once accepted; the other host then rolls with the usual drain. Clients see no failure."""
+    canary, other = lab.hosts[1], lab.hosts[2]
+    seen: list[set[str]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            seen.append({url for url, ok in listed(gw).items() if ok})
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        with Load(gw.url, clients=2) as load:
+            limit = f"{canary.name},{other.name}"
+            done = orchestrator(
+                "deploy", "-i", str(gw.inventory), "--profile", GOOD, "--limit", limit,
+                "--force-restart", "--canary", timeout=600,
+            )  # fmt: skip
+    finally:
+        stop.set()
+        sampler.join()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"canary {canary.name}:" in done.stderr and "accepted" in done.stderr
+    out = [i for i, urls in enumerate(seen) if worker_url(canary) not in urls]
+    assert len(out) > 5, "the canary never left the rotation"
+    assert not load.failed, dict(load.failed)
+    assert listed(gw) == {worker_url(h): True for h in lab.hosts}
