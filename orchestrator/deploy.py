@@ -115,7 +115,9 @@ def deploy(
     orch = play_vars(prof, where, options, run_id)
     drained = {h: p.gateway for h, p in orch.hosts.items() if p.gateway is not None}
     keys = gateway_mod.api_keys(inventory, drained)
-    if drained:  # before anything is stopped: each gateway answers and lists its hosts
+    # Before anything is stopped: each gateway answers and lists its hosts (a canary's caller took
+    # it out of rotation itself, having checked it: canary.py).
+    if drained and options.rejoin:
         gateway_mod.check(drained, keys)
     interrupted = False
     try:

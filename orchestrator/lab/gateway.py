@@ -171,7 +171,10 @@ def _smg() -> str:
 
 
 def _check_free(port: int, what: str) -> None:
+    """Nothing listens on the port. SO_REUSEADDR as smg (and any server) binds: connections of a
+    gateway just stopped, left in TIME-WAIT, do not keep the next one from starting."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError as err:

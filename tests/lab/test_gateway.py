@@ -3,6 +3,7 @@ proves it generates and goes back, so clients sending through the gateway see no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
@@ -37,6 +38,15 @@ def gw(lab):
     lab_gateway.down()
 
 
+def deploy_through(gw, *args: str) -> tuple[int, dict]:
+    """deploy --json with the inventory that names the lab's gateway."""
+    done = orchestrator("deploy", "-i", str(gw.inventory), "--json", *args, timeout=600)
+    try:
+        return done.returncode, json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"rc {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}") from None
+
+
 def listed(gw) -> dict[str, bool]:
     """{worker URL: is_healthy} as the gateway lists them now."""
     workers = httpx.get(f"{gw.url}/workers", timeout=10).json()["workers"]
@@ -45,6 +55,20 @@ def listed(gw) -> dict[str, bool]:
 
 def worker_url(host) -> str:
     return f"http://{host.address}:30000"
+
+
+def hold(url: str, tokens: int = 4000) -> threading.Thread:
+    """A long request straight to a server, running in the background; it may be cut when that
+    server is stopped (what a drain timeout means), which is no failure of the test."""
+
+    def run() -> None:
+        body = {"text": "long", "sampling_params": {"max_new_tokens": tokens}}
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.post(f"{url}/generate", json=body, timeout=120)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
 
 
 class Load:
@@ -101,7 +125,9 @@ def test_a_rolling_restart_behind_the_gateway_fails_no_request(lab, gw):
     before = {h.name: service(h)["MainPID"] for h in lab.hosts}
     with Load(gw.url) as load:
         time.sleep(2)
-        rc, report = deploy_json(lab, "--profile", GOOD, "--limit", names, "--serial", "1", "--force-restart")
+        rc, report = deploy_through(
+            gw, "--profile", GOOD, "--limit", names, "--serial", "1", "--force-restart"
+        )
         time.sleep(1)
     assert rc == 0, report
     assert load.sent > 40 and not load.failed, f"{load.sent} sent, failed: {dict(load.failed)}"
@@ -122,8 +148,8 @@ def test_without_drain_the_same_rollout_fails_requests(lab, gw):
     names = ",".join(h.name for h in lab.hosts)
     with Load(gw.url) as load:
         time.sleep(1)
-        rc, report = deploy_json(
-            lab, "--profile", GOOD, "--limit", names, "--serial", "1", "--force-restart", "--no-drain"
+        rc, report = deploy_through(
+            gw, "--profile", GOOD, "--limit", names, "--serial", "1", "--force-restart", "--no-drain"
         )
     assert rc == 0, report
     assert all(not r["gateway"] for r in report["hosts"])
@@ -186,12 +212,7 @@ def test_a_failed_profile_rolls_back_and_goes_back_into_rotation_healthy(lab, gw
 def test_ctrl_c_while_draining_puts_the_worker_back_in_rotation(lab, gw):
     h = lab.hosts[3]
     pid = service(h)["MainPID"]
-    # A long request straight to the server: the drain waits for it (the gateway no longer routes here).
-    body = {"text": "long", "sampling_params": {"max_new_tokens": 4000}}
-    holder = threading.Thread(
-        target=lambda: httpx.post(f"{worker_url(h)}/generate", json=body, timeout=120), daemon=True
-    )
-    holder.start()
+    hold(worker_url(h))  # straight to the server: the drain waits for it (the gateway no longer routes here)
     argv = [sys.executable, "-m", "orchestrator", "deploy", "-i", str(gw.inventory), "--json"]
     proc = subprocess.Popen(
         [*argv, "--profile", GOOD, "--limit", h.name, "--force-restart", "--drain-timeout", "120"],
@@ -215,11 +236,7 @@ def test_ctrl_c_while_draining_puts_the_worker_back_in_rotation(lab, gw):
 
 def test_a_drain_timeout_reports_the_requests_still_in_flight(lab, gw):
     h = lab.hosts[0]
-    body = {"text": "long", "sampling_params": {"max_new_tokens": 4000}}
-    holder = threading.Thread(
-        target=lambda: httpx.post(f"{worker_url(h)}/generate", json=body, timeout=120), daemon=True
-    )
-    holder.start()
+    hold(worker_url(h))
     time.sleep(1)
     done = orchestrator(
         "deploy", "-i", str(gw.inventory), "--json", "--profile", GOOD, "--limit", h.name,
@@ -260,7 +277,9 @@ def test_a_canary_is_benched_out_of_rotation_and_put_back(lab, gw):
         sampler.join()
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"canary {canary.name}:" in done.stderr and "accepted" in done.stderr
-    out = [i for i, urls in enumerate(seen) if worker_url(canary) not in urls]
-    assert len(out) > 5, "the canary never left the rotation"
+    # Out of rotation: the canary for its restart and both benches, the other host for its restart only.
+    canary_out = sum(worker_url(canary) not in urls for urls in seen)
+    other_out = sum(worker_url(other) not in urls for urls in seen)
+    assert other_out > 5 and canary_out > other_out + 20, (canary_out, other_out, len(seen))
     assert not load.failed, dict(load.failed)
     assert listed(gw) == {worker_url(h): True for h in lab.hosts}
