@@ -43,3 +43,36 @@ def test_verify_names_a_running_profile_that_is_not_in_profiles(two_nodes: Path,
     done = CliRunner().invoke(cli, ["verify", "-i", str(two_nodes)])
     assert done.exit_code == 2
     assert "the hosts run profile 'slow', which is not in ./profiles/" in done.output
+
+
+def test_a_multinode_server_is_one_worker_of_its_gateway_rank_0s(tmp_path: Path, monkeypatch) -> None:
+    """Only rank 0 serves HTTP: the gateway knows the server by its URL, and only rank 0's play takes
+    it out of rotation and puts it back; a host's own worker URL wins over ADDRESS:PORT."""
+    from orchestrator.hostplan import placements
+
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(
+        "all:\n  vars: {orchestrator_gateway_url: 'http://10.0.0.9:39000/'}\n  hosts:\n"
+        "    gpu1: {ansible_host: 10.0.0.1}\n    gpu2: {ansible_host: 10.0.0.2}\n"
+    )
+    where = placements(profile_mod.load("cg_5tok_2node"), inv, None)
+    gw = where["gpu1"].gateway
+    assert gw is not None and where["gpu2"].gateway is None
+    assert (gw.url, gw.worker_url, gw.server_url) == (
+        "http://10.0.0.9:39000",
+        "http://10.0.0.1:30000",
+        "http://10.0.0.1:30000",  # a rank's /health is rank 0's address, its own here
+    )
+    plays = deploy.play_vars(profile_mod.load("cg_5tok_2node"), where, deploy.Options(drain_timeout_s=5), "r")
+    assert plays.hosts["gpu1"].gateway.drain_timeout_s == 5 and plays.hosts["gpu2"].gateway is None
+    assert (
+        deploy.play_vars(profile_mod.load("cg_5tok"), where, deploy.Options(drain=False), "r")
+        .hosts["gpu1"]
+        .gateway
+        is None
+    )
+    inv.write_text(inv.read_text().replace("{ansible_host: 10.0.0.2}", "{ansible_host: 10.0.0.2, "
+                   "orchestrator_gateway_worker_url: 'http://gpu2.internal:30000'}"))  # fmt: skip
+    fleet = placements(profile_mod.load("cg_5tok"), inv, None)
+    assert fleet["gpu2"].gateway.worker_url == "http://gpu2.internal:30000"
