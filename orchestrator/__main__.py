@@ -16,7 +16,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator import console, sglang_flags
+from orchestrator import console, container, sglang_flags
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.console import err, handle_errors, inventory_or_lab, inventory_or_running_lab, out
@@ -244,6 +244,8 @@ def validate(profile_ref: str | None) -> None:
         plan = plan_mod.build(prof)
         label = ref if ref.startswith(profile_mod.EXAMPLE) else prof.name
         out.print(f"ok: {label} ({_spec_summary(prof)}, digest {plan.digest})", markup=False)
+        for note in profile_mod.notes(prof):
+            click.echo(f"note: {label}: {note}", err=True)
     if problems:
         raise ProfileError(problems)
 
@@ -264,8 +266,8 @@ def validate(profile_ref: str | None) -> None:
 def render(profile_ref: str, as_json: bool, against: str | None) -> None:
     """Print the systemd unit the profile renders to, byte for byte what a host gets."""
     prof = profile_mod.load(profile_ref)
-    note = sglang_flags.help_note(prof.server.sglang_version)
-    if note:  # on stderr: stdout stays the unit's exact bytes
+    notes = [sglang_flags.help_note(prof.server.sglang_version), *profile_mod.notes(prof)]
+    for note in filter(None, notes):  # on stderr: stdout stays the unit's exact bytes
         click.echo(f"note: {note}", err=True)
     plan = plan_mod.build(prof)
     if against:
@@ -441,6 +443,7 @@ def deploy(
     from orchestrator import deploy as deploy_mod
 
     prof = profile_mod.load(profile_ref)  # fail on a bad profile before touching the lab
+    container.refuse_hosts(prof, "deploy")
     options = deploy_mod.Options(
         limit=limit,
         check=check,
@@ -528,6 +531,7 @@ def preflight(profile_ref: str, inventory: Path | None, limit: str | None, as_js
     from orchestrator import hostops
 
     prof = profile_mod.load(profile_ref)
+    container.refuse_hosts(prof, "preflight")
     results = hostops.preflight(prof, inventory_or_lab(inventory), limit)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in results], indent=2))
@@ -678,8 +682,11 @@ def verify(profile_ref: str | None, inventory: Path | None, limit: str | None, a
     from orchestrator.inventory import no_match
     from orchestrator.verify.run import verify as run_verify
 
+    prof = profile_mod.load(profile_ref) if profile_ref is not None else None
+    if prof is not None:
+        container.refuse_hosts(prof, "verify")
     inv = inventory_or_lab(inventory)
-    if profile_ref is None:
+    if prof is None:
         deployed = {r.profile for r in hostops.status(inv, limit=limit)}
         if len(deployed) != 1 or "" in deployed:
             raise InputError(f"hosts run different or no profiles ({sorted(deployed)}); give --profile")
@@ -692,8 +699,6 @@ def verify(profile_ref: str | None, inventory: Path | None, limit: str | None, a
                 f"(deployed from a file, or as {profile_mod.EXAMPLE}NAME?); give it as --profile PATH "
                 "or --profile example:NAME"
             ) from None
-    else:
-        prof = profile_mod.load(profile_ref)
     checks = run_verify(prof, inv, limit)
     if not checks:
         raise no_match(inv, limit)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator import container
 from orchestrator import facts as facts_mod
 from orchestrator.hostplan import PlayVars, Target, for_profile, placements
 from orchestrator.logs import accept_from_log
@@ -162,6 +163,7 @@ class PreflightResult:
 def preflight(prof: Profile, inventory: Path, limit: str | None = None) -> list[PreflightResult]:
     """Every read-only check a deploy of this profile makes before stopping anything, on every host
     (a multi-node rank: its own flags and its share of the GPUs). The --help check always runs."""
+    container.refuse_hosts(prof, "preflight")
     hosts = {}
     for name, p in placements(prof, inventory, limit).items():
         hp = for_profile(prof, p.plan, p.facts)

@@ -257,12 +257,11 @@ def unit_facts(prof: Profile, *, rank: int = 0, nnodes: int = 1, rank0_address: 
     rank 0's /health, the server's only HTTP endpoint). The GPUs are server.gpus, or the first
     ones (SGLang's GPU 0 to N-1 without CUDA_VISIBLE_DEVICES)."""
     s = prof.server
-    per_node = s.gpus_needed // nnodes
     return UnitFacts(
         profile=prof.name,
         port=s.port,
         bind=s.host,
-        gpus=list(s.gpus) if s.gpus is not None else list(range(per_node)),
+        gpus=plan_mod.gpu_set(prof, nnodes),
         health_url=health_url(s.port, rank0_address if nnodes > 1 else s.host),
         rank=rank,
         nnodes=nnodes,

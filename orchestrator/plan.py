@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 import jinja2
 
-from orchestrator import sglang_flags, systemd_rules
+from orchestrator import container, sglang_flags, systemd_rules
 from orchestrator.paths import TEMPLATES_DIR
 from orchestrator.profile import Profile
 
@@ -43,14 +44,27 @@ class Plan:
     env_file_path: str | None = None
     #: The user the server runs as (owner of env_file_path).
     user: str = "root"
+    #: runtime.kind: host, docker or podman.
+    runtime: str = "host"
+    #: A container runtime's `run` command up to and including the image, which ExecStart= puts
+    #: before `argv`; empty on the host runtime. `environment` is then the container's.
+    engine_argv: list[str] = field(default_factory=list)
 
     @property
     def digest(self) -> str:
         """Identifies the unit text: equal digests mean nothing to change on the host."""
         return hashlib.sha256(self.unit.encode()).hexdigest()[:16]
 
+    @property
+    def exec_argv(self) -> list[str]:
+        """ExecStart='s whole command: the engine's `run` and then SGLang's argv, or SGLang's argv."""
+        return [*self.engine_argv, *self.argv]
+
     def to_json(self) -> dict[str, object]:
-        return {"argv": self.argv, "environment": self.environment, "unit": self.unit}
+        out: dict[str, object] = {"argv": self.argv, "environment": self.environment, "unit": self.unit}
+        if self.engine_argv:
+            out["engine_argv"] = self.engine_argv
+        return out
 
 
 # --- argv ---------------------------------------------------------------------------
@@ -141,10 +155,20 @@ def env_file_path(profile: Profile) -> str | None:
     return f"{HOST_STATE_DIR}/{stem}.env"
 
 
+def gpu_set(profile: Profile, nnodes: int = 1) -> list[int]:
+    """The nvidia-smi indexes of one host's GPUs: server.gpus, or the first ones (SGLang's GPU 0
+    to N-1 without CUDA_VISIBLE_DEVICES; a multi-node rank's share)."""
+    s = profile.server
+    return list(s.gpus) if s.gpus is not None else list(range(s.gpus_needed // nnodes))
+
+
 def build_environment(profile: Profile) -> dict[str, str]:
-    """The GPU set, NCCL variables, then the rest; unbuffered Python so crash logs reach the journal."""
+    """The GPU set, NCCL variables, then the rest; unbuffered Python so crash logs reach the journal.
+
+    In a container the engine hands it the GPUs (numbered from 0 there): no CUDA_VISIBLE_DEVICES.
+    """
     env = {}
-    if profile.server.gpus is not None:
+    if profile.server.gpus is not None and not profile.runtime.container:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, profile.server.gpus))
     env.update(profile.nccl)
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -193,14 +217,26 @@ def quote_exec_arg(arg: str) -> str:
     return f'"{_escape(arg, dollar=True)}"'
 
 
-def exec_start(argv: list[str]) -> str:
-    """ExecStart's value, one flag and its values per line (systemd joins `\\`-ended lines)."""
+def exec_start(argv: list[str], engine_argv: Sequence[str] = ()) -> str:
+    """ExecStart's value, one flag and its values per line (systemd joins `\\`-ended lines); a
+    container engine's `run` first, one option per line and the image on its own."""
     lines: list[list[str]] = [[]]
+    for i, arg in enumerate(engine_argv):
+        if i > 1:
+            lines.append([])
+        lines[-1].append(quote_exec_arg(arg))
+    if engine_argv:
+        lines.append([])
     for i, arg in enumerate(argv):
         if arg.startswith("--") and i > 2:
             lines.append([])
         lines[-1].append(quote_exec_arg(arg))
     return " \\\n    ".join(" ".join(words) for words in lines)
+
+
+def command_line(words: list[str]) -> str:
+    """One Exec*= command on one line (ExecStop=, ExecStartPre=); a leading `-` stays a prefix."""
+    return " ".join(quote_exec_arg(word) for word in words)
 
 
 def unquote_exec(exec_start: str) -> list[str]:
@@ -287,9 +323,16 @@ def _working_directory(path: str) -> str:
     return path.replace("%", "%%")
 
 
-def render_unit(profile: Profile, argv: list[str], environment: dict[str, str]) -> str:
+def render_unit(
+    profile: Profile,
+    argv: list[str],
+    environment: dict[str, str],
+    engine: container.Service | None = None,
+) -> str:
+    """The unit text: SGLang's argv on the host, or inside `engine`'s container."""
     svc = profile.service
     env_file = env_file_path(profile)
+    settings = engine or container.Service()
     return (
         _env()
         .get_template(UNIT_TEMPLATE)
@@ -298,14 +341,25 @@ def render_unit(profile: Profile, argv: list[str], environment: dict[str, str]) 
             profile=profile.name,
             sglang_version=profile.server.sglang_version,
             sglang_help=sglang_flags.help_version(profile.server.sglang_version),
+            runtime=settings.note,
             description=f"SGLang {profile.server.sglang_version} server, profile {profile.name}",
+            unit_type=settings.type,
+            notify_access=settings.notify_access,
+            delegate=settings.delegate,
             user=svc.user,
             working_directory=_working_directory(svc.working_directory),
-            environment_lines=[environment_line(k, v) for k, v in environment.items()],
-            exec_start=exec_start(argv),
+            # A container gets its environment and secret variables from the engine (--env,
+            # --env-file), not from systemd: the engine's CLI needs none of them.
+            environment_lines=[] if engine else [environment_line(k, v) for k, v in environment.items()],
+            exec_start_pre=[command_line(c) for c in settings.start_pre],
+            exec_start=exec_start(argv, settings.run),
+            exec_stop=[command_line(c) for c in settings.stop],
+            exec_stop_post=[command_line(c) for c in settings.stop_post],
             start_timeout_s=svc.start_timeout_s,
-            stop_timeout_s=svc.stop_timeout_s,
-            environment_files=[env_file] if env_file else [],
+            stop_timeout_s=svc.stop_timeout_s + settings.stop_margin_s,
+            success_exit_status=settings.success_exit_status,
+            kill_mode=settings.kill_mode,
+            environment_files=[env_file] if env_file and not engine else [],
             credentials=[f"{CREDENTIAL}:{secret_path(profile)}"] if profile.api_key else [],
             restart=svc.restart,
             restart_sec=_scalar(svc.restart_sec).removesuffix(".0"),
@@ -346,16 +400,43 @@ def build(profile: Profile, node: Node | None = None) -> Plan:
         cut = len(argv) - extra
         argv = [*argv[:cut], *node_argv(profile, node), *argv[cut:]]
     environment = build_environment(profile)
+    engine = _engine(profile, environment, node.nnodes if node else 1)
     return Plan(
         profile=profile.name,
         unit_name=profile.service.unit_name,
         argv=argv,
         environment=environment,
-        unit=render_unit(profile, argv, environment),
+        unit=render_unit(profile, argv, environment, engine),
         port=profile.server.port,
         secret_path=secret_path(profile) if profile.api_key else None,
         env_file_path=env_file_path(profile),
         user=profile.service.user,
+        runtime=profile.runtime.kind,
+        engine_argv=engine.run if engine else [],
+    )
+
+
+def _engine(profile: Profile, environment: dict[str, str], nnodes: int) -> container.Service | None:
+    """A container runtime's commands. Model and drafter are mounted read-only at their own paths;
+    the API key's root-only --config file read-only where ${CREDENTIALS_DIRECTORY} points (the unit
+    still loads the credential so that systemd expands that word, as it does on the host), so the
+    argv inside the container is the host runtime's word for word."""
+    if not profile.runtime.container:
+        return None
+    paths = [profile.server.model_path]
+    if profile.speculative.draft_model_path and profile.speculative.draft_model_path not in paths:
+        paths.append(profile.speculative.draft_model_path)
+    mounts = [(path, path, True) for path in paths]
+    mounts += [(m.source, m.target, m.read_only) for m in profile.runtime.mounts]
+    if profile.api_key is not None:
+        credentials = f"/run/credentials/{profile.service.unit_name}/{CREDENTIAL}"
+        mounts.append((secret_path(profile), credentials, True))
+    return container.service(
+        profile,
+        gpus=gpu_set(profile, nnodes),
+        environment=environment,
+        mounts=mounts,
+        env_file=env_file_path(profile),
     )
 
 
@@ -364,7 +445,8 @@ def dumps(plan: Plan) -> str:
 
 
 def parse_unit(unit: str) -> tuple[list[str], dict[str, str]]:
-    """The argv and environment a unit text gives its process (for comparing deployed units)."""
+    """The argv and environment a unit text gives SGLang (for comparing deployed units); in a
+    container unit, the words after the image and the engine's --env words."""
     match = re.search(r"^ExecStart=(.*?)(?=\n[^ \n]|\Z)", unit, re.S | re.M)
     argv = unquote_exec(match.group(1)) if match else []
     env = {}
@@ -372,6 +454,14 @@ def parse_unit(unit: str) -> tuple[list[str], dict[str, str]]:
         for assignment in _unquote(value):  # Environment= expands no `$`
             name, _, val = assignment.partition("=")
             env[name] = val
+    if argv[:1] and argv[0] in container.ENGINES.values():
+        # Every engine option is one word: the image is the first word after `run` without a '-'.
+        image = next(i for i, word in enumerate(argv) if i > 1 and not word.startswith("-"))
+        for word in argv[2:image]:
+            if word.startswith("--env="):
+                name, _, val = word.removeprefix("--env=").partition("=")
+                env[name] = val
+        argv = argv[image + 1 :]
     return argv, env
 
 

@@ -16,7 +16,7 @@ import difflib
 import os
 import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from orchestrator import rules, sglang_flags, systemd_rules
+from orchestrator import container_rules, rules, sglang_flags, systemd_rules
 from orchestrator.errors import InputError, Problem, ProfileError
 from orchestrator.paths import EXAMPLES_DIR
 
@@ -176,7 +176,9 @@ class Server(_Model):
         "flags are rendered from the nearest shipped --help at or below it.",
     )
     python: Annotated[AbsPath, _systemd(systemd_rules.executable_problems)] = Field(
-        "/usr/bin/python3", description="Python executable that has SGLang installed."
+        "/usr/bin/python3",
+        description="Python executable that has SGLang installed: on the host, or inside runtime.image "
+        "with a container runtime (the argv is the same words either way).",
     )
     model_path: AbsPath = Field(description="Target model directory on the host.")
     served_model_name: Annotated[str, AfterValidator(_argparse_value)] | None = Field(
@@ -341,6 +343,88 @@ class Deployment(_Model):
     )
 
 
+def _checked(check: Callable[[str], str | None]) -> AfterValidator:
+    """A container_rules check as a field validator."""
+
+    def validate(value: str) -> str:
+        problem = check(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(validate)
+
+
+def _run_option(option: str) -> str:
+    """One runtime.options entry, checked and written as the one word `--name=value`."""
+    name, value = container_rules.run_option(option)
+    return name if value is None else f"{name}={value}"
+
+
+MountPath = Annotated[AbsPath, _checked(container_rules.mount_path_problem)]
+
+
+class Mount(_Model):
+    """A host path the container sees (`--volume SOURCE:TARGET[:ro]`)."""
+
+    source: MountPath = Field(description="Absolute path on the host (no ':' or ',').")
+    target: MountPath = Field(description="Absolute path inside the container (no ':' or ',').")
+    read_only: bool = Field(
+        True, description="Mount it read-only (the default); false for a directory the server writes."
+    )
+
+
+class Runtime(_Model):
+    """Where SGLang runs: a Python on the host, or a container of docker or podman on the host.
+
+    In a container, the server's argv is the host runtime's, word for word (server.python is the
+    image's); systemd supervises the engine's `run` command (podman's own systemd integration, or
+    a foreground `docker run`), on the host network, with the GPUs of server.gpus, model and
+    drafter mounted read-only at their own paths.
+    """
+
+    kind: Literal["host", "docker", "podman"] = Field(
+        "host",
+        description="host: systemd starts server.python on the host; docker or podman: inside "
+        "runtime.image, with that engine.",
+    )
+    image: Annotated[str, _checked(container_rules.image_problem)] | None = Field(
+        None,
+        description="The image, as a full reference with its registry: REGISTRY/PATH:TAG@sha256:DIGEST "
+        f"(e.g. {container_rules.EXAMPLE_IMAGE}); a tag without a digest is warned about. docker and "
+        "podman only.",
+    )
+    pull: Literal["never", "missing", "always"] = Field(
+        "missing",
+        description="When the engine pulls the image at start: never, missing (when absent) or always.",
+    )
+    shm_size: Annotated[str, _checked(container_rules.shm_size_problem)] | None = Field(
+        None,
+        description="Size of the container's private /dev/shm, e.g. 32g (needs ipc_host: false).",
+    )
+    mounts: list[Mount] = Field(
+        default_factory=list,
+        description="Further host paths the container sees, [{source, target, read_only}]; "
+        "server.model_path and speculative.draft_model_path are mounted read-only at their own "
+        "paths without being listed.",
+    )
+    ipc_host: bool = Field(
+        True,
+        description="Share the host's IPC namespace and /dev/shm (--ipc host), as SGLang's own docker "
+        "instructions do; false for a private /dev/shm of shm_size.",
+    )
+    options: list[Annotated[str, AfterValidator(_run_option)]] = Field(
+        default_factory=list,
+        description="Further `run` options from an allow-list, values checked: --cap-add, "
+        "--security-opt, --pids-limit, --ulimit (not memlock or nofile: service.limits), --device, "
+        "--init; each '--name=value' (or '--name value').",
+    )
+
+    @property
+    def container(self) -> bool:
+        return self.kind != "host"
+
+
 class Profile(_Model):
     """One named SGLang deployment."""
 
@@ -361,6 +445,10 @@ class Profile(_Model):
         "read on the control machine, written 0600 for service.user on the host, never in the unit.",
     )
     deployment: Deployment = Field(default_factory=lambda: Deployment())
+    runtime: Runtime = Field(
+        default_factory=lambda: Runtime(),
+        description="Where SGLang runs: on the host (the default), or in a docker or podman container.",
+    )
 
 
 # --- Loading ------------------------------------------------------------------------
@@ -672,6 +760,7 @@ def _rule_findings(profile: Profile) -> list[rules.Finding]:
         *rules.check_secret_env(list(profile.secret_env), profile.env, profile.nccl),
         *rules.check_gpu_set(profile.server.gpus, profile.server.gpus_needed, profile.deployment.kind),
         *_service_findings(profile),
+        *_runtime_findings(profile),
     ]
 
 
@@ -689,6 +778,76 @@ def _service_findings(profile: Profile) -> Iterator[rules.Finding]:
                 f"service.{name}",
                 "takes effect only with service.restart: on-failure; set that or drop it",
             )
+
+
+def _runtime_findings(profile: Profile) -> Iterator[rules.Finding]:
+    """The runtime section against itself and against what a container can carry out."""
+    rt = profile.runtime
+    if not rt.container:
+        for name in sorted(rt.model_fields_set - {"kind"}):
+            yield (f"runtime.{name}", "takes effect only with runtime.kind docker or podman; drop it")
+        return
+    if rt.image is None:
+        yield ("runtime.image", f"required for runtime.kind {rt.kind}; e.g. {container_rules.EXAMPLE_IMAGE}")
+    if rt.shm_size is not None and rt.ipc_host:
+        yield (
+            "runtime.shm_size",
+            "with ipc_host the container uses the host's /dev/shm (podman refuses both); "
+            "set ipc_host: false for a private /dev/shm of this size, or drop shm_size",
+        )
+    yield from _container_service_findings(profile)
+    yield from _container_path_findings(profile)
+
+
+def _container_service_findings(profile: Profile) -> Iterator[rules.Finding]:
+    """Service settings a container cannot carry out as the host runtime does."""
+    svc = profile.service
+    if svc.user != "root":
+        yield (
+            "service.user",
+            f"{profile.runtime.kind} runs as root here (the container's user is the image's); rootless "
+            "engines are not supported: drop service.user",
+        )
+    if svc.environment_files:
+        yield (
+            "service.environment_files",
+            "systemd's NAME=\"value\" files do not read the same in the engine's --env-file; "
+            "give these variables as secret_env (or env)",
+        )
+    problem = container_rules.container_name_problem(PurePosixPath(svc.unit_name).stem)
+    if problem:
+        yield ("service.unit_name", problem)
+    if svc.limits.nofile == "infinity":
+        yield (
+            "service.limits.nofile",
+            "a container's open files cannot be unlimited (the kernel caps them at fs.nr_open); "
+            "give a number such as 1048576",
+        )
+
+
+def _container_path_findings(profile: Profile) -> Iterator[rules.Finding]:
+    """Model and drafter are mounted at their own paths; no mount may land on the same target."""
+    targets: dict[str, str] = {}
+    auto = [("server.model_path", profile.server.model_path)]
+    if profile.speculative.draft_model_path:
+        auto.append(("speculative.draft_model_path", profile.speculative.draft_model_path))
+    for loc, path in auto:
+        problem = container_rules.mount_path_problem(path)
+        if problem:
+            yield (loc, f"is mounted into the container at its own path: {problem}")
+        targets.setdefault(path.rstrip("/"), loc)
+    for i, mount in enumerate(profile.runtime.mounts):
+        target = mount.target.rstrip("/")
+        if target in targets:
+            yield (f"runtime.mounts.{i}.target", f"{mount.target} is already mounted by {targets[target]}")
+        targets.setdefault(target, f"runtime.mounts.{i}")
+
+
+def notes(profile: Profile) -> list[str]:
+    """Warnings about a valid profile, for `render` and `validate` to show (on stderr)."""
+    image = profile.runtime.image
+    note = container_rules.image_note(image) if image else None
+    return [note] if note else []
 
 
 def _server_findings(server: Server) -> Iterator[rules.Finding]:
@@ -828,7 +987,9 @@ def _problem_from_pydantic(err: dict[str, Any], source: str, data: dict[str, Any
 
 __all__ = [
     "ApiKey",
+    "Mount",
     "Profile",
+    "Runtime",
     "Server",
     "Service",
     "Speculative",

@@ -1,7 +1,8 @@
 """Secrets, read on the control machine: the API key (for the host's 0600 `--config` file, handed
 to the server with LoadCredential=), and secret environment variables (secret_env,
-service.environment_files) for the unit's 0600 EnvironmentFile=. None of them is ever in the
-unit, on a command line, or in the play's variables."""
+service.environment_files) for the unit's 0600 EnvironmentFile= (a container engine's --env-file
+with a container runtime). None of them is ever in the unit, on a command line, or in the play's
+variables."""
 
 from __future__ import annotations
 
@@ -146,9 +147,19 @@ def _env_line(name: str, value: str) -> str:
     return f'{name}="{escaped}"\n'
 
 
+def _engine_env_line(name: str, value: str) -> str:
+    """NAME=value for docker's and podman's --env-file, which take the value literally up to the
+    end of the line (no quotes, no escapes): `_resolve` has made it one line of printable ASCII."""
+    return f"{name}={value}\n"
+
+
 def secret_env_text(prof: Profile) -> str:
     """The unit's EnvironmentFile= text: service.environment_files in order, then secret_env
-    ("" when the profile has neither)."""
+    ("" when the profile has neither). For a container runtime, the engine's --env-file text
+    (validation refuses service.environment_files there: they are written in systemd's syntax)."""
+    if prof.runtime.container:
+        secrets = prof.secret_env.items()
+        return "".join(_engine_env_line(name, _resolve(ref, f"secret_env.{name}")) for name, ref in secrets)
     parts = [_env_file_text(prof, i) for i in range(len(prof.service.environment_files))]
     parts += [_env_line(name, _resolve(ref, f"secret_env.{name}")) for name, ref in prof.secret_env.items()]
     return "".join(parts)

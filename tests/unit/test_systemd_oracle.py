@@ -31,7 +31,7 @@ import yaml
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import plan, profile, systemd_rules
+from orchestrator import container, plan, profile, systemd_rules
 from orchestrator.errors import ProfileError
 
 SYSTEMD = Path("/lib/systemd/systemd")
@@ -403,6 +403,96 @@ def test_each_refused_extra_value_is_one_systemd_refuses(
         "systemd took the line silently",
         reading.complaints,
     )
+
+
+# --- container runtimes (#17) -------------------------------------------------------------------
+
+CONTAINER_IMAGE = "docker.io/lmsysorg/sglang:v0.5.9-cu129-amd64@sha256:" + "0123456789abcdef" * 4
+
+
+def _container_doc(kind: str, value: str) -> dict[str, Any]:
+    """Every free-text value a container unit carries, in the engine's words and in SGLang's."""
+    return {
+        "extends": "cg_5tok",
+        "server": {
+            "tp_size": 4,
+            "gpus": "4-7",
+            "served_model_name": value,
+            "extra_args": ["--chat-template", value],
+        },
+        "env": {"A": value},
+        "nccl": {"NCCL_DEBUG_FILE": value},
+        "api_key": {"env": "SGLANG_KEY"},
+        "secret_env": {"HF_TOKEN": {"env": "HF_TOKEN"}},
+        "service": {"unit_name": UNIT, "restart": "on-failure"},
+        "runtime": {
+            "kind": kind,
+            "image": CONTAINER_IMAGE,
+            "ipc_host": False,
+            "shm_size": "32g",
+            "mounts": [{"source": "/data/hf", "target": "/root/.cache/huggingface", "read_only": False}],
+            "options": ["--cap-add=IPC_LOCK", "--ulimit=core=0", "--init"],
+        },
+    }
+
+
+def _commands(reading: Reading, directive: str) -> list[list[str]]:
+    """The command lines systemd read for ExecStartPre=, ExecStop=, ExecStopPost=."""
+    block = re.search(rf"^\t\t-> {directive}:\n((?:\t\t\t.*\n)+)", reading.dump + "\n", re.M)
+    lines = re.findall(r"^\t\t\tCommand Line: (.*)$", block.group(1), re.M) if block else []
+    return [_command_line(line.encode()) for line in lines]
+
+
+@pytest.mark.parametrize("kind", ["docker", "podman"])
+@pytest.mark.parametrize("value", ["plain", *SPECIAL_VALUES], ids=ascii)
+def test_container_units_read_back_exactly(kind: str, value: str, systemd: Systemd, tmp_path: Path) -> None:
+    """systemd runs the engine with exactly the planned words, SGLang's argv last; the environment
+    reaches the container through them, and the unit itself sets none."""
+    prof = _load(tmp_path, _container_doc(kind, value))
+    p = plan.build(prof)
+    reading = systemd.read(p.unit)
+    assert reading.complaints == [] and reading.load_state == "loaded", (reading.complaints, p.unit)
+    assert reading.executable == container.ENGINES[kind]
+    assert reading.argv == p.exec_argv and reading.argv[-len(p.argv) :] == p.argv
+    assert reading.environment == {}
+    assert plan.parse_unit(p.unit) == (p.argv, p.environment)
+    assert p.environment["A"] == value and f"--env=A={value}" in reading.argv
+    name = UNIT.removesuffix(".service")
+    if kind == "podman":
+        assert reading.setting("Type") == ["notify"] and reading.setting("NotifyAccess") == ["all"]
+        assert reading.setting("Delegate") == ["yes"] and reading.setting("KillMode") == ["mixed"]
+        assert _commands(reading, "ExecStop") == [["/usr/bin/podman", "stop", "--ignore", "-t", "60", name]]
+        assert _commands(reading, "ExecStopPost") == [["/usr/bin/podman", "rm", "-f", "--ignore", name]]
+    else:
+        assert reading.setting("Type") == ["exec"] and reading.setting("KillMode") == ["control-group"]
+        assert _commands(reading, "ExecStartPre") == [["/usr/bin/docker", "rm", "-f", name]]
+        assert _commands(reading, "ExecStop") == [["/usr/bin/docker", "stop", "-t", "60", name]]
+    assert reading.setting("TimeoutStopSec") == ["2min"]  # the engine's -t 60, and systemd's margin
+
+
+@pytest.mark.parametrize("kind", ["host", "docker", "podman"])
+def test_systemd_analyze_verify_accepts_container_units(kind: str, tmp_path: Path) -> None:
+    """What the host's `systemd-analyze verify` (sglang_unit's validate:) will say: nothing. It also
+    checks that the executable exists, which for a container unit is the engine."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is missing: systemd is not installed here")
+    doc = _container_doc(kind, "plain") if kind != "host" else {"extends": "cg_5tok"}
+    if kind == "host":
+        doc["service"] = {"unit_name": UNIT}
+    elif not Path(container.ENGINES[kind]).exists():
+        pytest.skip(f"{container.ENGINES[kind]} is missing: install {kind} (scripts/setup.sh installs it)")
+    path = tmp_path / UNIT
+    path.write_text(plan.build(_load(tmp_path, doc)).unit)
+    result = subprocess.run(
+        [analyze, "verify", str(path)], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert (result.returncode, result.stdout + result.stderr) == (0, ""), result.stderr
+    path.write_text(path.read_text().replace("KillMode=", "KillMode=bogus-"))  # and it does read the unit
+    result = subprocess.run(
+        [analyze, "verify", str(path)], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert "Failed to parse kill mode" in result.stderr, result.stderr
 
 
 # --- generated profiles ----------------------------------------------------------------------

@@ -1,0 +1,236 @@
+"""What `docker run` and `podman run` refuse or read otherwise, checked on the control machine.
+
+A profile with `runtime.kind: docker` or `podman` starts SGLang inside a container; the unit's
+ExecStart= is the engine's `run` command (plan.py). A value the engine refuses is only found out
+on the host, after the running server was stopped, so each value the profile puts into that
+command is checked here: the image reference, /dev/shm's size, mount paths, the further run
+options a site may add. Each rule is a pure function of plain values and returns its problem
+(None when the value is fine), worded with the fix. The rules hold for both engines as Debian
+bookworm ships them (docker.io 20.10, podman 4.3.1); tests/unit/test_container_cli.py hands
+every rendered command to the real CLIs.
+"""
+
+from __future__ import annotations
+
+import re
+
+# --- the image -----------------------------------------------------------------------------
+
+# The grammar of github.com/distribution/reference (regexp.go), which both engines parse with.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
+_TAG = r"[\w][\w.-]{0,127}"
+_DIGEST = r"sha256:[0-9a-f]{64}"
+_REFERENCE = re.compile(
+    rf"(?P<domain>{_DOMAIN})/(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
+    rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?"
+)
+#: distribution/reference's NameTotalLengthMax.
+NAME_MAX = 255
+EXAMPLE_IMAGE = "docker.io/lmsysorg/sglang:v0.5.9"
+
+
+def _shown(value: str, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
+
+
+def _has_domain(ref: str) -> bool:
+    """As the engines split a reference (docker's splitDockerDomain): the first component is a
+    registry when it holds '.' or ':', or is localhost."""
+    first, slash, _ = ref.partition("/")
+    return bool(slash) and ("." in first or ":" in first or first == "localhost")
+
+
+def image_problem(ref: str) -> str | None:
+    """runtime.image: a full reference, registry included, naming a tag or a digest.
+
+    A short name (`lmsysorg/sglang`) is docker.io's to Docker but depends on
+    registries.conf's search list to Podman, which refuses to guess inside a unit (short-name
+    mode `enforcing` cannot ask); an implicit `:latest` is whatever was pushed last.
+    """
+    if len(ref) > 2 * NAME_MAX:  # before any regular expression: a name, a tag and a digest fit
+        return f"is {len(ref)} characters long: no image reference is (the name alone may have {NAME_MAX})"
+    if not _has_domain(ref):
+        return (
+            f"{_shown(ref)} has no registry: write the full reference, e.g. {EXAMPLE_IMAGE} (podman does not "
+            "resolve short names in a unit)"
+        )
+    match = _REFERENCE.fullmatch(ref)
+    if match is None:
+        if "@" in ref and not re.search(rf"@{_DIGEST}$", ref):
+            return f"{_shown(ref)}: the digest must be sha256: and 64 lowercase hex digits"
+        return (
+            f"{_shown(ref)} is not an image reference: REGISTRY/PATH[:TAG][@sha256:DIGEST], with a lowercase "
+            f"path, e.g. {EXAMPLE_IMAGE}"
+        )
+    name_length = len(match.group("domain")) + 1 + len(match.group("path"))
+    if name_length > NAME_MAX:
+        return f"the image name is {name_length} characters long; the engines refuse over {NAME_MAX}"
+    if match.group("tag") is None and match.group("digest") is None:
+        return (
+            f"{_shown(ref)} names neither a tag nor a digest, so it is whatever :latest was when a host "
+            "pulled it; pin it: IMAGE:TAG@sha256:DIGEST"
+        )
+    return None
+
+
+def image_note(ref: str) -> str | None:
+    """A warning, not an error: a tag without a digest can be moved to other bytes, so two hosts
+    (or one host before and after a pull) may run different images under one profile."""
+    match = _REFERENCE.fullmatch(ref)
+    if match is None or match.group("digest") is not None or match.group("tag") is None:
+        return None
+    return (
+        f"runtime.image {ref} is pinned by tag only: a tag can be moved, so hosts may run different "
+        "images; add the digest (IMAGE:TAG@sha256:...) to pin it"
+    )
+
+
+# --- sizes, names, paths -----------------------------------------------------------------
+
+#: --shm-size as both engines take it (go-units RAMInBytes; podman's man page names b, k, m, g).
+SHM_SIZE = r"[1-9][0-9]{0,12}[bkmg]?"
+
+
+def shm_size_problem(value: str) -> str | None:
+    if re.fullmatch(SHM_SIZE, value):
+        return None
+    return f"{_shown(value)} is not a size: write a number with k, m or g (binary units), e.g. 32g"
+
+
+#: A container name as both engines take it (docker's validContainerNamePattern).
+_CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")
+
+
+def container_name_problem(name: str) -> str | None:
+    """The container is named after the unit's stem (`sglang` for sglang.service)."""
+    if _CONTAINER_NAME.fullmatch(name):
+        return None
+    return (
+        f"the container is named after the unit, and {_shown(name)} is not a container name: use 2 or more "
+        "letters, digits, '_', '.' or '-' (no '@' or ':'), starting with a letter or digit"
+    )
+
+
+def mount_path_problem(path: str) -> str | None:
+    """A `--volume SOURCE:TARGET:ro` path: ':' splits the value and ',' the --mount form, a newline
+    ends the word; `/` itself cannot be a mount target in either engine."""
+    bad = sorted(set(path) & set(":,\n"))
+    if bad:
+        return (
+            f"{_shown(path)} has {', '.join(map(repr, bad))}, which the engines' --volume syntax cannot hold"
+        )
+    if path.rstrip("/") == "":
+        return "'/' cannot be mounted (or mounted over) in a container; name a directory"
+    return None
+
+
+def ulimit_value(limit: str) -> str:
+    """A systemd limit (service.limits: `infinity`, a count, or a size with K/M/G/T, 1024-based)
+    as the engines' --ulimit takes it: -1 for unlimited, otherwise a plain number."""
+    if limit == "infinity":
+        return "-1"
+    units = "KMGT"
+    if limit[-1] in units:
+        return str(int(limit[:-1]) * 1024 ** (units.index(limit[-1]) + 1))
+    return limit
+
+
+# --- further run options (runtime.options) ---------------------------------------------------
+
+#: Linux capabilities (capabilities(7)), as a regular expression.
+_CAPABILITY = (
+    "AUDIT_CONTROL|AUDIT_READ|AUDIT_WRITE|BLOCK_SUSPEND|BPF|CHECKPOINT_RESTORE|CHOWN|DAC_OVERRIDE|"
+    "DAC_READ_SEARCH|FOWNER|FSETID|IPC_LOCK|IPC_OWNER|KILL|LEASE|LINUX_IMMUTABLE|MAC_ADMIN|"
+    "MAC_OVERRIDE|MKNOD|NET_ADMIN|NET_BIND_SERVICE|NET_BROADCAST|NET_RAW|PERFMON|SETFCAP|SETGID|"
+    "SETPCAP|SETUID|SYSLOG|SYS_ADMIN|SYS_BOOT|SYS_CHROOT|SYS_MODULE|SYS_NICE|SYS_PACCT|SYS_PTRACE|"
+    "SYS_RAWIO|SYS_RESOURCE|SYS_TIME|SYS_TTY_CONFIG|WAKE_ALARM"
+)
+#: --ulimit names both engines know (go-units ulimit.go), less the two service.limits sets.
+_ULIMIT = "core|cpu|data|fsize|locks|msgqueue|nice|nproc|rss|rtprio|rttime|sigpending|stack"
+_DEV_PATH = r"/dev/[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*"
+
+#: Options a site may add, each with the values both engines take and how to say them. Anything
+#: that changes how the server is reached, which GPUs it sees or what it reads (network, GPUs,
+#: mounts, environment, privileges) is the profile's own field, or not offered.
+OPTIONS: dict[str, tuple[str | None, str]] = {
+    "--cap-add": (
+        rf"(?:CAP_)?(?:{_CAPABILITY})",
+        "a Linux capability in capitals, such as IPC_LOCK or SYS_NICE",
+    ),
+    "--security-opt": (
+        r"apparmor=[A-Za-z0-9_.-]+|label=(?:disable|(?:user|role|type|level):[A-Za-z0-9_.:-]+)"
+        r"|no-new-privileges(?::(?:true|false))?|seccomp=(?:unconfined|/[A-Za-z0-9_./-]+)",
+        "apparmor=PROFILE, label=disable, label=type:TYPE (user, role, level), no-new-privileges, "
+        "seccomp=unconfined or seccomp=/PATH.json",
+    ),
+    "--pids-limit": (r"-1|[1-9][0-9]{0,9}", "-1 (no limit) or a positive count"),
+    "--ulimit": (
+        rf"(?:{_ULIMIT})=(?:-1|[0-9]{{1,19}})(?::(?:-1|[0-9]{{1,19}}))?",
+        f"NAME=SOFT[:HARD] with NAME one of {_ULIMIT.replace('|', ', ')} and -1 for unlimited",
+    ),
+    "--device": (
+        rf"{_DEV_PATH}(?::{_DEV_PATH})?(?::[rwm]{{1,3}})?",
+        "a host device under /dev[:CONTAINER_PATH][:rwm], e.g. /dev/infiniband",
+    ),
+    "--init": (None, "no value"),
+}
+#: Options the profile sets through its own fields: runtime.options may not say them again.
+OWNED_OPTIONS = {
+    "--gpus": "server.gpus",
+    "--network": "the unit (always host: the server binds server.host:server.port)",
+    "--net": "the unit (always host: the server binds server.host:server.port)",
+    "--ipc": "runtime.ipc_host",
+    "--shm-size": "runtime.shm_size",
+    "--volume": "runtime.mounts",
+    "-v": "runtime.mounts",
+    "--mount": "runtime.mounts",
+    "--env": "env: (or nccl:, secret_env:)",
+    "-e": "env: (or nccl:, secret_env:)",
+    "--env-file": "secret_env:",
+    "--name": "service.unit_name",
+    "--pull": "runtime.pull",
+    "--rm": "the unit",
+    "--label": "the unit",
+    "--entrypoint": "server.python (the command is SGLang's argv)",
+}
+#: --ulimit names that service.limits already sets for the container.
+OWNED_ULIMITS = {"memlock": "service.limits.memlock", "nofile": "service.limits.nofile"}
+
+
+def run_option(option: str) -> tuple[str, str | None]:
+    """One runtime.options entry, `--name=value`, `--name value` or a bare `--flag`, as
+    (name, value); raises ValueError worded with the fix."""
+    name, sep, value = re.match(r"([^= ]*)([= ]?)(.*)", option, re.S).groups()
+    if name in OWNED_OPTIONS:
+        raise ValueError(f"{name} is set by {OWNED_OPTIONS[name]}, not runtime.options")
+    if name not in OPTIONS:
+        raise ValueError(
+            f"{option[:40]!r} is not an option runtime.options allows; allowed: {', '.join(OPTIONS)}"
+        )
+    pattern, wanted = OPTIONS[name]
+    if pattern is None:
+        if sep:
+            raise ValueError(f"{name} takes no value")
+        return name, None
+    if not sep or not value:
+        raise ValueError(f"{name} needs a value: {wanted}")
+    limit = value.partition("=")[0]
+    if name == "--ulimit" and limit in OWNED_ULIMITS:
+        raise ValueError(f"--ulimit {limit} is set by {OWNED_ULIMITS[limit]}, not runtime.options")
+    if not re.fullmatch(pattern, value):
+        raise ValueError(f"{name} {value[:40]!r} is not {wanted}")
+    if name == "--device" and re.match(r"/dev/nvidia[0-9]", value):
+        raise ValueError("GPUs reach the container from server.gpus, not --device")
+    if name == "--ulimit" and not _soft_within_hard(value):
+        raise ValueError(f"--ulimit {value}: the soft limit is above the hard one")
+    return name, value
+
+
+def _soft_within_hard(value: str) -> bool:
+    soft, _, hard = value.partition("=")[2].partition(":")
+    if not hard or hard == "-1":
+        return True
+    return soft != "-1" and int(soft) <= int(hard)
