@@ -4,15 +4,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(systemd-container debootstrap openssh-client iproute2 procps)
+# docker.io and podman for their command-line clients: tests/unit/test_container_cli.py hands every
+# rendered `docker run`/`podman run` to them. No daemon is wanted (see below).
+packages=(systemd-container debootstrap openssh-client iproute2 procps docker.io podman)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
+  # A started dockerd sets iptables' FORWARD policy to DROP, which cuts the lab's bridge: keep the
+  # packages' scripts from starting services (policy-rc.d), unless the machine has its own policy.
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [[ " ${missing[*]} " == *" docker.io "* && -d /run/systemd/system ]]; then
+    systemctl disable docker.service docker.socket >/dev/null 2>&1 || true  # nor at the next boot
+  fi
 fi
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
