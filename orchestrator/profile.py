@@ -413,6 +413,13 @@ class Runtime(_Model):
         description="Share the host's IPC namespace and /dev/shm (--ipc host), as SGLang's own docker "
         "instructions do; false for a private /dev/shm of shm_size.",
     )
+    cgroups: Literal["split", "disabled"] = Field(
+        "split",
+        description="podman only: split (the default) puts conmon and the container in sub-cgroups of "
+        "the unit's own (Delegate=yes); disabled creates none, so both stay in the unit's cgroup, for "
+        "hosts where podman may not write cgroups (a systemd-nspawn host with cgroup v1 read-only, "
+        "as the lab's). Either way systemd's stop and the GPU check see the container in the unit.",
+    )
     options: list[Annotated[str, AfterValidator(_run_option)]] = Field(
         default_factory=list,
         description="Further `run` options from an allow-list, values checked: --cap-add, "
@@ -789,6 +796,8 @@ def _runtime_findings(profile: Profile) -> Iterator[rules.Finding]:
         return
     if rt.image is None:
         yield ("runtime.image", f"required for runtime.kind {rt.kind}; e.g. {container_rules.EXAMPLE_IMAGE}")
+    if rt.kind == "docker" and rt.cgroups != "split":
+        yield ("runtime.cgroups", "is podman's --cgroups; docker has no such option: drop it")
     if rt.shm_size is not None and rt.ipc_host:
         yield (
             "runtime.shm_size",

@@ -57,13 +57,23 @@ def lab() -> None:
     "--gpus", default=8, show_default=True, type=click.IntRange(1, 64), help="Stand-in GPUs per host."
 )
 @click.option("--sglang-version", default="0.5.9", show_default=True, help="SGLang stand-in version.")
+@click.option(
+    "--podman",
+    is_flag=True,
+    help="Hosts also carry Debian's podman, a CDI spec for the stand-in GPUs and the stand-in's image "
+    "(localhost/sglang-standin:VERSION), for runtime.kind podman profiles. Slower to build.",
+)
 @_errors_to_exit
-def up(hosts: int, gpus: int, sglang_version: str) -> None:
+def up(hosts: int, gpus: int, sglang_version: str, podman: bool) -> None:
     """Start the lab hosts (a no-op when the same lab is already up)."""
-    state = lab_hosts.up(hosts=hosts, gpus=gpus, sglang_version=sglang_version, progress=_progress)
+    state = lab_hosts.up(
+        hosts=hosts, gpus=gpus, sglang_version=sglang_version, progress=_progress, podman=podman
+    )
     for host in state.hosts:
         failed = f"  failed units: {', '.join(host.failed_units)}" if host.failed_units else ""
         out.print(f"{host.name}  {host.address}  {host.systemd_state}{failed}")
+    if state.image:
+        out.print(f"\nimage:     {state.image}")
     out.print(f"\ninventory: {state.inventory}")
     out.print(f"as sudoer: {state.sudo_inventory}")
     out.print(f"become password (deploy-pw, -K): {state.become_password_file}")

@@ -34,6 +34,7 @@ import importlib.util
 import json
 import os
 import re
+import resource
 import secrets
 import shutil
 import signal
@@ -69,6 +70,50 @@ PACKAGES = (
     "curl",
     "iputils-ping",
 )
+#: What `up --podman` adds: Debian's podman (4.3.1), its OCI runtime, a network stack (containers-common
+#: needs one, though the units use the host network) and catatonit for `--init`.
+PODMAN_PACKAGES = ("podman", "crun", "netavark", "catatonit")
+#: Podman inside a systemd-nspawn host: cgroup v1 is mounted read-only there, so the containers
+#: get no cgroup of their own (they stay in the unit's, which is what systemd supervises and what
+#: GPU ownership reads); no journald socket for podman's events, so a file; no session keyring
+#: (nspawn's seccomp filter). Storage: overlayfs cannot stack on the host's overlay root, so the
+#: host gets /var/lib/containers bound from a plain directory of the control machine
+#: (`lab/hosts/labK/containers`), where podman's overlay driver works; `vfs`, which works on any
+#: root, copies the whole image at every container start (5.9 s against 0.2 s, measured here).
+STORAGE_CONF = """\
+# Written by the orchestrator lab: /var/lib/containers is a plain directory bound in by nspawn.
+[storage]
+driver = "overlay"
+runroot = "/run/containers/storage"
+graphroot = "/var/lib/containers/storage"
+"""
+CONTAINERS_CONF = """\
+# Written by the orchestrator lab: cgroup v1 is read-only inside systemd-nspawn, and its seccomp
+# filter refuses keyctl(2) (crun: "create keyring ...: Operation not permitted").
+[containers]
+cgroups = "disabled"
+keyring = false
+{ulimits}
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+
+[network]
+network_backend = "netavark"
+"""
+
+
+def containers_conf() -> str:
+    """containers.conf for a host of this lab. A host inherits the control machine's hard limits and
+    has no CAP_SYS_RESOURCE to raise them, while podman raises RLIMIT_NPROC for root's containers to
+    the kernel's maximum (crun: "setrlimit `RLIMIT_NPROC`: Operation not permitted"): so containers
+    get the hard limit there is. A profile's service.limits must fit too (`ulimit -H -n -l` there)."""
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    if hard == resource.RLIM_INFINITY:
+        return CONTAINERS_CONF.format(ulimits="")
+    return CONTAINERS_CONF.format(ulimits=f'default_ulimits = ["nproc={hard}:{hard}"]\n')
+
+
 MIRROR = os.environ.get("ORCHESTRATOR_LAB_MIRROR", "http://deb.debian.org/debian")
 BRIDGE = "orchlab0"
 SUBNET = "10.213.0"
@@ -153,6 +198,8 @@ class LabState:
     """`deploy-pw`'s sudo password (0600), new with every lab built."""
     bastion: str | None = None
     """The jump host, while the other hosts refuse SSH from the control machine (see `bastion`)."""
+    image: str | None = None
+    """`up --podman`: the SGLang stand-in's image on every host, REF@sha256:DIGEST; None without podman."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +229,8 @@ class LabStatus:
     sudo_inventory: Path | None = None
     bastion: str | None = None
     """The jump host, while the others refuse SSH from the control machine (they are not `healthy` then)."""
+    podman: bool = False
+    """Built with `up --podman`."""
 
     @property
     def healthy(self) -> bool:
@@ -212,9 +261,10 @@ def _host_dir(name: str) -> Path:
 class _Record:
     """`lab.json`: every thing `up` made, saved the moment it exists so a crash can be cleaned up.
 
-    Shape: {"format", "hosts_wanted", "gpus", "sglang_version", "complete", "bridge", "run_netns_mount",
-    "bastion", "hosts": {name: {"address", "dir", "netns", "veth", "mount", "copied", "pid", "pid_start",
-    "leader", "leader_start", "console"}}}; each host key appears only once that thing exists.
+    Shape: {"format", "hosts_wanted", "gpus", "sglang_version", "podman", "image", "complete", "bridge",
+    "run_netns_mount", "bastion", "hosts": {name: {"address", "dir", "netns", "veth", "mount", "copied",
+    "pid", "pid_start", "leader", "leader_start", "console"}}}; each host key appears only once that
+    thing exists.
     """
 
     def __init__(self, data: dict):
@@ -342,26 +392,35 @@ def _check_tools() -> None:
 # ---------------------------------------------------------------- base root and key
 
 
-def _base_key() -> str:
-    digest = hashlib.sha256(" ".join((SUITE, MIRROR, *PACKAGES, SSHD_CONF)).encode()).hexdigest()
-    return f"{SUITE}-{digest[:10]}"
+def _packages(podman: bool) -> tuple[str, ...]:
+    return (*PACKAGES, *PODMAN_PACKAGES) if podman else PACKAGES
 
 
-def ensure_base(progress: Progress = None) -> Path:
-    """The debootstrapped base root, built once (about a minute) and then shared by every host.
+def _base_key(podman: bool = False) -> str:
+    """The default base keeps its old key, so a cache built before `--podman` existed stays valid."""
+    parts = (SUITE, MIRROR, *_packages(podman), SSHD_CONF)
+    digest = hashlib.sha256(" ".join(parts).encode()).hexdigest()
+    return f"{SUITE}-{'podman-' if podman else ''}{digest[:10]}"
+
+
+def ensure_base(progress: Progress = None, podman: bool = False) -> Path:
+    """The debootstrapped base root, built once (about a minute) and then shared by every host; a
+    second one with podman for `up --podman`.
 
     Built under a temporary name and renamed when done, so a half-built root is never used.
     """
-    base = cache_dir() / _base_key()
+    base = cache_dir() / _base_key(podman)
     if base.is_dir():
         return base
     tmp = base.with_name(base.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    _say(progress, f"building the {SUITE} base root with debootstrap (about a minute, once)")
+    what = " with podman" if podman else ""
+    _say(progress, f"building the {SUITE} base root{what} with debootstrap (a minute or two, once)")
     log = cache_dir() / "debootstrap.log"
-    argv = ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp), MIRROR]
+    include = ",".join(_packages(podman))
+    argv = ["debootstrap", "--variant=minbase", f"--include={include}", SUITE, str(tmp), MIRROR]
     with open(log, "w") as out:
         done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=1800)
     if done.returncode != 0:
@@ -518,6 +577,81 @@ def _install_standins(root: Path, gpus: int, sglang_version: str) -> bool:
     return True
 
 
+# ---------------------------------------------------------------- podman: CDI and the image
+
+#: The stand-in's image: `IMAGE:<sglang version>`, made on the hosts, never pulled.
+IMAGE = "localhost/sglang-standin"
+#: What the image leaves out of the lab's root: what a host has and a container gets from the
+#: host (the GPU config and devices through CDI, models through the profile's mounts), keys and
+#: logins, the engine itself, and what only makes it bigger.
+IMAGE_EXCLUDES = (
+    "./proc/*", "./sys/*", "./dev/*", "./run/*", "./tmp/*", "./var/tmp/*", "./var/lib/containers",
+    "./var/cache/apt/*", "./var/lib/apt/lists/*", "./var/log/*", "./usr/share/doc", "./usr/share/man",
+    "./usr/share/locale", "./data", "./home", "./root/.ssh", "./etc/ssh/ssh_host_*",
+    "./etc/nvidia-standin.json", "./etc/nvidia-standin", "./etc/cdi", "./etc/sudoers.d/*",
+    "./usr/bin/podman", "./usr/libexec/podman",
+)  # fmt: skip
+#: Inside a host: the root's tarball for `podman import`, then the image as an OCI archive.
+_IMAGE_TAR, _IMAGE_OCI = "var/tmp/sglang-standin.tar", "var/tmp/sglang-standin.oci.tar"
+
+
+def _install_podman(root: Path, gpus: int) -> None:
+    """What a podman host has beyond the base: podman's configuration for this lab, the CDI spec."""
+    (root / "etc/containers/storage.conf").write_text(STORAGE_CONF)
+    (root / "etc/containers/containers.conf").write_text(containers_conf())
+    importlib.import_module("orchestrator.lab.standins").install_cdi(root, gpus)
+
+
+def _image_tarball(root: Path) -> None:
+    """The first host's root, stand-ins installed, before it boots: the image's only layer."""
+    excludes = [f"--exclude={pattern}" for pattern in IMAGE_EXCLUDES]
+    _run(
+        ["tar", "--numeric-owner", "-C", str(root), *excludes, "-cf", str(root / _IMAGE_TAR), "."],
+        timeout=300,
+    )
+
+
+def _podman(record: _Record, name: str, *argv: str, timeout: float = 300) -> str:
+    done = _exec_in(record.host(name)["leader"], ["podman", *argv], timeout=timeout)
+    if done.returncode != 0:
+        raise OrchestratorError(
+            f"{name}: `podman {' '.join(argv)}` failed: {(done.stderr or done.stdout).strip()}"
+        )
+    return done.stdout.strip()
+
+
+def _build_image(record: _Record, sglang_version: str, progress: Progress) -> str:
+    """`podman import` the tarball on the first host (no registry), save it as an OCI archive and
+    load that on every host, so all hold the same image with one digest; returns REF@DIGEST."""
+    started = time.monotonic()
+    names = list(record.data["hosts"])
+    first = Path(record.host(names[0])["dir"]) / "root"
+    ref = f"{IMAGE}:{sglang_version}"
+    changes = [
+        f"--change=LABEL org.opencontainers.image.version={sglang_version}",
+        "--change=LABEL org.opencontainers.image.title=sglang-standin",
+    ]
+    _podman(record, names[0], "import", "--quiet", *changes, f"/{_IMAGE_TAR}", ref)
+    _podman(record, names[0], "save", "--quiet", "--format=oci-archive", f"--output=/{_IMAGE_OCI}", ref)
+    _podman(record, names[0], "rmi", ref)
+    (first / _IMAGE_TAR).unlink()
+    archive = lab_dir() / "sglang-standin.oci.tar"
+    shutil.move(first / _IMAGE_OCI, archive)
+    digests = set()
+    for name in names:
+        shutil.copyfile(archive, Path(record.host(name)["dir"]) / "root" / _IMAGE_OCI)
+        _podman(record, name, "load", "--quiet", f"--input=/{_IMAGE_OCI}")
+        (Path(record.host(name)["dir"]) / "root" / _IMAGE_OCI).unlink()
+        digests.add(_podman(record, name, "image", "inspect", "--format={{.Digest}}", ref))
+    archive.unlink()
+    if len(digests) != 1:
+        raise OrchestratorError(
+            f"the hosts loaded {ref} with different digests: {', '.join(sorted(digests))}"
+        )
+    _say(progress, f"image {ref} on {len(names)} hosts in {time.monotonic() - started:.1f} s")
+    return f"{ref}@{digests.pop()}"
+
+
 # ---------------------------------------------------------------- network
 
 
@@ -565,6 +699,10 @@ def _boot(record: _Record, name: str, root: Path, netns: str) -> None:
     console = _host_dir(name) / "console.log"
     argv = ["systemd-nspawn", "--register=no", "--keep-unit", "--console=read-only", "--quiet"]
     argv += ["-D", str(root), "-b", "-M", name, f"--network-namespace-path=/run/netns/{netns}"]
+    if record.data.get("podman"):  # see STORAGE_CONF; inside the host's own dir, so `down` removes it
+        storage = _host_dir(name) / "containers"
+        storage.mkdir(exist_ok=True)
+        argv.append(f"--bind={storage}:/var/lib/containers")
     with open(console, "ab") as log:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -693,6 +831,7 @@ def _write_inventory(record: _Record, sudo: bool = False) -> Path:
             "ansible_python_interpreter": "/usr/bin/python3",
             "lab_gpus": record.data["gpus"],
             "lab_sglang_version": record.data["sglang_version"],
+            **({"lab_image": record.data["image"]} if record.data.get("image") else {}),
         }
         for name, entry in record.data["hosts"].items()
     }
@@ -729,6 +868,7 @@ def _state(record: _Record, booted: dict[str, tuple[str, tuple[str, ...]]], reus
         user_key=user_key(),
         become_password_file=become_password_file(),
         bastion=record.data.get("bastion"),
+        image=record.data.get("image"),
     )
 
 
@@ -790,9 +930,16 @@ def _lift(record: _Record) -> bool:
 
 
 def up(
-    hosts: int = DEFAULT_HOSTS, gpus: int = 8, sglang_version: str = "0.5.9", progress: Progress = None
+    hosts: int = DEFAULT_HOSTS,
+    gpus: int = 8,
+    sglang_version: str = "0.5.9",
+    progress: Progress = None,
+    podman: bool = False,
 ) -> LabState:
     """Bring up `hosts` lab hosts, or return the running lab unchanged if it already matches.
+
+    `podman`: the hosts also carry Debian's podman, a CDI spec for the stand-in GPUs and the image
+    `IMAGE:VERSION` of the SGLang stand-in, made from the lab's own root (see `_build_image`).
 
     A record left by a crash (dead processes, half-made hosts) is cleaned up first, then the lab is
     built afresh: state that survived a crash is not trusted.
@@ -807,7 +954,7 @@ def up(
     with _locked():
         record = _Record.load()
         if record is not None:
-            live = _reuse(record, hosts, gpus, sglang_version)
+            live = _reuse(record, hosts, gpus, sglang_version, podman)
             if live is not None:
                 _say(progress, f"lab already up with {hosts} hosts; nothing to do")
                 return live
@@ -816,10 +963,10 @@ def up(
             else:
                 _say(progress, "cleaning up what the last, unfinished lab left behind")
             _teardown(record, progress)
-        return _build(hosts, gpus, sglang_version, progress)
+        return _build(hosts, gpus, sglang_version, progress, podman)
 
 
-def _reuse(record: _Record, hosts: int, gpus: int, sglang_version: str) -> LabState | None:
+def _reuse(record: _Record, hosts: int, gpus: int, sglang_version: str, podman: bool) -> LabState | None:
     """The running lab if it is whole; an InputError if it is whole but not what was asked for."""
     entries = record.data["hosts"]
     if record.data.get("format") != FORMAT:  # built without what this version's tests stand on
@@ -829,21 +976,22 @@ def _reuse(record: _Record, hosts: int, gpus: int, sglang_version: str) -> LabSt
     )
     if not whole:
         return None
-    asked = (hosts, gpus, sglang_version)
-    has = (len(entries), record.data["gpus"], record.data["sglang_version"])
+    asked = (hosts, gpus, sglang_version, podman)
+    has = (len(entries), record.data["gpus"], record.data["sglang_version"], bool(record.data.get("podman")))
+
+    def said(values: tuple) -> str:
+        return f"hosts={values[0]} gpus={values[1]} sglang-version={values[2]}" + (" --podman" * values[3])
+
     if asked != has:
-        raise InputError(
-            f"a lab is up with hosts={has[0]} gpus={has[1]} sglang-version={has[2]}; "
-            f"run `lab down` first to get hosts={hosts} gpus={gpus} sglang-version={sglang_version}"
-        )
+        raise InputError(f"a lab is up with {said(has)}; run `lab down` first to get {said(asked)}")
     _lift(record)  # `up` promises hosts the control machine reaches (a test that set a bastion crashed)
     booted = {name: _systemd(_leader(e["pid"]) or 0) for name, e in entries.items()}
     return _state(record, booted, reused=True)
 
 
-def _build(hosts: int, gpus: int, sglang_version: str, progress: Progress) -> LabState:
+def _build(hosts: int, gpus: int, sglang_version: str, progress: Progress, podman: bool) -> LabState:
     started = time.monotonic()
-    base = ensure_base(progress)
+    base = ensure_base(progress, podman=podman)
     key = private_key()
     user_key()
     password = _new_become_password()
@@ -853,6 +1001,7 @@ def _build(hosts: int, gpus: int, sglang_version: str, progress: Progress) -> La
             "hosts_wanted": hosts,
             "gpus": gpus,
             "sglang_version": sglang_version,
+            "podman": podman,
             "complete": False,
         }
     )
@@ -866,6 +1015,10 @@ def _build(hosts: int, gpus: int, sglang_version: str, progress: Progress) -> La
         root = _make_root(record, name, base)
         _personalise(root, name, peers, key, password)
         standins = _install_standins(root, gpus, sglang_version)
+        if podman:
+            _install_podman(root, gpus)
+            if name == names[0]:
+                _image_tarball(root)
         netns = _make_network(record, name, peers[name])
         _boot(record, name, root, netns)
         _say(progress, f"{name}: booting at {peers[name]}")
@@ -881,6 +1034,9 @@ def _build(hosts: int, gpus: int, sglang_version: str, progress: Progress) -> La
         _wait_ssh(record, name, deadline)
         failed = f" (failed units: {', '.join(booted[name][1])})" if booted[name][1] else ""
         _say(progress, f"{name}: {booted[name][0]}{failed}, ssh answers")
+    if podman:
+        record.data["image"] = _build_image(record, sglang_version, progress)
+        record.save()
     _write_inventory(record)
     _write_inventory(record, sudo=True)
     record.data["complete"] = True
@@ -912,6 +1068,7 @@ def status() -> LabStatus:
         sglang_version=record.data.get("sglang_version"),
         sudo_inventory=sudo_inventory if sudo_inventory.exists() else None,
         bastion=record.data.get("bastion"),
+        podman=bool(record.data.get("podman")),
     )
 
 

@@ -45,7 +45,12 @@ def lab() -> Iterator[lab_hosts.LabState]:
         )
     reuse = seen.healthy and len(seen.hosts) == wanted
     if reuse:
-        state = lab_hosts.up(hosts=wanted, gpus=seen.gpus or 8, sglang_version=seen.sglang_version or "0.5.9")
+        state = lab_hosts.up(
+            hosts=wanted,
+            gpus=seen.gpus or 8,
+            sglang_version=seen.sglang_version or "0.5.9",
+            podman=seen.podman,
+        )
     else:
         state = lab_hosts.up(hosts=wanted)
     yield state

@@ -1,5 +1,5 @@
 """runtime.kind docker and podman (#17, the lab-free slice): the unit a container profile renders
-to, and the commands that refuse it until container deploys exist.
+to, and the commands that refuse it (all of them for docker; all but deploy for podman).
 
 The validation messages are cases in tests/data/profile_cases/ (runtime_*.yml); systemd's own
 reading of these units is in test_systemd_oracle.py, the real docker and podman CLIs' in
@@ -221,11 +221,15 @@ def test_a_tag_without_digest_is_a_note(tmp_path: Path) -> None:
     assert CliRunner().invoke(cli, ["render", "-p", str(tag_only)]).stdout.startswith("# Managed")
 
 
-@pytest.mark.parametrize("command", ["deploy", "preflight", "verify", "sweep"])
+REFUSED = [("podman", "preflight"), ("podman", "verify"), ("podman", "sweep")]
+REFUSED += [("docker", c) for c in ("deploy", "preflight", "verify", "sweep")]
+
+
+@pytest.mark.parametrize(("kind", "command"), REFUSED)
 def test_host_commands_refuse_a_container_profile_before_any_host(
-    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kind: str, command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One line, exit 2, and neither the inventory nor the lab was looked at."""
+    """One line, exit 2, and neither the inventory nor the lab was looked at; podman deploys."""
     from orchestrator import bench_cli, console
 
     def touched(*args: Any, **kwargs: Any) -> Any:
@@ -235,14 +239,29 @@ def test_host_commands_refuse_a_container_profile_before_any_host(
         monkeypatch.setattr(module, "inventory_or_lab", touched)
     monkeypatch.setattr("orchestrator.__main__.inventory_or_lab", touched)
     path = tmp_path / "ctr.yml"
-    path.write_text(yaml.safe_dump(_doc("podman")))
+    path.write_text(yaml.safe_dump(_doc(kind)))
     args = [command, str(path)] if command == "sweep" else [command, "-p", str(path)]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2, result.output
+    works = "render, validate, deploy work" if kind == "podman" else "render, validate work"
     assert result.stderr == (
-        f"error: {command}: profile ctr runs SGLang in podman (runtime.kind); container deploys are not "
-        "implemented yet (issue 17): `render` and `validate` work, deploy, preflight and verify do not\n"
+        f"error: {command}: profile ctr runs SGLang in {kind} (runtime.kind); {command} of {kind} profiles "
+        f"is not implemented yet (issue 17): {works}\n"
     )
+
+
+def test_podman_deploy_gets_past_the_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """deploy of a podman profile goes on to the inventory (here: one that does not exist)."""
+    from orchestrator import console
+
+    def reached(*args: Any, **kwargs: Any) -> Any:
+        raise SystemExit(42)
+
+    monkeypatch.setattr(console, "inventory_or_lab", reached)
+    monkeypatch.setattr("orchestrator.__main__.inventory_or_lab", reached)
+    path = tmp_path / "ctr.yml"
+    path.write_text(yaml.safe_dump(_doc("podman")))
+    assert CliRunner().invoke(cli, ["deploy", "-p", str(path)]).exit_code == 42
 
 
 def test_the_engine_refuses_too(tmp_path: Path) -> None:
@@ -253,5 +272,9 @@ def test_the_engine_refuses_too(tmp_path: Path) -> None:
     prof = _load(tmp_path, _doc("docker"))
     nowhere = tmp_path / "no-inventory.yml"
     for call in (deploy.deploy, hostops.preflight, verify):
-        with pytest.raises(InputError, match=r"container deploys are not implemented yet \(issue 17\)"):
+        with pytest.raises(InputError, match=r"of docker profiles is not implemented yet \(issue 17\)"):
+            call(prof, nowhere)
+    prof = _load(tmp_path, _doc("podman"))
+    for call in (hostops.preflight, verify):
+        with pytest.raises(InputError, match=r"of podman profiles is not implemented yet \(issue 17\)"):
             call(prof, nowhere)

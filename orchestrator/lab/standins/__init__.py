@@ -211,6 +211,61 @@ def install(rootfs: Path, *, gpus: int = 8, sglang_version: str = "0.5.9", load_
     install_models(rootfs, gpus, load_delay_s)
 
 
+#: Where a CDI device puts its GPU inside a container, as the real spec puts /dev/nvidiaN there.
+CONTAINER_DEVICES = "/dev/nvidia-standin"
+CDI_SPEC = Path("etc/cdi/nvidia.yaml")
+
+
+def cdi_spec(gpus: int) -> dict:
+    """The lab's CDI spec (kind nvidia.com/gpu), as `nvidia-ctk cdi generate` writes the real one:
+    device N gives a container GPU N (here a file `gpuN` the stand-in reads as its device list,
+    in place of /dev/nvidiaN), and any GPU brings what the driver is to the container: the GPU
+    config and the memory registry, shared with the host, so the host's nvidia-smi sees the
+    container's processes and theirs it (docs/standins.md, Containers)."""
+    bind = ["ro", "nosuid", "nodev", "bind"]
+    devices = [
+        {
+            "name": str(i),
+            "containerEdits": {
+                "mounts": [
+                    {
+                        "hostPath": f"/etc/nvidia-standin/devices/gpu{i}",
+                        "containerPath": f"{CONTAINER_DEVICES}/gpu{i}",
+                        "options": bind,
+                    }
+                ]
+            },
+        }
+        for i in range(gpus)
+    ]
+    return {
+        "cdiVersion": "0.5.0",
+        "kind": "nvidia.com/gpu",
+        "devices": devices,
+        "containerEdits": {
+            "env": [f"NVIDIA_STANDIN_DEVICES={CONTAINER_DEVICES}"],
+            "mounts": [
+                {"hostPath": f"/{GPU_CONFIG}", "containerPath": f"/{GPU_CONFIG}", "options": bind},
+                {
+                    "hostPath": f"/{RUN_DIR}",
+                    "containerPath": f"/{RUN_DIR}",
+                    "options": ["rw", "nosuid", "nodev", "bind"],
+                },
+            ],
+        },
+    }
+
+
+def install_cdi(rootfs: Path, gpus: int) -> None:
+    """/etc/cdi/nvidia.yaml and the device files it names, for podman's --device nvidia.com/gpu=N."""
+    for i in range(gpus):
+        _write(rootfs / f"etc/nvidia-standin/devices/gpu{i}", f"{i}\n")
+    _write(
+        rootfs / CDI_SPEC,
+        "# Written by the orchestrator lab.\n" + json.dumps(cdi_spec(gpus), indent=2) + "\n",
+    )
+
+
 def set_sglang_version(rootfs_or_root: Path, version: str) -> None:
     """Give a host another SGLang version. Over ssh: `python3 -m sglang._set_version VERSION`.
 
@@ -222,4 +277,4 @@ def set_sglang_version(rootfs_or_root: Path, version: str) -> None:
     _set_version_module().set_version(Path(rootfs_or_root) / DIST_PACKAGES / "sglang", version)
 
 
-__all__ = ["install", "set_sglang_version", "set_standin", "write_model_dir"]
+__all__ = ["install", "install_cdi", "set_sglang_version", "set_standin", "write_model_dir"]

@@ -25,12 +25,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     cfg = registry.load_config()
     gpus = [int(g) for g in args.gpu.split(",")]
-    bad = [g for g in gpus if not 0 <= g < cfg.count]
+    given = registry.container_gpus()  # in a container: its GPU i is the host's given[i]
+    count = cfg.count if given is None else len(given)
+    bad = [g for g in gpus if not 0 <= g < count]
     if bad:
-        print(f"gpu-hold: no GPU {bad[0]} on this host ({cfg.count} GPUs)", file=sys.stderr)
+        print(f"gpu-hold: no GPU {bad[0]} on this host ({count} GPUs)", file=sys.stderr)
         return 1
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    registry.register(gpus, args.mib)
+    registry.register(gpus if given is None else [given[g] for g in gpus], args.mib)
     try:
         print(f"holding {args.mib} MiB on GPU {args.gpu}", flush=True)
         while True:

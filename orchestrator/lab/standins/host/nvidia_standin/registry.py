@@ -5,6 +5,17 @@ gets the same property without any daemon: each holder writes one file named aft
 PID, carrying the PID's start time from /proc/PID/stat; readers count only files whose PID
 is alive with that same start time, so a killed (or PID-reused) holder frees its memory at
 once, and readers delete stale files they may delete.
+
+Containers: a process in a container (podman's CDI devices `nvidia.com/gpu=N`, see
+orchestrator.lab.standins.cdi_spec) has PIDs of its own PID namespace. Every entry names its
+writer's namespace (`pidns`, as /proc/PID/ns/pid reads), and a container's is named
+`<ns inode>-<pid>.json`, so two containers' PID 1 never share a file. A reader in another
+namespace finds the process by that namespace and the PID's last NSpid field, and shows the PID
+it sees, as the real driver shows host PIDs to a host nvidia-smi. A reader that cannot see the
+namespace (it is inside a container, or not root) counts the entry and leaves it, since it cannot
+tell a dead holder from an invisible one.
+The GPUs a container was given are the files in NVIDIA_STANDIN_DEVICES (`gpu<N>`, one per CDI
+device): its GPU 0, 1, ... are the host's N in ascending order, and entries record host indexes.
 """
 
 from __future__ import annotations
@@ -20,6 +31,8 @@ from pathlib import Path
 
 CONFIG_ENV = "NVIDIA_STANDIN_CONFIG"
 RUN_DIR_ENV = "NVIDIA_STANDIN_RUN_DIR"
+#: Set by the CDI spec inside a container: a directory of `gpu<N>` files, one per GPU it was given.
+DEVICES_ENV = "NVIDIA_STANDIN_DEVICES"
 DEFAULT_CONFIG = Path("/etc/nvidia-standin.json")
 DEFAULT_RUN_DIR = Path("/run/nvidia-standin")
 
@@ -61,6 +74,8 @@ class Holder:
     gpus: list[int]
     mib_per_gpu: int
     extra: dict = field(default_factory=dict)
+    pidns: str | None = None
+    """The writer's PID namespace when it was in a container; `pid` is then as the reader sees it."""
 
 
 def config_path() -> Path:
@@ -103,6 +118,30 @@ def load_config(path: Path | None = None) -> GpuConfig:
     )
 
 
+def container_gpus() -> list[int] | None:
+    """Inside a container, the host indexes of the GPUs it was given, ascending; None outside."""
+    directory = os.environ.get(DEVICES_ENV)
+    if not directory:
+        return None
+    names = (p.name for p in Path(directory).glob("gpu*"))
+    return sorted(int(n[3:]) for n in names if n[3:].isascii() and n[3:].isdigit())
+
+
+def pid_namespace(pid: int | str = "self") -> str | None:
+    """`pid:[INODE]`, or None when not readable (another user's process, or gone)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _entry_name(pid: int) -> str:
+    if container_gpus() is None:
+        return f"{pid}.json"
+    inode = (pid_namespace() or "pid:[0]").strip("pid:[]")
+    return f"{inode}-{pid}.json"
+
+
 def proc_start_time(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat (clock ticks after boot), or None if the PID is gone."""
     try:
@@ -140,9 +179,10 @@ def register(gpus: list[int], mib_per_gpu: int, pid: int | None = None, **extra:
     if start is None:
         raise ProcessLookupError(f"no process {pid}")
     entry = {"pid": pid, "start_time": start, "gpus": list(gpus), "mib_per_gpu": int(mib_per_gpu)}
+    entry["pidns"] = pid_namespace(pid)
     entry.update(extra)
-    path = _ensure_run_dir() / f"{pid}.json"
-    tmp = path.with_name(f".{pid}.json.tmp")
+    path = _ensure_run_dir() / _entry_name(pid)
+    tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(entry))
     tmp.replace(path)  # atomic: a reader sees the old entry or the new one, never half
     return path
@@ -151,16 +191,21 @@ def register(gpus: list[int], mib_per_gpu: int, pid: int | None = None, **extra:
 def unregister(pid: int | None = None) -> None:
     """Release what `pid` (default: this process) holds; a no-op if it holds nothing."""
     with contextlib.suppress(OSError):
-        (run_dir() / f"{pid or os.getpid()}.json").unlink()
+        (run_dir() / _entry_name(pid or os.getpid())).unlink()
 
 
 def _read_entry(path: Path) -> Holder | None:
     try:
         data = json.loads(path.read_text())
-        known = {"pid", "start_time", "gpus", "mib_per_gpu"}
+        known = {"pid", "start_time", "gpus", "mib_per_gpu", "pidns"}
         extra = {k: v for k, v in data.items() if k not in known}
         return Holder(
-            int(data["pid"]), int(data["start_time"]), list(data["gpus"]), int(data["mib_per_gpu"]), extra
+            int(data["pid"]),
+            int(data["start_time"]),
+            list(data["gpus"]),
+            int(data["mib_per_gpu"]),
+            extra,
+            data.get("pidns"),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -172,14 +217,44 @@ def holders() -> list[Holder]:
     if not directory.is_dir():
         return []
     live = []
+    own, inside = pid_namespace(), container_gpus() is not None
     for path in directory.glob("*.json"):
         holder = _read_entry(path)
-        if holder and proc_start_time(holder.pid) == holder.start_time:
+        # An entry without a namespace is the host's (an older writer): foreign to a container.
+        if holder and (holder.pidns != own if holder.pidns else inside):
+            seen = _seen_pid(holder)
+            if seen is not None:
+                holder.pid = seen
+            if seen is not None or not _can_see_all():
+                live.append(holder)
+                continue
+        elif holder and proc_start_time(holder.pid) == holder.start_time:
             live.append(holder)
             continue
         with contextlib.suppress(OSError):  # another user's stale file: ignoring it is enough
             path.unlink()
     return sorted(live, key=lambda h: h.pid)
+
+
+def _can_see_all() -> bool:
+    """Whether this reader sees every process of the host: root outside any container."""
+    return container_gpus() is None and os.geteuid() == 0
+
+
+def _seen_pid(holder: Holder) -> int | None:
+    """The PID this reader sees for a holder of another PID namespace, if that process is alive."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or pid_namespace(proc.name) != holder.pidns:
+            continue
+        try:
+            status = (proc / "status").read_text()
+        except OSError:
+            continue
+        nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+        pid = int(proc.name)
+        if nspid and int(nspid[-1]) == holder.pid and proc_start_time(pid) == holder.start_time:
+            return pid
+    return None
 
 
 def used_mib(gpu: int, exclude_pid: int | None = None) -> int:

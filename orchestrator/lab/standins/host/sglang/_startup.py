@@ -142,7 +142,11 @@ def check_gpus(args: ServerArgs, cfg: registry.GpuConfig) -> list[int]:
     """Physical indexes of the GPUs this node's ranks use; a logical device past what
     CUDA_VISIBLE_DEVICES (or the host) has fails like torch.cuda.set_device."""
     per_node = max(1, args.tp_size * args.dp_size // args.nnodes)
-    visible = visible_gpus(cfg.count, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    given = registry.container_gpus()  # in a container: the host's GPUs it was given, as its 0, 1, ...
+    if given is None:
+        visible = visible_gpus(cfg.count, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    else:
+        visible = [given[i] for i in visible_gpus(len(given), os.environ.get("CUDA_VISIBLE_DEVICES"))]
     logical = list(range(args.base_gpu_id, args.base_gpu_id + per_node))
     bad = [g for g in logical if g >= len(visible)]
     if bad:
