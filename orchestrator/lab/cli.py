@@ -103,6 +103,8 @@ def status() -> None:
         out.print(f"inventory: {seen.inventory}")
     if seen.sudo_inventory:
         out.print(f"as sudoer: {seen.sudo_inventory}")
+    if seen.podman:
+        out.print("podman:    yes (lab up --podman)")
     if seen.bastion:
         out.print(f"bastion:   {seen.bastion} (the others refuse ssh from here; `lab bastion --off`)")
     if not seen.healthy:

@@ -26,6 +26,7 @@ Layout under `state_dir()`:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -599,6 +600,12 @@ def _install_podman(root: Path, gpus: int) -> None:
     """What a podman host has beyond the base: podman's configuration for this lab, the CDI spec."""
     (root / "etc/containers/storage.conf").write_text(STORAGE_CONF)
     (root / "etc/containers/containers.conf").write_text(containers_conf())
+    # Debian enables podman-auto-update.timer, which runs at the first boot and fails (no registry):
+    # the host would boot `degraded`. The lab pulls nothing.
+    for unit in ("podman-auto-update.timer", "podman-auto-update.service"):
+        mask = root / "etc/systemd/system" / unit
+        mask.unlink(missing_ok=True)
+        mask.symlink_to("/dev/null")
     importlib.import_module("orchestrator.lab.standins").install_cdi(root, gpus)
 
 
@@ -637,12 +644,16 @@ def _build_image(record: _Record, sglang_version: str, progress: Progress) -> st
     (first / _IMAGE_TAR).unlink()
     archive = lab_dir() / "sglang-standin.oci.tar"
     shutil.move(first / _IMAGE_OCI, archive)
-    digests = set()
-    for name in names:
-        shutil.copyfile(archive, Path(record.host(name)["dir"]) / "root" / _IMAGE_OCI)
+
+    def load(name: str) -> str:
+        copy = Path(record.host(name)["dir"]) / "root" / _IMAGE_OCI
+        shutil.copyfile(archive, copy)
         _podman(record, name, "load", "--quiet", f"--input=/{_IMAGE_OCI}")
-        (Path(record.host(name)["dir"]) / "root" / _IMAGE_OCI).unlink()
-        digests.add(_podman(record, name, "image", "inspect", "--format={{.Digest}}", ref))
+        copy.unlink()
+        return _podman(record, name, "image", "inspect", "--format={{.Digest}}", ref)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:  # 6.6 s each, measured
+        digests = set(pool.map(load, names))
     archive.unlink()
     if len(digests) != 1:
         raise OrchestratorError(

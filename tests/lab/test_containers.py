@@ -1,0 +1,265 @@
+"""#17: SGLang in a podman container on lab hosts built with `lab up --podman`.
+
+The hosts carry Debian's podman 4.3.1, the CDI spec /etc/cdi/nvidia.yaml of their stand-in GPUs
+and the image localhost/sglang-standin:VERSION, made from the lab's own root with `podman
+import` (no registry). A profile with runtime.kind podman deploys through the same play as the
+host runtime: stop, GPU check, unit, start (Type=notify, conmon is MainPID), health, record.
+With runtime.cgroups disabled (cgroup v1 is read-only inside systemd-nspawn), conmon and the
+container's processes stay in the unit's cgroup: systemd stops them, and the host's nvidia-smi
+names their PIDs, which /proc/PID/cgroup puts in the unit.
+
+The lab hosts inherit the control machine's hard limits and cannot raise them (no
+CAP_SYS_RESOURCE), and crun refuses a --ulimit above them where systemd quietly lowers
+LimitNOFILE=: so the profiles here ask for what the host has (`lab_limits`).
+
+The module may rebuild the session's lab with podman (and back), so it runs last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from test_real_hosts import gpu_memory, gpu_pids, healthy, server, units_of
+
+from labutil import cmdline, ssh
+from orchestrator import plan, profile
+from orchestrator.errors import OrchestratorError
+from orchestrator.lab import hosts as lab_hosts
+
+pytestmark = [pytest.mark.lab, pytest.mark.lab_destructive]
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "/data/models/Llama-3.3-70B-Instruct"
+#: The two servers side by side: one on the host's Python, one in a container.
+HOST_SIDE = {"unit": "sglang-a.service", "gpus": "0-3", "port": 30000}
+CONTAINER_SIDE = {"unit": "sglang-b.service", "gpus": "4-7", "port": 30001}
+
+
+@pytest.fixture(scope="module")
+def podman_lab():
+    """A lab built with --podman: the running one if it is, else the lab rebuilt with podman (and
+    rebuilt as it was afterwards)."""
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root")
+    try:
+        lab_hosts.ensure_base(podman=True)
+    except OrchestratorError as err:
+        pytest.skip(f"podman is not installable in a lab host here: {str(err)[:400]}")
+    seen = lab_hosts.status()
+    shape = {"hosts": len(seen.hosts), "gpus": seen.gpus, "sglang_version": seen.sglang_version}
+    if seen.healthy and seen.podman:
+        yield lab_hosts.up(**shape, podman=True)
+        return
+    if seen.exists:
+        lab_hosts.down()
+    yield lab_hosts.up(hosts=int(os.environ.get("ORCH_LAB_HOSTS", lab_hosts.DEFAULT_HOSTS)), podman=True)
+    lab_hosts.down()
+    if seen.healthy:
+        lab_hosts.up(**shape)
+
+
+def run(lab, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "orchestrator", args[0], "-i", str(lab.inventory), *args[1:]]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
+def deploy(lab, host, ref: str, *extra: str) -> tuple[int, dict]:
+    done = run(lab, "deploy", "--limit", host.name, "-p", ref, "--json", *extra)
+    try:
+        return done.returncode, json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"rc {done.returncode}\n{done.stdout}\n{done.stderr}") from None
+
+
+def lab_limits(host) -> tuple[dict, list[str]]:
+    """service.limits and a --ulimit nproc the host can give (its hard limits), or nothing to add
+    where they are unlimited."""
+    said = ssh(host, "ulimit -Hn; ulimit -Hl; ulimit -Hu").split()
+    hard = dict(zip(("nofile", "memlock", "nproc"), said, strict=True))
+    limits = {}
+    if hard["nofile"] != "unlimited":
+        limits["nofile"] = hard["nofile"]
+    if hard["memlock"] != "unlimited":
+        limits["memlock"] = f"{hard['memlock']}K"
+    options = [] if hard["nproc"] == "unlimited" else [f"--ulimit=nproc={hard['nproc']}:{hard['nproc']}"]
+    return limits, options
+
+
+def container_doc(lab, host, **more) -> dict:
+    """A podman profile on the lab's image, pinned by its digest."""
+    limits, options = lab_limits(host)
+    runtime = {
+        "kind": "podman",
+        "image": lab.image,
+        "pull": "never",
+        "cgroups": "disabled",
+        "options": options,
+    }
+    doc = {"extends": "cg_5tok", "runtime": runtime, "service": {"limits": limits}}
+    for key, value in more.items():
+        doc[key] = {**doc.get(key, {}), **value} if isinstance(value, dict) else value
+    return doc
+
+
+def write(tmp_path: Path, name: str, doc: dict) -> str:
+    path = tmp_path / f"{name}.yml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def unit_state(host, unit: str = "sglang.service") -> dict[str, str]:
+    return server(host, unit)
+
+
+@pytest.fixture(scope="module")
+def pod(podman_lab, tmp_path_factory) -> str:
+    host = podman_lab.hosts[0]
+    return write(tmp_path_factory.mktemp("pod"), "pod", container_doc(podman_lab, host))
+
+
+def test_hosts_carry_podman_the_cdi_spec_and_the_image(podman_lab):
+    host = podman_lab.hosts[0]
+    assert ssh(host, "podman --version").strip() == "podman version 4.3.1"
+    ref, digest = podman_lab.image.split("@")
+    assert ref == f"localhost/sglang-standin:{podman_lab.sglang_version}"
+    for h in podman_lab.hosts:
+        assert ssh(h, "podman", "image", "inspect", "--format={{.Digest}}", ref).strip() == digest
+    spec = json.loads(ssh(host, "grep -v '^#' /etc/cdi/nvidia.yaml"))
+    assert [d["name"] for d in spec["devices"]] == [str(i) for i in range(podman_lab.gpus)]
+    assert 'cgroups = "disabled"' in ssh(host, "cat /etc/containers/containers.conf")
+    assert ssh(host, "podman info --format={{.Store.GraphDriverName}}").strip() == "overlay"
+
+
+def test_deploy_noop_and_restart(podman_lab, pod):
+    host = podman_lab.hosts[0]
+    rc, report = deploy(podman_lab, host, pod)
+    assert rc == 0, report
+    (h,) = report["hosts"]
+    assert h["ok"] and h["healthy_after_s"] is not None, h
+    before = unit_state(host)
+    assert before["ActiveState"] == "active"
+    assert cmdline(host, before["MainPID"])[0] == "/usr/bin/conmon"  # systemd supervises conmon
+    # The server's GPU processes, as the host's nvidia-smi names them, run the plan's argv and
+    # sit in the unit's own cgroup (runtime.cgroups disabled).
+    on_gpu = gpu_pids(host)
+    assert sorted(on_gpu) == list(range(podman_lab.gpus)), on_gpu
+    pids = set().union(*on_gpu.values())
+    assert units_of(host, pids) == {"sglang.service"}, pids
+    assert cmdline(host, str(min(pids))) == plan.build(profile.load(pod)).argv
+    journal = ssh(host, "journalctl -u sglang.service -n 200 --no-pager")
+    assert "The server is fired up and ready to roll!" in journal  # passthrough: its output is the unit's
+
+    rc, again = deploy(podman_lab, host, pod)
+    assert rc == 0, again
+    (h,) = again["hosts"]
+    assert h["ok"] and not h["changed"] and not h["restarted"], h
+    assert unit_state(host) == before
+
+    rc, forced = deploy(podman_lab, host, pod, "--force-restart")
+    assert rc == 0, forced
+    assert forced["hosts"][0]["restarted"]
+    after = unit_state(host)
+    assert after["ActiveState"] == "active" and after["MainPID"] != before["MainPID"]
+    assert ssh(host, "podman ps --format '{{.Names}}'").split() == ["sglang"]  # the old one is gone
+
+
+def test_a_bad_flag_fails_inside_the_container_and_rolls_back(podman_lab, pod, tmp_path):
+    """A profile for SGLang 0.5.23 on the lab's image (0.5.9): an 0.5.23-only flag is what the
+    image's SGLang refuses. Deployed past preflight, which reads the host's SGLang,
+    not the image's (container preflight is not there yet)."""
+    host = podman_lab.hosts[0]
+    rc, good = deploy(podman_lab, host, pod)
+    assert rc == 0, good
+    doc = container_doc(podman_lab, host, server={"sglang_version": "0.5.23"})
+    doc["server"]["extra_args"] = ["--debug-cuda-graph"]
+    bad = write(tmp_path, "pod_0523", doc)
+    rc, report = deploy(podman_lab, host, bad, "--no-preflight")
+    assert rc == 1, report
+    (h,) = report["hosts"]
+    assert not h["ok"] and h["step"] == "health", h
+    assert h["diagnosis"].startswith("unknown or wrong flag"), h
+    journal = "\n".join(h["journal"])  # the container's own stderr, through --log-driver=passthrough
+    assert "launch_server: error: unrecognized arguments: --debug-cuda-graph" in journal, journal
+    assert h["rolled_back_to"] == f"pod ({plan.build(profile.load(pod)).digest})", h
+    assert unit_state(host)["ActiveState"] == "active" and healthy(host, 30000)
+    assert "# profile: pod\n" in ssh(host, "cat /etc/systemd/system/sglang.service")
+
+
+@pytest.fixture(scope="module")
+def side_by_side(podman_lab, tmp_path_factory):
+    """One host runs a host-runtime server on GPUs 0-3 and a container on 4-7."""
+    host = podman_lab.hosts[1 % len(podman_lab.hosts)]
+    tmp = tmp_path_factory.mktemp("pair")
+    run(podman_lab, "stop", "--limit", host.name)
+    llama = {"model_path": MODEL, "served_model_name": "llama-3.3-70b", "tp_size": 4}
+
+    def server_of(side: dict) -> dict:
+        return {**llama, "gpus": side["gpus"], "port": side["port"]}
+
+    left = {
+        "extends": "baseline",
+        "server": server_of(HOST_SIDE),
+        "service": {"unit_name": HOST_SIDE["unit"]},
+    }
+    right = container_doc(
+        podman_lab, host, server=server_of(CONTAINER_SIDE), service={"unit_name": CONTAINER_SIDE["unit"]}
+    )
+    right["extends"] = "baseline"
+    refs = {"host": write(tmp, "left", left), "container": write(tmp, "right", right)}
+    for ref in refs.values():
+        rc, report = deploy(podman_lab, host, ref)
+        assert rc == 0, report
+    yield host, refs
+    for side in (HOST_SIDE, CONTAINER_SIDE):
+        run(podman_lab, "stop", "--limit", host.name, "--unit", side["unit"])
+    ssh(
+        host,
+        "rm -f /etc/systemd/system/sglang-[ab].service /etc/orchestrator/units/sglang-[ab].service.json "
+        "/etc/orchestrator/last-good/sglang-[ab].service.json /etc/orchestrator/sglang-[ab].* "
+        "&& systemctl daemon-reload",
+    )
+
+
+def test_a_host_server_and_a_container_side_by_side(podman_lab, side_by_side):
+    host, refs = side_by_side
+    assert healthy(host, HOST_SIDE["port"]) and healthy(host, CONTAINER_SIDE["port"])
+    on_gpu = gpu_pids(host)
+    assert sorted(on_gpu) == list(range(8)), on_gpu
+    assert all(units_of(host, on_gpu[g]) == {HOST_SIDE["unit"]} for g in range(4)), on_gpu
+    assert all(units_of(host, on_gpu[g]) == {CONTAINER_SIDE["unit"]} for g in range(4, 8)), on_gpu
+    # Restarting the container leaves the host server alone, and the other way round.
+    for moved, still in ((CONTAINER_SIDE, HOST_SIDE), (HOST_SIDE, CONTAINER_SIDE)):
+        kept, memory = server(host, still["unit"]), gpu_memory(host)
+        ref = refs["container" if moved is CONTAINER_SIDE else "host"]
+        rc, report = deploy(podman_lab, host, ref, "--force-restart")
+        assert rc == 0 and report["hosts"][0]["restarted"], report
+        assert server(host, still["unit"]) == kept
+        first, last = (int(x) for x in still["gpus"].split("-"))
+        assert all(gpu_memory(host)[g] == memory[g] for g in range(first, last + 1))
+    # Stopping the container frees its GPUs (and only those).
+    done = run(podman_lab, "stop", "--limit", host.name, "--unit", CONTAINER_SIDE["unit"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    memory = gpu_memory(host)
+    assert all(memory[g] == 0 for g in range(4, 8)) and all(memory[g] > 0 for g in range(4)), memory
+
+
+def test_deploy_speed_container_against_host(podman_lab, pod, capsys):
+    """The same benchmark, the same host: the host runtime's cg_5tok, then the container's."""
+    host_index = 3 if len(podman_lab.hosts) >= 4 else len(podman_lab.hosts)
+    bench = [sys.executable, str(REPO / "benchmarks/deploy_speed.py"), "--podman", "--repeat", "3"]
+    bench += ["--host", str(host_index)]
+    out = []
+    for ref in ("cg_5tok", pod):
+        env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's orchestrator, not an installed one
+        argv = [*bench, "--profile", ref]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        out.append(done.stdout)
+    with capsys.disabled():
+        print("\n" + "\n".join(out))
