@@ -201,6 +201,8 @@ class LabState:
     """The jump host, while the other hosts refuse SSH from the control machine (see `bastion`)."""
     image: str | None = None
     """`up --podman`: the SGLang stand-in's image on every host, REF@sha256:DIGEST; None without podman."""
+    podman: bool = False
+    """Built with `up --podman`."""
 
 
 @dataclass(frozen=True)
@@ -880,6 +882,7 @@ def _state(record: _Record, booted: dict[str, tuple[str, tuple[str, ...]]], reus
         become_password_file=become_password_file(),
         bastion=record.data.get("bastion"),
         image=record.data.get("image"),
+        podman=bool(record.data.get("podman")),
     )
 
 

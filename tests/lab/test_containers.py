@@ -29,7 +29,7 @@ from test_real_hosts import gpu_memory, gpu_pids, healthy, server, units_of
 
 from labutil import cmdline, ssh
 from orchestrator import plan, profile
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.lab import hosts as lab_hosts
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_destructive]
@@ -134,6 +134,20 @@ def test_hosts_carry_podman_the_cdi_spec_and_the_image(podman_lab):
     assert [d["name"] for d in spec["devices"]] == [str(i) for i in range(podman_lab.gpus)]
     assert 'cgroups = "disabled"' in ssh(host, "cat /etc/containers/containers.conf")
     assert ssh(host, "podman info --format={{.Store.GraphDriverName}}").strip() == "overlay"
+
+
+def test_a_lab_is_reused_only_as_it_was_built(podman_lab):
+    shape = {
+        "hosts": len(podman_lab.hosts),
+        "gpus": podman_lab.gpus,
+        "sglang_version": podman_lab.sglang_version,
+    }
+    assert lab_hosts.up(**shape, podman=True).reused
+    with pytest.raises(
+        InputError, match=r"a lab is up with .* --podman; run `lab down` first to get hosts=\d+ "
+    ):
+        lab_hosts.up(**shape)
+    assert lab_hosts.status().podman
 
 
 def test_deploy_noop_and_restart(podman_lab, pod):

@@ -153,18 +153,22 @@ def test_a_lab_of_an_older_format_is_rebuilt_not_reused(lab, monkeypatch):
     monkeypatch.setattr(lab_hosts, "FORMAT", lab_hosts.FORMAT + 1)
     record = lab_hosts._Record.load()
     assert record is not None
-    assert lab_hosts._reuse(record, len(lab.hosts), lab.gpus, lab.sglang_version) is None
+    assert lab_hosts._reuse(record, len(lab.hosts), lab.gpus, lab.sglang_version, lab.podman) is None
 
 
 def test_up_on_a_running_lab_changes_nothing(lab):
-    again = lab_hosts.up(hosts=len(lab.hosts), gpus=lab.gpus, sglang_version=lab.sglang_version)
+    again = lab_hosts.up(
+        hosts=len(lab.hosts), gpus=lab.gpus, sglang_version=lab.sglang_version, podman=lab.podman
+    )
     assert again.reused
     assert [h.pid for h in again.hosts] == [h.pid for h in lab.hosts]
 
 
 def test_up_with_another_host_count_asks_for_down_first(lab):
     with pytest.raises(InputError, match="lab down"):
-        lab_hosts.up(hosts=len(lab.hosts) + 1, gpus=lab.gpus, sglang_version=lab.sglang_version)
+        lab_hosts.up(
+            hosts=len(lab.hosts) + 1, gpus=lab.gpus, sglang_version=lab.sglang_version, podman=lab.podman
+        )
 
 
 def test_status_command_shows_every_host_healthy(lab):
@@ -207,7 +211,9 @@ def test_up_after_a_crash_cleans_up_and_rebuilds(lab):
     victim = before["hosts"][lab.hosts[-1].name]
     os.kill(victim["pid"], signal.SIGKILL)  # nspawn dies; its container would be orphaned
     assert not lab_hosts.status().healthy
-    rebuilt = lab_hosts.up(hosts=len(lab.hosts), gpus=lab.gpus, sglang_version=lab.sglang_version)
+    rebuilt = lab_hosts.up(
+        hosts=len(lab.hosts), gpus=lab.gpus, sglang_version=lab.sglang_version, podman=lab.podman
+    )
     assert not rebuilt.reused
     for key in ("pid", "leader"):  # the orphaned container went with the old nspawn
         assert not lab_hosts._alive(victim[key], victim[key + "_start"])
@@ -223,5 +229,7 @@ def test_down_leaves_nothing_behind_and_up_restores(lab):
     assert not lab.inventory.exists() and not lab.sudo_inventory.exists()
     assert not lab.become_password_file.exists()
     assert lab_hosts.down() is False  # nothing recorded, nothing to do
-    restored = lab_hosts.up(hosts=len(lab.hosts), gpus=lab.gpus, sglang_version=lab.sglang_version)
+    restored = lab_hosts.up(
+        hosts=len(lab.hosts), gpus=lab.gpus, sglang_version=lab.sglang_version, podman=lab.podman
+    )
     assert lab_hosts.status().healthy and restored.inventory == lab.inventory
