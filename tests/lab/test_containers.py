@@ -183,6 +183,26 @@ def test_deploy_noop_and_restart(podman_lab, pod):
     assert ssh(host, "podman ps --format '{{.Names}}'").split() == ["sglang"]  # the old one is gone
 
 
+def test_a_foreign_process_on_the_containers_gpu_fails_preflight_naming_it(podman_lab, pod):
+    """GPU ownership is by cgroup, and the container's processes are in the unit's: the server in
+    the container is ours (its restart is allowed), a gpu-hold outside it is foreign."""
+    host = podman_lab.hosts[0]
+    rc, report = deploy(podman_lab, host, pod)
+    assert rc == 0, report
+    before = unit_state(host)
+    ssh(host, "systemd-run --unit=foreign-gpu-hold /usr/local/bin/gpu-hold --gpu 3 --mib 4000")
+    try:
+        pid = ssh(host, "sleep 0.5; systemctl show foreign-gpu-hold -p MainPID --value").strip()
+        rc, report = deploy(podman_lab, host, pod, "--force-restart")
+    finally:
+        ssh(host, "systemctl stop foreign-gpu-hold.service")
+    assert rc == 1, report
+    (h,) = report["hosts"]
+    assert h["step"] == "preflight", h
+    assert f"GPU 3 is used by PID {pid} /usr/bin/python3 4000 MiB, outside sglang.service" in h["message"], h
+    assert unit_state(host) == before  # nothing was stopped
+
+
 def test_a_bad_flag_fails_inside_the_container_and_rolls_back(podman_lab, pod, tmp_path):
     """A profile for SGLang 0.5.23 on the lab's image (0.5.9): an 0.5.23-only flag is what the
     image's SGLang refuses. Deployed past preflight, which reads the host's SGLang,
@@ -234,8 +254,8 @@ def side_by_side(podman_lab, tmp_path_factory):
         run(podman_lab, "stop", "--limit", host.name, "--unit", side["unit"])
     ssh(
         host,
-        "rm -f /etc/systemd/system/sglang-[ab].service /etc/orchestrator/units/sglang-[ab].service.json "
-        "/etc/orchestrator/last-good/sglang-[ab].service.json /etc/orchestrator/sglang-[ab].* "
+        "rm -f /etc/systemd/system/sglang-[abc].service /etc/orchestrator/units/sglang-[abc].service.json "
+        "/etc/orchestrator/last-good/sglang-[abc].service.json /etc/orchestrator/sglang-[abc].* "
         "&& systemctl daemon-reload",
     )
 
@@ -256,6 +276,18 @@ def test_a_host_server_and_a_container_side_by_side(podman_lab, side_by_side):
         assert server(host, still["unit"]) == kept
         first, last = (int(x) for x in still["gpus"].split("-"))
         assert all(gpu_memory(host)[g] == memory[g] for g in range(first, last + 1))
+    # A host server wanting GPUs 2-5 finds both neighbours, the container named by its unit.
+    middle = {
+        "extends": "baseline",
+        "server": {"model_path": MODEL, "tp_size": 4, "gpus": "2-5", "port": 30002},
+    }
+    middle["service"] = {"unit_name": "sglang-c.service"}
+    before = (server(host, HOST_SIDE["unit"]), server(host, CONTAINER_SIDE["unit"]))
+    rc, report = deploy(podman_lab, host, write(Path(refs["host"]).parent, "middle", middle))
+    assert rc == 1, report
+    text = json.dumps(report)
+    assert "sglang-a.service (profile left)" in text and "sglang-b.service (profile right)" in text, text
+    assert (server(host, HOST_SIDE["unit"]), server(host, CONTAINER_SIDE["unit"])) == before
     # Stopping the container frees its GPUs (and only those).
     done = run(podman_lab, "stop", "--limit", host.name, "--unit", CONTAINER_SIDE["unit"])
     assert done.returncode == 0, done.stdout + done.stderr
