@@ -278,3 +278,13 @@ def test_the_engine_refuses_too(tmp_path: Path) -> None:
     for call in (hostops.preflight, verify):
         with pytest.raises(InputError, match=r"of podman profiles is not implemented yet \(issue 17\)"):
             call(prof, nowhere)
+
+
+def test_podman_cgroups_disabled_keeps_the_container_in_the_units_cgroup(tmp_path: Path) -> None:
+    """runtime.cgroups: split (the default) delegates sub-cgroups; disabled makes none, so no
+    Delegate= (a systemd-nspawn host with cgroup v1 read-only, as the lab's)."""
+    split = plan.build(_load(tmp_path, _doc("podman"))).unit
+    assert "--cgroups=split" in split and _line(split, "Delegate") == ["yes"]
+    disabled = plan.build(_load(tmp_path, _doc("podman", cgroups="disabled"))).unit
+    assert "--cgroups=disabled" in disabled and _line(disabled, "Delegate") == []
+    assert "# runtime: podman: podman 4.3 or later (--sdnotify=conmon, --cgroups=disabled," in disabled
