@@ -990,8 +990,11 @@ def _reuse(record: _Record, hosts: int, gpus: int, sglang_version: str, podman: 
     )
     if not whole:
         return None
-    asked = (hosts, gpus, sglang_version, podman)
-    has = (len(entries), record.data["gpus"], record.data["sglang_version"], bool(record.data.get("podman")))
+    # A --podman lab is a plain lab and more: it serves a plain request (a deploy without -i, a
+    # test), while a plain lab asked for podman is refused.
+    built_with = bool(record.data.get("podman"))
+    asked = (hosts, gpus, sglang_version, podman or built_with)
+    has = (len(entries), record.data["gpus"], record.data["sglang_version"], built_with)
 
     def said(values: tuple) -> str:
         return f"hosts={values[0]} gpus={values[1]} sglang-version={values[2]}" + (" --podman" * values[3])

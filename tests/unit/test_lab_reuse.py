@@ -1,0 +1,43 @@
+"""Which running lab `lab up` reuses (`hosts._reuse`), with the processes faked: a --podman lab
+serves a plain request too; a plain lab asked for podman is refused with what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import InputError
+from orchestrator.lab import hosts
+
+
+def _record(podman: bool) -> hosts._Record:
+    entry = {"address": "10.213.0.11", "dir": "/nonexistent/lab1", "console": "/nonexistent", "pid": 1}
+    data = {"format": hosts.FORMAT, "complete": True, "gpus": 8, "sglang_version": "0.5.9", "podman": podman}
+    return hosts._Record({**data, "hosts": {"lab1": {**entry, "pid_start": 1}}})
+
+
+@pytest.fixture(autouse=True)
+def alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hosts, "_alive", lambda pid, start: True)
+    monkeypatch.setattr(hosts, "_leader", lambda pid: 2)
+    monkeypatch.setattr(hosts, "_systemd", lambda leader: ("running", ()))
+    monkeypatch.setattr(hosts, "_lift", lambda record: False)
+    for key in ("private_key", "user_key"):
+        monkeypatch.setattr(hosts, key, lambda: Path("/nonexistent/key"))
+
+
+def test_a_podman_lab_is_reused_for_either_request() -> None:
+    for asked in (True, False):
+        state = hosts._reuse(_record(podman=True), 1, 8, "0.5.9", asked)
+        assert state is not None and state.reused and state.podman
+
+
+def test_a_plain_lab_asked_for_podman_says_lab_down_first() -> None:
+    assert hosts._reuse(_record(podman=False), 1, 8, "0.5.9", False) is not None
+    with pytest.raises(InputError) as refused:
+        hosts._reuse(_record(podman=False), 1, 8, "0.5.9", True)
+    assert str(refused.value) == (
+        "a lab is up with hosts=1 gpus=8 sglang-version=0.5.9; "
+        "run `lab down` first to get hosts=1 gpus=8 sglang-version=0.5.9 --podman"
+    )
