@@ -13,7 +13,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -88,6 +88,12 @@ class PreflightChecks(_Record):
     unit_content: str = ""
     #: service.user: it must exist on the host.
     user: str = "root"
+    #: runtime.kind docker or podman ("": SGLang runs on the host's `python`): preflight then checks
+    #: the engine, `image` (present, or pulled at start as `pull` allows) and the image's own SGLang
+    #: version and --help, with `python` the image's.
+    engine: Literal["", "docker", "podman"] = ""
+    image: str = ""
+    pull: Literal["never", "missing", "always"] = "missing"
 
 
 class GatewayPlan(_Record):
@@ -286,7 +292,14 @@ def preflight_checks(prof: Profile, plan: Plan, gpus: list[int], kill_holders: b
         allow_gpu_holders=kill_holders,
         unit_content=plan.unit,
         user=prof.service.user,
+        **_runtime_checks(prof),
     )
+
+
+def _runtime_checks(prof: Profile) -> dict[str, str]:
+    """PreflightChecks' engine, image and pull of a container runtime; none on the host."""
+    rt = prof.runtime
+    return {"engine": rt.kind, "image": str(rt.image), "pull": rt.pull} if rt.container else {}
 
 
 def lock(run_id: str, profile: str, ttl_s: float, wait_s: float) -> LockSpec:
