@@ -94,6 +94,9 @@ class PreflightChecks(_Record):
     engine: Literal["", "docker", "podman"] = ""
     image: str = ""
     pull: Literal["never", "missing", "always"] = "missing"
+    #: runtime.mounts' host paths: each must exist (model and drafter are model_path and
+    #: draft_model_path, mounted at their own paths).
+    mounts: list[str] = []
 
 
 class GatewayPlan(_Record):
@@ -296,10 +299,17 @@ def preflight_checks(prof: Profile, plan: Plan, gpus: list[int], kill_holders: b
     )
 
 
-def _runtime_checks(prof: Profile) -> dict[str, str]:
-    """PreflightChecks' engine, image and pull of a container runtime; none on the host."""
+def _runtime_checks(prof: Profile) -> dict[str, Any]:
+    """PreflightChecks' engine, image, pull and mounts of a container runtime; none on the host."""
     rt = prof.runtime
-    return {"engine": rt.kind, "image": str(rt.image), "pull": rt.pull} if rt.container else {}
+    if not rt.container:
+        return {}
+    return {
+        "engine": rt.kind,
+        "image": str(rt.image),
+        "pull": rt.pull,
+        "mounts": [m.source for m in rt.mounts],
+    }
 
 
 def lock(run_id: str, profile: str, ttl_s: float, wait_s: float) -> LockSpec:

@@ -69,6 +69,7 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
     "engine": {"type": "str", "default": "", "choices": ["", "docker", "podman"]},
     "image": {"type": "str", "default": ""},
     "pull": {"type": "str", "default": "missing", "choices": ["never", "missing", "always"]},
+    "mounts": {"type": "list", "elements": "str", "default": []},
 }
 
 
@@ -1003,28 +1004,28 @@ def _tail(out: str, err: str) -> str:
 def _inspect_image(module: Any, exe: str, c: dict) -> tuple[dict, list[str], list[str]]:
     """(the image as parse_image_inspect reads it, problems, notes): {} when it is not here,
     which is a problem only with runtime.pull never; preflight never pulls."""
-    engine, ref = c["engine"], c["image"]
+    engine, ref, pull = c["engine"], c["image"], c["pull"]
     rc, out, _ = module.run_command([exe, "image", "inspect", ref])
     image = parse_image_inspect(out) if rc == 0 else {}
     if image.get("id"):
-        return image, [], []
-    if c["pull"] == "never":
-        return (
-            {},
-            [
-                f"image {ref} is not on this host and runtime.pull is never: pull it ({engine} pull {ref}) "
-                "or set runtime.pull: missing"
-            ],
-            [],
+        if pull != "always" or "@" in ref:
+            return image, [], []
+        moved = (
+            f"image {ref} is checked as it is here, but runtime.pull always pulls its tag again at "
+            "start: pin it by digest (IMAGE:TAG@sha256:...) so that what runs is what was checked"
         )
-    return (
-        {},
-        [],
-        [
-            f"image {ref} is not on this host: {engine} pulls it when the unit starts (runtime.pull: "
-            f"{c['pull']}); its SGLang version and flags are checked by the next preflight"
-        ],
+        return image, [], [moved]
+    if pull == "never":
+        missing = (
+            f"image {ref} is not on this host and runtime.pull is never: pull it ({engine} pull {ref}) "
+            "or set runtime.pull: missing"
+        )
+        return {}, [missing], []
+    pulled = (
+        f"image {ref} is not on this host: {engine} pulls it when the unit starts (runtime.pull: "
+        f"{pull}); its SGLang version and flags are checked by the next preflight"
     )
+    return {}, [], [pulled]
 
 
 def _image_flags(module: Any, exe: str, image_id: str, c: dict) -> tuple[list[str] | None, list[str]]:
@@ -1085,6 +1086,17 @@ def _image_problems(
         os.makedirs(os.path.dirname(cache_file), mode=0o700, exist_ok=True)
         write_atomic(cache_file, json.dumps(learnt, sort_keys=True).encode(), 0o600)
     return problems, version, help_checked, notes
+
+
+def mount_problems(sources: list[str]) -> list[str]:
+    """runtime.mounts whose host path is missing: podman refuses to start the container, and
+    docker makes an empty directory in its place (a model cache that is silently empty)."""
+    return [
+        f"runtime.mounts source {src} does not exist on this host: create it or fix the path "
+        "(podman would not start; docker would mount an empty directory made in its place)"
+        for src in sources
+        if not os.path.exists(src)
+    ]
 
 
 def _model_problems(c: dict) -> list[str]:
@@ -1200,6 +1212,7 @@ def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> 
         more, version, help_checked = _sglang_problems(module, unit_name, paths, checks)
     problems += more
     problems += _model_problems(checks)
+    problems += mount_problems(checks["mounts"])
     units = deployed_units(paths)
     gpu_problems, gpus = _gpu_problems(module, unit_name, units, checks)
     problems += gpu_problems

@@ -25,12 +25,14 @@ def _checks(tmp_path: Path, runtime: dict | None) -> hostplan.PreflightChecks:
 @pytest.mark.parametrize("kind", ["docker", "podman"])
 def test_a_container_profile_checks_its_engine_and_image(tmp_path: Path, kind: str) -> None:
     on_host = _checks(tmp_path, None)
-    in_image = _checks(tmp_path, {"kind": kind, "image": IMAGE, "pull": "never"})
+    mounts = [{"source": "/data/hf", "target": "/root/.cache/huggingface"}]
+    in_image = _checks(tmp_path, {"kind": kind, "image": IMAGE, "pull": "never", "mounts": mounts})
     assert (in_image.engine, in_image.image, in_image.pull) == (kind, IMAGE, "never")
+    assert in_image.mounts == ["/data/hf"]  # model and drafter are checked as model_path, draft_model_path
     assert in_image.flags == on_host.flags and in_image.python == on_host.python
     assert in_image.model_path == on_host.model_path and in_image.draft_model_path == on_host.draft_model_path
 
 
 def test_the_host_runtime_sends_no_engine(tmp_path: Path) -> None:
     checks = _checks(tmp_path, None)
-    assert (checks.engine, checks.image, checks.pull) == ("", "", "missing")
+    assert (checks.engine, checks.image, checks.pull, checks.mounts) == ("", "", "missing", [])

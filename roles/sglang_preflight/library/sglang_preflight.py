@@ -93,6 +93,11 @@ options:
         type: str
         default: missing
         choices: [never, missing, always]
+      mounts:
+        description: The host paths runtime.mounts gives the container; each must exist.
+        type: list
+        elements: str
+        default: []
 attributes:
   check_mode:
     support: full

@@ -420,3 +420,38 @@ def test_a_neighbours_container_on_our_gpus_is_named(
     podman.containers = {"c0ffee": ("sglang-b.service", os.getpid())}  # our own container
     failed, result = run_b(run_module, preflight, paths, {**in_image, "gpus": [4, 5, 6, 7]})
     assert not failed, result["msg"]
+
+
+def test_a_missing_mount_source_is_a_problem(preflight, paths, in_image, run_module, host, podman, tmp_path):
+    mounts = [str(tmp_path / "target"), str(tmp_path / "hf-cache")]
+    failed, result = run(run_module, preflight, paths, {**in_image, "mounts": mounts})
+    assert failed and result["problems"] == [
+        f"runtime.mounts source {tmp_path / 'hf-cache'} does not exist on this host: create it or fix the "
+        "path (podman would not start; docker would mount an empty directory made in its place)"
+    ]
+
+
+def test_pull_always_of_a_tag_is_a_note(preflight, paths, in_image, run_module, host, podman):
+    """What runs after the start's pull may not be what was checked, unless the digest pins it."""
+    failed, result = run(run_module, preflight, paths, {**in_image, "pull": "always"})
+    assert not failed and result["notes"] == [
+        "image localhost/capture:1 is checked as it is here, but runtime.pull always pulls its tag again at "
+        "start: pin it by digest (IMAGE:TAG@sha256:...) so that what runs is what was checked"
+    ]
+    pinned = "localhost/capture:1@sha256:684a024643f75c3464de281ba9311d99e10a0af7fd07069382d075306a72f5df"
+    failed, result = run(run_module, preflight, paths, {**in_image, "pull": "always", "image": pinned})
+    assert not failed and result["notes"] == []
+
+
+def test_a_neighbours_container_listening_on_our_port_is_named(
+    preflight, paths, in_image, run_module, host, podman, neighbour, listener
+):
+    """This test's process listens on the port, made the main process of sglang-a's container
+    (on the host network, as the units run them); in no unit's cgroup."""
+    podman.containers = {"c0ffee": ("sglang-a.service", os.getpid())}
+    host.smi = [(query_gpu(8), "")]
+    failed, result = run_b(run_module, preflight, paths, {**in_image, "gpus": [4], "port": listener})
+    assert failed and result["problems"] == [
+        f"port {listener} is taken by PID {os.getpid()} {argv0(os.getpid())} of sglang-a.service "
+        "(profile cg_5tok), another orchestrator unit on this host: give this profile another server.port"
+    ]
