@@ -135,15 +135,27 @@ def proc_cgroup(pid: int | None) -> str:
         return ""
 
 
-def cgroup_procs(control_group: str) -> list[str]:
-    """PIDs left in a unit's cgroup (systemctl show's ControlGroup), cgroup v2."""
+#: Where cgroup v2 is mounted.
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def cgroup_procs(control_group: str, root: str = CGROUP_ROOT) -> list[str]:
+    """PIDs left in a unit's cgroup (systemctl show's ControlGroup) and every cgroup below it,
+    cgroup v2: a unit with Delegate=yes keeps its processes in sub-cgroups (podman's
+    --cgroups=split puts conmon in one and the container in another), not in its own."""
     if not control_group:
         return []
-    try:
-        with open(f"/sys/fs/cgroup{control_group}/cgroup.procs") as fh:
-            return fh.read().split()
-    except OSError:
-        return []
+    pids = []
+    for folder, _, _ in os.walk(f"{root}{control_group}"):
+        with contextlib.suppress(OSError), open(os.path.join(folder, "cgroup.procs")) as fh:
+            pids += fh.read().split()
+    return pids
+
+
+def unit_containers(module: Any, unit: str) -> list[int]:
+    """Main PIDs of the running containers labelled with `unit` (labelled_containers): a docker
+    container runs under the daemon, so an empty cgroup does not mean it is gone."""
+    return [pid for _, label, pid in labelled_containers(module) if label == unit]
 
 
 def argv0(pid: int | None) -> str | None:

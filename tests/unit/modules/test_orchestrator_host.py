@@ -73,6 +73,17 @@ def test_the_unit_of_a_process_is_the_path_component_naming_one_of_them():
     assert oh.cgroup_unit("", units) == ""
 
 
+def test_a_delegated_units_processes_are_in_its_sub_cgroups(tmp_path: Path):
+    """podman's --cgroups=split with Delegate=yes: conmon and the container in two sub-cgroups,
+    none in the unit's own (cgroup v2's no-internal-processes rule)."""
+    unit = tmp_path / "system.slice/sglang.service"
+    for sub, procs in (("", ""), ("supervisor", "4242\n"), ("libpod-payload-0123", "4250\n4251\n")):
+        (unit / sub).mkdir(parents=True, exist_ok=True)
+        (unit / sub / "cgroup.procs").write_text(procs)
+    assert sorted(oh.cgroup_procs("/system.slice/sglang.service", str(tmp_path))) == ["4242", "4250", "4251"]
+    assert oh.cgroup_procs("/system.slice/gone.service", str(tmp_path)) == oh.cgroup_procs("") == []
+
+
 #: /proc/PID/cgroup texts (cgroup v2, as systemd lays units out) of a host running two servers.
 CGROUPS = {
     100: "0::/system.slice/sglang-a.service\n",
