@@ -998,8 +998,9 @@ def _engine(module: Any, engine: str) -> tuple[str, str]:
         )
     rc, out, err = module.run_command([exe, "version"])
     if rc != 0:
-        start = " (systemctl start docker)" if engine == "docker" else ""
-        return "", f"`{engine} version` exited {rc}: {_tail(out, err)}: start the engine{start}"
+        # docker's client answers only with its daemon; podman has none, so its set-up is at fault.
+        fix = "start the daemon (systemctl start docker)" if engine == "docker" else "see `podman info`"
+        return "", f"`{engine} version` exited {rc}: {_tail(out, err)}: {fix}"
     return exe, ""
 
 

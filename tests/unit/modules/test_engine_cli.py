@@ -164,7 +164,7 @@ def test_docker_without_its_daemon_has_no_containers_and_is_named_by_preflight(d
     exe, problem = oh._engine(module, "docker")
     assert exe == "" and problem == (
         "`docker version` exited 1: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
-        "Is the docker daemon running?: start the engine (systemctl start docker)"
+        "Is the docker daemon running?: start the daemon (systemctl start docker)"
     )
     for argv in (
         [docker, "ps", "--filter", "label=orchestrator.unit", "--format", "{{json .}}"],

@@ -390,7 +390,7 @@ def test_an_engine_missing_or_not_answering(preflight, paths, in_image, run_modu
     failed, result = run(run_module, preflight, paths, {**in_image, "engine": "docker"})
     assert failed and result["problems"] == [
         "`docker version` exited 1: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
-        "Is the docker daemon running?: start the engine (systemctl start docker)"
+        "Is the docker daemon running?: start the daemon (systemctl start docker)"
     ]
 
 
