@@ -13,7 +13,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -88,6 +88,15 @@ class PreflightChecks(_Record):
     unit_content: str = ""
     #: service.user: it must exist on the host.
     user: str = "root"
+    #: runtime.kind docker or podman ("": SGLang runs on the host's `python`): preflight then checks
+    #: the engine, `image` (present, or pulled at start as `pull` allows) and the image's own SGLang
+    #: version and --help, with `python` the image's.
+    engine: Literal["", "docker", "podman"] = ""
+    image: str = ""
+    pull: Literal["never", "missing", "always"] = "missing"
+    #: runtime.mounts' host paths: each must exist (model and drafter are model_path and
+    #: draft_model_path, mounted at their own paths).
+    mounts: list[str] = []
 
 
 class GatewayPlan(_Record):
@@ -286,7 +295,21 @@ def preflight_checks(prof: Profile, plan: Plan, gpus: list[int], kill_holders: b
         allow_gpu_holders=kill_holders,
         unit_content=plan.unit,
         user=prof.service.user,
+        **_runtime_checks(prof),
     )
+
+
+def _runtime_checks(prof: Profile) -> dict[str, Any]:
+    """PreflightChecks' engine, image, pull and mounts of a container runtime; none on the host."""
+    rt = prof.runtime
+    if not rt.container:
+        return {}
+    return {
+        "engine": rt.kind,
+        "image": str(rt.image),
+        "pull": rt.pull,
+        "mounts": [m.source for m in rt.mounts],
+    }
 
 
 def lock(run_id: str, profile: str, ttl_s: float, wait_s: float) -> LockSpec:

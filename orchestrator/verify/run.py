@@ -53,8 +53,9 @@ class _Collector:
 def plan_json(plan: plan_mod.Plan, facts: UnitFacts) -> dict[str, object]:
     """What test_deployment.py checks one host against. A multi-node rank other than 0 serves
     no HTTP (`serves_http`: false); its server's /health is rank 0's. `gpus` is the unit's GPU
-    set, `state_dir` where the host keeps every orchestrator unit's facts (its neighbours)."""
-    return {
+    set, `state_dir` where the host keeps every orchestrator unit's facts (its neighbours). A
+    container runtime adds its `engine`, `container` and `image` (the run command's last word)."""
+    out: dict[str, object] = {
         **plan.to_json(),
         "unit_name": plan.unit_name,
         "port": facts.port,
@@ -64,7 +65,15 @@ def plan_json(plan: plan_mod.Plan, facts: UnitFacts) -> dict[str, object]:
         "digest": plan.digest,
         "gpus": facts.gpus,
         "state_dir": HostPaths().state_dir,
+        "runtime": plan.runtime,
     }
+    if plan.engine_argv:
+        out.update(
+            engine=plan.engine_argv[0],
+            container=plan.unit_name.removesuffix(".service"),  # container.name's rule
+            image=plan.engine_argv[-1],
+        )
+    return out
 
 
 def verify(prof: profile_mod.Profile, inventory: Path, limit: str | None = None) -> list[Check]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 
 import pytest
 
@@ -59,16 +60,38 @@ def test_port_listens_and_health_is_200(host, plan):
     assert result.stdout.strip() == "200", f"/health: {result.stdout.strip() or result.stderr.strip()[-200:]}"
 
 
-def test_server_argv_and_environment_match_the_plan(host, plan):
+def _server_process(host, plan) -> tuple[list[str], dict[str, str], str]:
+    """(argv, environment, what systemd expanded ${CREDENTIALS_DIRECTORY} to) of the server: its
+    MainPID's on the host; in a container, the container's own (inspect's Config.Cmd and
+    Config.Env: the MainPID there is conmon or the docker client), whose --config file is
+    mounted where the unit's credentials directory is."""
+    if plan.get("engine"):
+        config = _container(host, plan)["Config"]
+        environ = dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e)
+        return list(config.get("Cmd") or []), environ, f"/run/credentials/{plan['unit_name']}"
     pid = _main_pid(host, plan)
     assert pid, "no MainPID"
     argv = host.file(f"/proc/{pid}/cmdline").content.split(b"\0")[:-1]
-    running = [a.decode() for a in argv]
     environ = dict(
         e.decode().split("=", 1) for e in host.file(f"/proc/{pid}/environ").content.split(b"\0") if b"=" in e
     )
+    return (
+        [a.decode() for a in argv],
+        environ,
+        environ.get("CREDENTIALS_DIRECTORY", "${CREDENTIALS_DIRECTORY}"),
+    )
+
+
+def _container(host, plan) -> dict:
+    """`ENGINE container inspect NAME` (both engines print a JSON array) of the plan's container."""
+    out = host.run(f"{plan['engine']} container inspect {plan['container']}")
+    assert out.rc == 0, f"no container {plan['container']}: {(out.stderr or out.stdout).strip()[-200:]}"
+    return json.loads(out.stdout)[0]
+
+
+def test_server_argv_and_environment_match_the_plan(host, plan):
+    running, environ, credentials = _server_process(host, plan)
     # systemd expands the API key's credential word to the unit's own credentials directory.
-    credentials = environ.get("CREDENTIALS_DIRECTORY", "${CREDENTIALS_DIRECTORY}")
     planned = [a.replace("${CREDENTIALS_DIRECTORY}", credentials) for a in plan["argv"]]
     if running != planned:
         from orchestrator.plan import flags_of
@@ -85,6 +108,84 @@ def test_server_argv_and_environment_match_the_plan(host, plan):
     assert not missing, f"environment lacks {missing}"
 
 
+def test_container_runs_the_planned_image(host, plan):
+    """The container the unit started runs the image the plan names, by image ID: a tag moved by
+    a later pull, or a container left from another deploy, shows here. Host runtime: nothing
+    to check."""
+    if not plan.get("engine"):
+        return
+    running = _container(host, plan)
+    assert running["State"].get("Running"), (
+        f"container {plan['container']} is {running['State'].get('Status')}"
+    )
+    label = (running["Config"].get("Labels") or {}).get(LABEL)
+    assert label == plan["unit_name"], f"container {plan['container']} is labelled {LABEL}={label}"
+    planned = host.run(f"{plan['engine']} image inspect {plan['image']}")
+    assert planned.rc == 0, f"the plan's image {plan['image']} is not on this host"
+    want = json.loads(planned.stdout)[0]["Id"].removeprefix("sha256:")
+    have = running["Image"].removeprefix("sha256:")
+    assert have == want, (
+        f"container {plan['container']} runs image {have[:12]}, the plan's {plan['image']} is {want[:12]}: "
+        "deploy again to replace it"
+    )
+
+
+#: The label a container unit puts on its container (orchestrator/container.py LABEL).
+LABEL = "orchestrator.unit"
+#: `ps --format` per engine: podman prints one JSON array, docker one object a line.
+_PS_FORMAT = {"docker": "{{json .}}", "podman": "json"}
+#: {PID: parent PID} of every process of the host, one `PID PPID` line each.
+_PARENTS = (
+    "import os\n"
+    "for p in filter(str.isdigit, os.listdir('/proc')):\n"
+    "    try: print(p, open(f'/proc/{p}/stat').read().rpartition(')')[2].split()[1])\n"
+    "    except OSError: pass\n"
+)
+
+
+def _labelled(text: str) -> list[tuple[str, str]]:
+    """(container ID, orchestrator.unit label) of each container `ps` listed, as
+    module_utils/orchestrator_host.py parse_ps reads both engines' formats."""
+    text = text.strip()
+    rows = json.loads(text) if text.startswith("[") else [json.loads(line) for line in text.splitlines()]
+    found = []
+    for row in rows or []:
+        labels = row.get("Labels") or {}
+        if isinstance(labels, str):
+            labels = dict(item.partition("=")[::2] for item in labels.split(","))
+        if labels.get(LABEL):
+            found.append((row.get("Id") or row.get("ID"), labels[LABEL]))
+    return found
+
+
+def _container_units(host, units: set[str]) -> dict[int, str]:
+    """{PID: unit} of every process of a container labelled with one of `units`: its main PID and
+    all below it. An engine that is not installed (or does not answer) has no containers."""
+    roots = []
+    for engine, fmt in _PS_FORMAT.items():
+        listed = host.run(f"{engine} ps --filter label={LABEL} --format '{fmt}'")
+        if listed.rc != 0:
+            continue
+        for cid, unit in _labelled(listed.stdout):
+            pid = host.run(f"{engine} inspect --format '{{{{.State.Pid}}}}' {cid}").stdout.strip()
+            if unit in units and pid.isdigit() and int(pid):
+                roots.append((unit, int(pid)))
+    if not roots:
+        return {}
+    children: dict[int, list[int]] = {}
+    for line in host.run(f"python3 -c {shlex.quote(_PARENTS)}").stdout.splitlines():
+        pid, parent = map(int, line.split())
+        children.setdefault(parent, []).append(pid)
+    owned = {}
+    for unit, root in roots:
+        todo = [root]
+        while todo:
+            pid = todo.pop()
+            owned[pid] = unit
+            todo += [c for c in children.get(pid, []) if c not in owned]
+    return owned
+
+
 def _cgroup_unit(cgroup: str, units: set[str]) -> str:
     """Which of `units` a /proc/PID/cgroup text puts the process in: a path component equal to
     its name (sglang.service is not sglang.service-b); '' for none."""
@@ -97,7 +198,8 @@ def _cgroup_unit(cgroup: str, units: set[str]) -> str:
 
 def test_only_the_server_holds_the_gpus(host, plan):
     """Only the plan's GPU set is looked at: another orchestrator unit of this host may use the
-    other GPUs. On ours, a process of another unit is named as such."""
+    other GPUs. On ours, a process of another unit is named as such: by its cgroup, or by the
+    label of the container it runs in."""
     index_of = {}
     for line in host.check_output("nvidia-smi --query-gpu=index,uuid --format=csv,noheader").splitlines():
         index, _, uuid = line.partition(",")
@@ -107,13 +209,16 @@ def test_only_the_server_holds_the_gpus(host, plan):
     out = host.check_output(
         "nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits"
     )
-    held = []
+    held, containers = [], None
     for line in filter(None, out.splitlines()):
         cells = [c.strip() for c in line.split(",")]  # a process name may hold commas
         pid, name, mib, gpu = cells[0], ",".join(cells[1:-2]), cells[-2], index_of.get(cells[-1])
         if gpu not in plan["gpus"]:
             continue
         owner = _cgroup_unit(host.run(f"cat /proc/{pid}/cgroup").stdout, units)
+        if not owner and pid.isdigit():  # a container outside its unit's cgroup (docker's always are)
+            containers = _container_units(host, units) if containers is None else containers
+            owner = containers.get(int(pid), "")
         if owner != plan["unit_name"]:
             of = f" of {owner}, another orchestrator unit on this host" if owner else ""
             held.append(f"GPU {gpu}: PID {pid} {name} {mib} MiB{of}")

@@ -1,7 +1,8 @@
 """What orchestrator's modules know about a host, in one place (roles/*/library import it).
 
-`systemctl show` parsing, cgroup membership, nvidia-smi's CSV, the unit digest, host paths,
-the deploy lock, the GPU release wait and the preflight checks. Pure functions (text in,
+`systemctl show` parsing, cgroup membership (and a container's unit, by its label), nvidia-smi's
+CSV, the unit digest, host paths, the deploy lock, the GPU release wait and the preflight checks
+(on the host's Python, or in a container image). Pure functions (text in,
 values out) are kept apart from the ones that read the host, so that tests/unit/modules can
 prove them on captured output. Paths are never defaults here: the control machine passes
 them (`paths` = {unit_dir, state_dir, lock_dir}, orchestrator/hostplan.py HostPaths).
@@ -65,6 +66,10 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
     "allow_gpu_holders": {"type": "bool", "default": False},
     "unit_content": {"type": "str", "default": ""},
     "user": {"type": "str", "default": "root"},
+    "engine": {"type": "str", "default": "", "choices": ["", "docker", "podman"]},
+    "image": {"type": "str", "default": ""},
+    "pull": {"type": "str", "default": "missing", "choices": ["never", "missing", "always"]},
+    "mounts": {"type": "list", "elements": "str", "default": []},
 }
 
 
@@ -130,15 +135,27 @@ def proc_cgroup(pid: int | None) -> str:
         return ""
 
 
-def cgroup_procs(control_group: str) -> list[str]:
-    """PIDs left in a unit's cgroup (systemctl show's ControlGroup), cgroup v2."""
+#: Where cgroup v2 is mounted.
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def cgroup_procs(control_group: str, root: str = CGROUP_ROOT) -> list[str]:
+    """PIDs left in a unit's cgroup (systemctl show's ControlGroup) and every cgroup below it,
+    cgroup v2: a unit with Delegate=yes keeps its processes in sub-cgroups (podman's
+    --cgroups=split puts conmon in one and the container in another), not in its own."""
     if not control_group:
         return []
-    try:
-        with open(f"/sys/fs/cgroup{control_group}/cgroup.procs") as fh:
-            return fh.read().split()
-    except OSError:
-        return []
+    pids = []
+    for folder, _, _ in os.walk(f"{root}{control_group}"):
+        with contextlib.suppress(OSError), open(os.path.join(folder, "cgroup.procs")) as fh:
+            pids += fh.read().split()
+    return pids
+
+
+def unit_containers(module: Any, unit: str) -> list[int]:
+    """Main PIDs of the running containers labelled with `unit` (labelled_containers): a docker
+    container runs under the daemon, so an empty cgroup does not mean it is gone."""
+    return [pid for _, label, pid in labelled_containers(module) if label == unit]
 
 
 def argv0(pid: int | None) -> str | None:
@@ -397,6 +414,106 @@ def nvidia_smi_snapshot(module: Any, nvidia_smi: str) -> tuple[list[dict], list[
     return gpus, apps
 
 
+# --- containers ----------------------------------------------------------------------------------
+
+#: The label a container unit puts on its container, naming the unit (orchestrator/container.py LABEL).
+CONTAINER_LABEL = "orchestrator.unit"
+#: The engines a unit may run SGLang with (orchestrator/container.py ENGINES).
+ENGINES = ("docker", "podman")
+#: `ps --format` per engine: podman writes one JSON array, docker one JSON object a line.
+_PS_FORMAT = {"docker": "{{json .}}", "podman": "json"}
+
+
+def parse_ps(text: str) -> list[tuple[str, str]]:
+    """(container ID, its orchestrator.unit label) of each container `ps` listed: podman's
+    `--format json` (an array; Labels a map) or docker's `--format '{{json .}}'` (an object a
+    line; Labels one `k=v,k=v` string, which a unit name, holding no ',', survives)."""
+    text = text.strip()
+    if not text:
+        return []
+    if text.startswith("["):
+        rows = json.loads(text)
+    else:
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    found = []
+    for row in rows or []:
+        labels = row.get("Labels") or {}
+        if isinstance(labels, str):
+            labels = dict(item.partition("=")[::2] for item in labels.split(","))
+        cid, unit = row.get("Id") or row.get("ID") or "", labels.get(CONTAINER_LABEL, "")
+        if cid and unit:
+            found.append((cid, unit))
+    return found
+
+
+def proc_parents() -> dict[int, int]:
+    """{PID: parent PID} of every process, from /proc/PID/stat (the command name, in
+    parentheses, may hold spaces and parentheses: the fields follow the last ')')."""
+    parents = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rpartition(")")[2].split()
+        except OSError:
+            continue  # gone meanwhile
+        if len(fields) > 1:
+            parents[int(pid)] = int(fields[1])
+    return parents
+
+
+def descendants(root: int, parents: dict[int, int]) -> set[int]:
+    """`root` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def labelled_containers(module: Any) -> list[tuple[str, str, int]]:
+    """(engine, unit label, main PID) of each running container labelled orchestrator.unit, of
+    every engine installed here. An engine that is not installed is not asked; one that does not
+    answer (docker without its daemon runs no container) or a container gone meanwhile is
+    skipped: no host fails for lacking engines."""
+    found = []
+    for engine in ENGINES:
+        exe = module.get_bin_path(engine)
+        if not exe:
+            continue
+        argv = [exe, "ps", "--filter", f"label={CONTAINER_LABEL}", "--format", _PS_FORMAT[engine]]
+        rc, out, _ = module.run_command(argv)
+        try:
+            listed = parse_ps(out) if rc == 0 else []
+        except ValueError:
+            listed = []
+        for cid, unit in listed:
+            rc, out, _ = module.run_command([exe, "inspect", "--format", "{{.State.Pid}}", cid])
+            pid = out.strip()
+            if rc == 0 and pid.isdigit() and int(pid) > 0:
+                found.append((engine, unit, int(pid)))
+    return found
+
+
+def container_units(
+    module: Any, units: Collection[str], parents: Callable[[], dict[int, int]] | None = None
+) -> dict[int, str]:
+    """{PID: unit} of every process of a container labelled with one of `units`: its main PID
+    (the engine's inspect) and all its descendants. A docker container runs under the daemon,
+    outside its unit's cgroup, and so may a podman one (--cgroups=split puts it in a
+    sub-cgroup, which cgroup_unit finds anyway); the label is what ties it to its unit. A
+    container labelled with a unit this host does not know is nobody's, as in cgroups."""
+    ours = [(unit, pid) for _, unit, pid in labelled_containers(module) if unit in units]
+    if not ours:
+        return {}
+    tree = (parents or proc_parents)()
+    return {p: unit for unit, pid in ours for p in descendants(pid, tree)}
+
+
 # --- GPU release ---------------------------------------------------------------------------------
 
 #: After kill_holders signalled a process, how long its memory may take to be freed even when
@@ -434,13 +551,32 @@ def foreign_gpus(gpus: list[dict], apps: list[dict], wanted: list[int], unit: st
 
 
 def with_units(
-    apps: list[dict], units: Collection[str], cgroup_of: Callable[[int | None], str] | None = None
+    apps: list[dict],
+    units: Collection[str],
+    cgroup_of: Callable[[int | None], str] | None = None,
+    containers: dict[int, str] | None = None,
 ) -> list[dict]:
     """nvidia-smi's processes, each with `unit`: which of `units` (orchestrator's units on this
     host) it runs in, '' for none: a process orchestrator did not start, or one of another PID
-    namespace whose PID means nothing here. `cgroup_of` reads /proc/PID/cgroup (proc_cgroup)."""
+    namespace whose PID means nothing here. `cgroup_of` reads /proc/PID/cgroup (proc_cgroup);
+    `containers` ({PID: unit}, container_units) places the processes of a container outside its
+    unit's cgroup (docker's always are)."""
     cgroup_of = cgroup_of or proc_cgroup
-    return [{**a, "unit": cgroup_unit(cgroup_of(a["pid"]), units) if a["pid"] else ""} for a in apps]
+    containers = containers or {}
+
+    def unit(pid: int | None) -> str:
+        return (cgroup_unit(cgroup_of(pid), units) or containers.get(pid, "")) if pid else ""
+
+    return [{**a, "unit": unit(a["pid"])} for a in apps]
+
+
+def owned_apps(module: Any, apps: list[dict], units: Collection[str]) -> list[dict]:
+    """with_units, asking the container engines only when a process is in none of `units` by its
+    cgroup: a host without containers (or without engines) runs no engine command at all."""
+    tagged = with_units(apps, units)
+    if not any(a["pid"] and not a["unit"] for a in tagged):
+        return tagged
+    return with_units(apps, units, containers=container_units(module, units))
 
 
 def gpu_ranges(indexes: Iterable[int]) -> str:
@@ -543,7 +679,7 @@ def wait_idle(
         missing = missing_gpus(gpus, all_gpus)
         if missing:
             module.fail_json(msg=missing, gpus=all_gpus)
-        apps = with_units(apps, units)
+        apps = owned_apps(module, apps, units)
         if allow_unit:
             busy = foreign_gpus(all_gpus, apps, gpus, allow_unit)
         else:
@@ -726,8 +862,9 @@ def live_units(module: Any, units: list[str]) -> list[str]:
     return [u for u in units if u in live]
 
 
-def port_owners(port: int, units: Collection[str]) -> list[tuple[int, str, str]]:
-    """(PID, argv[0], which of `units` it runs in or '') of each process listening on `port`."""
+def port_owners(module: Any, port: int, units: Collection[str]) -> list[tuple[int, str, str]]:
+    """(PID, argv[0], which of `units` it runs in or '') of each process listening on `port`: by
+    its cgroup, else by its container (a container on the host network listens here too)."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         text = read_bytes(table)
@@ -740,6 +877,9 @@ def port_owners(port: int, units: Collection[str]) -> list[tuple[int, str, str]]
         name = argv0(pid)
         if name is not None:
             owners.append((pid, name, cgroup_unit(proc_cgroup(pid), units)))
+    if any(not unit for _, _, unit in owners):
+        containers = container_units(module, units)
+        owners = [(pid, name, unit or containers.get(pid, "")) for pid, name, unit in owners]
     return owners
 
 
@@ -805,6 +945,173 @@ def _sglang_problems(module: Any, unit_name: str, paths: dict, c: dict) -> tuple
     return problems, version, True
 
 
+# --- preflight in a container --------------------------------------------------------------------
+
+#: The Debian package of each engine, for the problem that names it missing.
+ENGINE_PACKAGES = {"docker": "docker.io", "podman": "podman"}
+_VERSION_CODE = "import importlib.metadata as m; print(m.version('sglang'))"
+
+
+def parse_image_inspect(text: str) -> dict:
+    """`ENGINE image inspect IMAGE` (both engines print a JSON array) as {id, digests, labels}:
+    the image ID without `sha256:` (docker writes it, podman does not), the registry digests it
+    is known by, its labels. {} when the text is no such array."""
+    try:
+        rows = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(rows, list) or not rows or not isinstance(rows[0], dict):
+        return {}
+    row = rows[0]
+    labels = (row.get("Config") or {}).get("Labels") or row.get("Labels") or {}
+    return {
+        "id": str(row.get("Id", "")).removeprefix("sha256:"),
+        "digests": [d.rpartition("@")[2] for d in row.get("RepoDigests") or []],
+        "labels": labels,
+    }
+
+
+def label_version(labels: dict) -> str:
+    """The SGLang version an image's labels state, '' when they do not. `sglang.version` says it;
+    org.opencontainers.image.version only where the image's title is SGLang's, since a label is
+    inherited: a CUDA image built on Ubuntu carries Ubuntu's (22.04)."""
+    if labels.get("sglang.version"):
+        return str(labels["sglang.version"])
+    if "sglang" in str(labels.get("org.opencontainers.image.title", "")).lower():
+        return str(labels.get("org.opencontainers.image.version", ""))
+    return ""
+
+
+def image_cache_path(paths: dict, image_id: str) -> str:
+    """What preflight learnt from one image (its SGLang version and --help flags), by image ID:
+    an image's bytes never change, so one look serves every later deploy."""
+    return os.path.join(paths["state_dir"], "images", f"{image_id}.json")
+
+
+def _engine(module: Any, engine: str) -> tuple[str, str]:
+    """(the engine's path, '') when it is installed and answers `ENGINE version`; else ('', problem)."""
+    exe = module.get_bin_path(engine)
+    if not exe:
+        return "", (
+            f"{engine} is not installed on this host (runtime.kind: {engine}): install it "
+            f"(apt-get install {ENGINE_PACKAGES[engine]}) or set another runtime.kind"
+        )
+    rc, out, err = module.run_command([exe, "version"])
+    if rc != 0:
+        # docker's client answers only with its daemon; podman has none, so its set-up is at fault.
+        fix = "start the daemon (systemctl start docker)" if engine == "docker" else "see `podman info`"
+        return "", f"`{engine} version` exited {rc}: {_tail(out, err)}: {fix}"
+    return exe, ""
+
+
+def _in_image(module: Any, exe: str, image_id: str, argv: list[str]) -> tuple[int, str, str]:
+    """`argv` in a throw-away container of the image we inspected, by its ID (no other image can
+    answer), without network, GPUs or a pull."""
+    return module.run_command([exe, "run", "--rm", "--network=none", "--pull=never", image_id, *argv])
+
+
+def _tail(out: str, err: str) -> str:
+    return ((err or out).strip().splitlines() or ["no output"])[-1][-200:]
+
+
+def _inspect_image(module: Any, exe: str, c: dict) -> tuple[dict, list[str], list[str]]:
+    """(the image as parse_image_inspect reads it, problems, notes): {} when it is not here,
+    which is a problem only with runtime.pull never; preflight never pulls."""
+    engine, ref, pull = c["engine"], c["image"], c["pull"]
+    rc, out, _ = module.run_command([exe, "image", "inspect", ref])
+    image = parse_image_inspect(out) if rc == 0 else {}
+    if image.get("id"):
+        if pull != "always" or "@" in ref:
+            return image, [], []
+        moved = (
+            f"image {ref} is checked as it is here, but runtime.pull always pulls its tag again at "
+            "start: pin it by digest (IMAGE:TAG@sha256:...) so that what runs is what was checked"
+        )
+        return image, [], [moved]
+    if pull == "never":
+        missing = (
+            f"image {ref} is not on this host and runtime.pull is never: pull it ({engine} pull {ref}) "
+            "or set runtime.pull: missing"
+        )
+        return {}, [missing], []
+    pulled = (
+        f"image {ref} is not on this host: {engine} pulls it when the unit starts (runtime.pull: "
+        f"{pull}); its SGLang version and flags are checked by the next preflight"
+    )
+    return {}, [], [pulled]
+
+
+def _image_flags(module: Any, exe: str, image_id: str, c: dict) -> tuple[list[str] | None, list[str]]:
+    """(the long options of the image's own `sglang.launch_server --help`, or None and why not)."""
+    python, ref = c["python"], c["image"]
+    rc, out, err = _in_image(module, exe, image_id, [python, "-m", "sglang.launch_server", "--help"])
+    if rc != 0:
+        return None, [
+            f"`{python} -m sglang.launch_server --help` failed in image {ref} ({rc}): {_tail(out, err)}"
+        ]
+    return sorted(help_flags(out)), []
+
+
+def _image_problems(
+    module: Any, unit_name: str, paths: dict, c: dict
+) -> tuple[list[str], str, bool, list[str]]:
+    """(problems, the image's SGLang version, whether --help was checked, notes) for a container
+    runtime: the engine answers, the image is here (or will be pulled), and its own SGLang and
+    `--help`, not the host's, take the plan's version and flags. Both answers are cached by
+    image ID under the state dir (image_cache_path), so later deploys start no container."""
+    ref, python = c["image"], c["python"]
+    exe, problem = _engine(module, c["engine"])
+    if problem:
+        return [problem], "", False, []
+    image, problems, notes = _inspect_image(module, exe, c)
+    if not image:
+        return problems, "", False, notes
+    cache_file = image_cache_path(paths, image["id"])
+    cached = read_json(cache_file)
+    version = cached.get("sglang_version") or label_version(image["labels"])
+    if not version:
+        rc, out, err = _in_image(module, exe, image["id"], [python, "-c", _VERSION_CODE])
+        if rc != 0:
+            return [f"SGLang is not importable by {python} in image {ref}: {_tail(out, err)}"], "", False, []
+        version = out.strip()
+    if version != c["sglang_version"]:
+        problems.append(
+            f"image {ref} has SGLang {version}, the profile renders flags for {c['sglang_version']}: "
+            f'set server.sglang_version: "{version}" or use an image with {c["sglang_version"]}'
+        )
+    learnt = {**cached, "image": image["id"], "sglang_version": version}
+    installed = read_bytes(unit_path(paths, unit_name))
+    running = installed is not None and unit_digest(installed) == c["skip_flags_if_digest"]
+    help_checked = not (c["skip_flags_if_digest"] and running)  # else this unit's flags already run here
+    if help_checked:
+        flags = cached.get("flags")
+        if not isinstance(flags, list):
+            flags, more = _image_flags(module, exe, image["id"], c)
+            problems += more
+        if flags is not None:
+            learnt["flags"] = flags
+            problems += [
+                f"flag {flag} is not in the `sglang.launch_server --help` of image {ref} (SGLang {version})"
+                for flag in c["flags"]
+                if flag not in flags
+            ]
+    if learnt != cached and not module.check_mode:  # check mode changes nothing, not even a cache
+        os.makedirs(os.path.dirname(cache_file), mode=0o700, exist_ok=True)
+        write_atomic(cache_file, json.dumps(learnt, sort_keys=True).encode(), 0o600)
+    return problems, version, help_checked, notes
+
+
+def mount_problems(sources: list[str]) -> list[str]:
+    """runtime.mounts whose host path is missing: podman refuses to start the container, and
+    docker makes an empty directory in its place (a model cache that is silently empty)."""
+    return [
+        f"runtime.mounts source {src} does not exist on this host: create it or fix the path "
+        "(podman would not start; docker would mount an empty directory made in its place)"
+        for src in sources
+        if not os.path.exists(src)
+    ]
+
+
 def _model_problems(c: dict) -> list[str]:
     target, error = read_config(c["model_path"])
     problems = [f"model path: {error}"] if error else []
@@ -855,7 +1162,7 @@ def _gpu_problems(module: Any, unit_name: str, units: dict[str, dict], c: dict) 
     gpus, apps, error = query_nvidia_smi(module, c["nvidia_smi"])
     if error:
         return [error], 0
-    apps = with_units(apps, {*units, unit_name})
+    apps = owned_apps(module, apps, {*units, unit_name})
     return gpu_set_problems(gpus, apps, c["gpus"], unit_name, units, c["allow_gpu_holders"]), len(gpus)
 
 
@@ -902,19 +1209,27 @@ def _unit_problems(module: Any, unit_name: str, paths: dict, c: dict) -> tuple[l
 
 
 def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> dict:
-    """Everything that can be known before a stop, read-only: SGLang's version and flags, the
-    unit as systemd reads it, the model and drafter, our GPU set and its holders (another
-    orchestrator unit of this host named as such), the port (another unit's included), disk for
-    logs. Every problem at once, one line each: {problems, sglang_version, gpus, help_checked,
-    verified_digest}."""
+    """Everything that can be known before a stop, read-only: SGLang's version and flags (the
+    host's Python's, or in a container runtime the engine, the image and the image's own SGLang),
+    the unit as systemd reads it, the model and drafter (a container gets them mounted read-only
+    at the same paths, so the host's files are the container's), our GPU set and its holders
+    (another orchestrator unit of this host named as such, a container's processes by its
+    label), the port (another unit's included), disk for logs. Every problem at once, one line
+    each: {problems, notes, sglang_version, gpus, help_checked, verified_digest}; notes say what
+    could not be checked yet (an image to be pulled) without failing."""
     problems, verified = _unit_problems(module, unit_name, paths, checks)
-    more, version, help_checked = _sglang_problems(module, unit_name, paths, checks)
+    notes: list[str] = []
+    if checks["engine"]:
+        more, version, help_checked, notes = _image_problems(module, unit_name, paths, checks)
+    else:
+        more, version, help_checked = _sglang_problems(module, unit_name, paths, checks)
     problems += more
     problems += _model_problems(checks)
+    problems += mount_problems(checks["mounts"])
     units = deployed_units(paths)
     gpu_problems, gpus = _gpu_problems(module, unit_name, units, checks)
     problems += gpu_problems
-    owners = port_owners(checks["port"], {*units, unit_name})
+    owners = port_owners(module, checks["port"], {*units, unit_name})
     same_port = [u for u in installed_units(paths) if units[u].get("port") == checks["port"]]
     problems += port_problems(checks["port"], unit_name, owners, units, live_units(module, same_port))
     disk = disk_problem(checks["log_dir"], checks["min_free_mib"])
@@ -925,6 +1240,7 @@ def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> 
         problems.append(user)
     return {
         "problems": problems,
+        "notes": notes,
         "sglang_version": version,
         "gpus": gpus,
         "help_checked": help_checked,

@@ -13,7 +13,10 @@ description:
     reads C([N/A]), a listed process makes the GPU busy.
   - Fails when nvidia-smi fails or reports no GPU.
   - Changes nothing unless I(kill_holders) is set.
-  - Each process is reported with the orchestrator unit of this host it runs in, if any.
+  - Each process is reported with the orchestrator unit of this host it runs in, if any, by its
+    cgroup, or else by the C(orchestrator.unit) label of the docker or podman container it runs
+    in (its main PID or a descendant). Only installed engines are asked, and only when a process
+    is in no unit's cgroup.
 options:
   paths:
     description:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: sglang_preflight
-short_description: Check SGLang version and flags, model, drafter, GPUs, port and disk before a restart
+short_description: Check SGLang (host or image), model, drafter, GPUs, port and disk before a restart
 description:
   - "Read-only; fails with C(preflight: <problem>; <problem>...) naming every problem found."
 options:
@@ -74,6 +74,30 @@ options:
         description: The user the server runs as (service.user); it must exist on the host.
         type: str
         default: root
+      engine:
+        description:
+          - The container engine of a container runtime (runtime.kind); empty for SGLang on the
+            host's I(python).
+          - "With an engine, it must be installed and answer C(ENGINE version); the image must be
+            here (or be pulled at start, as I(pull) allows: preflight never pulls); I(sglang_version)
+            and I(flags) are checked against the image's own SGLang and C(--help), run once per
+            image in a throw-away container (C(run --rm --network=none --pull=never)) and cached by
+            image ID under C(state_dir)/images; I(python) is the image's."
+          - Model and drafter are mounted at the same paths, so their checks read the host's files.
+        type: str
+        default: ""
+        choices: ["", docker, podman]
+      image: {description: The image reference (runtime.image) with an I(engine)., type: str, default: ""}
+      pull:
+        description: When the engine pulls the image (runtime.pull); C(never) makes a missing image a problem.
+        type: str
+        default: missing
+        choices: [never, missing, always]
+      mounts:
+        description: The host paths runtime.mounts gives the container; each must exist.
+        type: list
+        elements: str
+        default: []
 attributes:
   check_mode:
     support: full
@@ -93,6 +117,21 @@ EXAMPLES = r"""
       model_path: /models/Llama-3.1-8B-Instruct
       gpus: [4, 5, 6, 7]
       port: 30000
+
+- name: The same in SGLang's own image, with podman
+  sglang_preflight:
+    unit_name: sglang.service
+    paths: {unit_dir: /etc/systemd/system, state_dir: /etc/orchestrator, lock_dir: /run/orchestrator}
+    checks:
+      python: python3
+      sglang_version: 0.5.9
+      flags: [--model-path, --port]
+      model_path: /models/Llama-3.1-8B-Instruct
+      gpus: [0, 1]
+      port: 30000
+      engine: podman
+      image: docker.io/lmsysorg/sglang:v0.5.9
+      pull: missing
 """
 
 RETURN = r"""
@@ -101,8 +140,13 @@ problems:
   type: list
   elements: str
   returned: always
+notes:
+  description: What could not be checked yet without being a problem (an image the engine will pull).
+  type: list
+  elements: str
+  returned: always
 sglang_version:
-  description: The SGLang version installed on the host; empty when not importable.
+  description: The SGLang version installed on the host (or in the image); empty when not known.
   type: str
   returned: always
 gpus:

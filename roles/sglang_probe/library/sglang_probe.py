@@ -166,7 +166,9 @@ locked:
   type: bool
   returned: always
 preflight:
-  description: "The preflight result (problems, sglang_version, gpus, help_checked); {} when not run."
+  description:
+    - "The preflight result (problems, notes, sglang_version, gpus, help_checked, verified_digest);
+      {} when not run."
   type: dict
   returned: always
 """

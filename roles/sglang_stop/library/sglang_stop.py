@@ -14,6 +14,9 @@ short_description: Stop a systemd unit, wait until its processes are gone and it
 description:
   - systemctl stop sends SIGTERM to the unit's processes, waits TimeoutStopSec, then
     SIGKILLs what is left of the unit's own cgroup; nothing outside the unit is touched.
+  - The unit is gone when its cgroup (and every cgroup below it) is empty and no running docker
+    or podman container is labelled C(orchestrator.unit) with it (a docker container runs
+    under the daemon, outside the unit's cgroup; the unit's ExecStop stops it).
   - A unit that does not exist is already stopped.
   - Then waits until memory.used of the unit's GPUs is at most I(max_used_mib), failing with
     C(GPUs not idle after waiting N s) naming what holds them. Processes outside the unit are
@@ -118,6 +121,7 @@ from ansible.module_utils.orchestrator_host import (
     idle_message,
     read_json,
     systemctl_show,
+    unit_containers,
     wait_idle,
 )
 
@@ -146,9 +150,14 @@ def stop(module: AnsibleModule, unit: str, gone_timeout_s: float, result: dict) 
     while True:
         now = systemctl_show(module, unit, PROPS)
         left = cgroup_procs(now.get("ControlGroup", ""))
-        if now.get("MainPID") == "0" and now.get("ActiveState") in ("inactive", "failed") and not left:
+        stopped = now.get("MainPID") == "0" and now.get("ActiveState") in ("inactive", "failed")
+        # Its container may run outside the cgroup (docker's, under the daemon): gone too?
+        running = unit_containers(module, unit) if stopped and not left else []
+        if stopped and not left and not running:
             return round(time.monotonic() - start, 2)
         if time.monotonic() > deadline:
+            if running:
+                module.fail_json(msg=f"{unit} is stopped but its container (PID {running}) runs on", **result)
             left = left or [now.get("MainPID")]
             module.fail_json(msg=f"{unit} still has processes {left} after stop", **result)
         time.sleep(0.1)

@@ -32,7 +32,11 @@ def run_module(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[bool, dic
 def host(monkeypatch: pytest.MonkeyPatch) -> FakeHost:
     fake = FakeHost()
     monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda module, argv, **kw: fake.run_command(argv))
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", FakeHost.get_bin_path)
+    monkeypatch.setattr(
+        basic.AnsibleModule,
+        "get_bin_path",
+        lambda module, arg, required=False, opt_dirs=None: fake.get_bin_path(arg),
+    )
     return fake
 
 

@@ -29,6 +29,8 @@ if str(MODULE_UTILS_DIR) not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(MODULE_UTILS_DIR))
 
 CAPTURES = ROOT / "tests/data/nvidia-smi"
+#: Binaries absent from a FakeHost unless a test answers them.
+ENGINES = ("docker", "podman")
 DATA = Path(__file__).parent / "data"
 
 
@@ -106,8 +108,11 @@ class FakeHost:
         self._smi_at += 1  # a snapshot is the gpu query, then the apps query
         return 0, apps_csv, ""
 
-    @staticmethod
-    def get_bin_path(module: Any, arg: str, required: bool = False, opt_dirs: Any = None) -> str:
+    def get_bin_path(self, arg: str) -> str | None:
+        """Every binary is installed but the container engines, which are only where the test
+        answers them (as AnsibleModule.get_bin_path says None for a binary it cannot find)."""
+        if arg in ENGINES and arg not in self.answers:
+            return None
         return arg if arg.startswith("/") else f"/usr/bin/{arg}"
 
     def ran(self, name: str) -> list[list[str]]:
@@ -143,3 +148,55 @@ def compute_apps(*rows: tuple[int, str, int, int]) -> str:
 
 def systemctl_show(**props: str) -> tuple[int, str, str]:
     return 0, "".join(f"{k}={v}\n" for k, v in props.items()), ""
+
+
+class Engine:
+    """docker or podman as the modules call them (`version`, `ps`, `inspect`, `image inspect`,
+    `run`), answering in the engine's own output format: podman's `ps --format json` is one
+    array with a Labels map, docker's `--format '{{json .}}'` an object a line with a `k=v,...`
+    Labels string (docker-ps(1)); `image inspect` is captured podman output
+    (data/podman-image-inspect.json). `containers` are {ID: (unit label, main PID)}; `image`
+    None: no image here; `run(argv)` answers `run` (argv after the image ID); `daemon` False
+    answers as docker does without its daemon (data/docker-version-no-daemon.txt)."""
+
+    def __init__(self, kind: str, containers: dict[str, tuple[str, int]] | None = None) -> None:
+        self.kind, self.containers = kind, containers or {}
+        self.image: dict | None = json.loads(capture("podman-image-inspect.json"))[0]
+        self.run: Any = lambda argv: (0, "", "")
+        self.daemon = True
+
+    def __call__(self, argv: list[str]) -> tuple[int, str, str]:
+        if not self.daemon:
+            return 1, "", capture("docker-version-no-daemon.txt")
+        verb = argv[1]
+        if verb == "version":
+            return 0, f"Client:       {self.kind}\nVersion:      4.3.1\n", ""
+        if verb == "ps":
+            rows = [
+                {"Id" if self.kind == "podman" else "ID": cid, "Labels": self._labels(unit)}
+                for cid, (unit, _) in self.containers.items()
+            ]
+            if self.kind == "podman":
+                return 0, json.dumps(rows), ""
+            return 0, "".join(json.dumps(r) + "\n" for r in rows), ""
+        if verb == "inspect":
+            assert argv[2:4] == ["--format", "{{.State.Pid}}"], argv
+            known = self.containers.get(argv[4])
+            return (0, f"{known[1]}\n", "") if known else (125, "", f"Error: no such container {argv[4]}")
+        if argv[1:3] == ["image", "inspect"]:
+            return (
+                (0, json.dumps([self.image]), "") if self.image else (125, "[]\n", "Error: image not known")
+            )
+        if verb == "run":
+            image_at = argv.index(self.image["Id"]) if self.image else len(argv)
+            return self.run(argv[image_at + 1 :])
+        raise AssertionError(f"unexpected {self.kind} command {argv}")
+
+    def label(self, labels: dict[str, str]) -> None:
+        """The image's labels (podman prints them twice: in Config and at the top)."""
+        assert self.image is not None
+        self.image["Config"]["Labels"] = self.image["Labels"] = labels
+
+    def _labels(self, unit: str) -> Any:
+        labels = {"orchestrator.unit": unit, "org.opencontainers.image.version": "22.04"}
+        return labels if self.kind == "podman" else ",".join(f"{k}={v}" for k, v in labels.items())

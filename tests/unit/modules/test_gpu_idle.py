@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
-from hostfakes import capture, compute_apps, load_module, query_gpu, store_unit
+from hostfakes import Engine, capture, compute_apps, load_module, query_gpu, store_unit
 
 H200 = "GPU-8b9e1fa8-32f8-da01-8524-833ee60332e7"  # the GPU of the kill captures
 
@@ -138,3 +139,102 @@ def test_the_report_names_the_orchestrator_unit_of_each_holder(gpu_idle, host, p
         (20, "sglang-b.service"),
         (30, ""),  # a unit, but none of orchestrator's
     ]
+
+
+# --- containers: whose process is it when it is not in its unit's cgroup -----------------------------
+
+
+@pytest.fixture
+def container_tree() -> Iterator[tuple[int, int]]:
+    """A container's processes as a real process tree: (its main PID, as the engine's inspect
+    gives it, and a child of it that holds a GPU). Both are outside every unit's cgroup, as a
+    docker container's processes are (they run under the daemon)."""
+    main = subprocess.Popen(["sh", "-c", "sleep 60 & wait"])
+    threading.Thread(target=main.wait, daemon=True).start()
+    child = _child_of(main.pid)
+    yield main.pid, child
+    main.kill()
+    subprocess.run(["kill", str(child)], check=False)
+
+
+def _child_of(pid: int) -> int:
+    from ansible.module_utils.orchestrator_host import proc_parents
+
+    for _ in range(100):
+        children = [p for p, parent in proc_parents().items() if parent == pid]
+        if children:
+            return children[0]
+        time.sleep(0.02)
+    raise AssertionError(f"PID {pid} started no child")
+
+
+def test_a_neighbour_container_is_never_killed_and_a_foreign_process_is(
+    gpu_idle, host, paths, run_module, sleeper, container_tree
+):
+    """sglang-b.service (ours, GPUs 4-7) before its restart with --kill-gpu-holders: docker's
+    sglang-a container holds GPU 4 from a child of its main PID, our own container GPU 6, a
+    stray `sleep` GPU 5. The stray is killed; the neighbour is named and spared; ours is no
+    holder. Only the label ties the containers to their units: no cgroup does."""
+    store_unit(paths, "sglang-a.service", profile="cg_5tok", port=30000, gpus=[0, 1, 2, 3, 4])
+    neighbour_main, neighbour_child = container_tree
+    own = subprocess.Popen(["sleep", "60"])
+    threading.Thread(target=own.wait, daemon=True).start()
+    host.answers["docker"] = Engine(
+        "docker", {"a1b2c3": ("sglang-a.service", neighbour_main), "d4e5f6": ("sglang-b.service", own.pid)}
+    )
+    holders = [(neighbour_child, "sleep", 100, 4), (own.pid, "sleep", 300, 6)]
+    host.smi = [
+        (query_gpu(8), compute_apps(*holders, (sleeper.pid, "sleep", 200, 5))),
+        (query_gpu(8), compute_apps(*holders)),
+    ]
+    args = {"paths": paths, "gpus": [4, 5, 6, 7], "allow_unit": "sglang-b.service", "kill_holders": True}
+    failed, result = run_module(gpu_idle, {**args, "release_timeout_s": 0})
+    own.kill()
+    assert [(k["pid"], k["unit"]) for k in result["killed"]] == [(sleeper.pid, "")]
+    assert sleeper.poll() is not None or not _alive(sleeper.pid)
+    assert _alive(neighbour_child) and _alive(neighbour_main)
+    assert failed and result["msg"] == (
+        f"GPUs held outside sglang-b.service: GPU 4 is used by PID {neighbour_child} sleep 100 MiB "
+        "of sglang-a.service"
+    )
+    assert [(h["pid"], h["unit"]) for h in result["holders"]] == [
+        (neighbour_child, "sglang-a.service"),
+        (own.pid, "sglang-b.service"),
+    ]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("engine", ["none", "docker without its daemon"])
+def test_a_host_without_an_engine_that_answers_judges_by_cgroup_alone(
+    gpu_idle, host, paths, run_module, container_tree, engine
+):
+    """No engine installed: none is called, and nothing fails for it; one that does not answer is
+    skipped. The process is then foreign, as its cgroup says."""
+    if engine != "none":
+        host.answers["docker"] = Engine("docker", {"a1b2c3": ("sglang-a.service", container_tree[0])})
+        host.answers["docker"].daemon = False
+    store_unit(paths, "sglang-a.service", profile="cg_5tok", port=30000, gpus=[0])
+    host.smi = [(query_gpu(1, {0: 100}), compute_apps((container_tree[1], "sleep", 100, 0)))]
+    failed, result = run_module(gpu_idle, {"paths": paths, "release_timeout_s": 0, "fail": False})
+    assert not failed and [(h["pid"], h["unit"]) for h in result["holders"]] == [(container_tree[1], "")]
+    assert [c[1] for c in host.ran("docker")] == ([] if engine == "none" else ["ps"])
+    assert host.ran("podman") == []
+
+
+def test_a_process_in_a_units_cgroup_needs_no_engine(gpu_idle, host, paths, run_module, cgroups):
+    """podman's --cgroups=split keeps the container in a sub-cgroup of its unit: the cgroup tells,
+    and the engine, though installed, is not asked."""
+    store_unit(paths, "sglang-a.service", profile="cg_5tok", port=30000, gpus=[0])
+    host.answers["podman"] = Engine("podman")
+    cgroups[4242] = "sglang-a.service/libpod-payload-0123"
+    host.smi = [(query_gpu(1, {0: 100}), compute_apps((4242, "python3", 100, 0)))]
+    _, result = run_module(gpu_idle, {"paths": paths, "release_timeout_s": 0, "fail": False})
+    assert [(h["pid"], h["unit"]) for h in result["holders"]] == [(4242, "sglang-a.service")]
+    assert host.ran("podman") == []

@@ -4,6 +4,9 @@ proved on real captured output where there is some."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -70,6 +73,17 @@ def test_the_unit_of_a_process_is_the_path_component_naming_one_of_them():
     assert oh.cgroup_unit("", units) == ""
 
 
+def test_a_delegated_units_processes_are_in_its_sub_cgroups(tmp_path: Path):
+    """podman's --cgroups=split with Delegate=yes: conmon and the container in two sub-cgroups,
+    none in the unit's own (cgroup v2's no-internal-processes rule)."""
+    unit = tmp_path / "system.slice/sglang.service"
+    for sub, procs in (("", ""), ("supervisor", "4242\n"), ("libpod-payload-0123", "4250\n4251\n")):
+        (unit / sub).mkdir(parents=True, exist_ok=True)
+        (unit / sub / "cgroup.procs").write_text(procs)
+    assert sorted(oh.cgroup_procs("/system.slice/sglang.service", str(tmp_path))) == ["4242", "4250", "4251"]
+    assert oh.cgroup_procs("/system.slice/gone.service", str(tmp_path)) == oh.cgroup_procs("") == []
+
+
 #: /proc/PID/cgroup texts (cgroup v2, as systemd lays units out) of a host running two servers.
 CGROUPS = {
     100: "0::/system.slice/sglang-a.service\n",
@@ -84,6 +98,73 @@ def test_each_gpu_process_is_tagged_with_the_orchestrator_unit_it_runs_in():
     tagged = oh.with_units(apps, {"sglang-a.service", "sglang-b.service"}, CGROUPS.get)
     assert [a["unit"] for a in tagged] == ["sglang-a.service", "sglang-b.service", "", "", ""]
     assert [a["pid"] for a in tagged] == [100, 200, 300, 400, None]  # nothing else changes
+
+
+# --- containers --------------------------------------------------------------------------------
+
+
+def test_podman_and_docker_ps_give_each_container_with_its_unit_label():
+    """podman's `ps --format json` (an array, Labels a map) and docker's `--format '{{json .}}'`
+    (an object a line, Labels one string, as docker-ps(1) prints it)."""
+    podman = json.dumps(
+        [
+            {"Id": "0123abcd", "Names": ["sglang-a"], "Labels": {"orchestrator.unit": "sglang-a.service"}},
+            {"Id": "4567ef01", "Names": ["other"], "Labels": None},
+        ]
+    )
+    assert oh.parse_ps(podman) == [("0123abcd", "sglang-a.service")]
+    docker = (
+        '{"ID":"89ab","Labels":"org.opencontainers.image.version=22.04,orchestrator.unit=sglang-b.service",'
+        '"Names":"sglang-b","State":"running"}\n'
+        '{"ID":"cdef","Labels":"","Names":"x","State":"running"}\n'
+    )
+    assert oh.parse_ps(docker) == [("89ab", "sglang-b.service")]
+    assert oh.parse_ps("") == oh.parse_ps("[]\n") == []
+
+
+def test_a_containers_processes_are_its_main_pid_and_every_descendant():
+    parents = {1: 0, 10: 1, 11: 10, 12: 11, 13: 10, 20: 1, 21: 20}
+    assert oh.descendants(10, parents) == {10, 11, 12, 13}
+    assert oh.descendants(99, parents) == {99}  # gone meanwhile: only itself
+
+
+def test_proc_parents_reads_the_real_process_table(tmp_path: Path):
+    """A command name with spaces and a ')' does not shift the fields."""
+    odd = tmp_path / "a) 1 (b"
+    shutil.copy("/bin/sleep", odd)
+    proc = subprocess.Popen([str(odd), "30"])
+    try:
+        time.sleep(0.05)
+        parents = oh.proc_parents()
+        assert parents[proc.pid] == os.getpid() and parents[os.getpid()] == os.getppid()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_captured_podman_image_and_a_docker_one_give_id_digest_and_labels():
+    image = oh.parse_image_inspect(capture("podman-image-inspect.json"))
+    assert image == {
+        "id": "1ac87e3132daf12f7f0bd0eeb60d931a3d00b7785cc4ab4201ad834af54a9cfb",
+        "digests": ["sha256:684a024643f75c3464de281ba9311d99e10a0af7fd07069382d075306a72f5df"],
+        "labels": {"sglang.version": "0.5.9"},
+    }
+    docker = [{"Id": "sha256:" + "ab" * 32, "RepoDigests": [], "Config": {"Labels": None}}]
+    assert oh.parse_image_inspect(json.dumps(docker)) == {"id": "ab" * 32, "digests": [], "labels": {}}
+    assert oh.parse_image_inspect("[]") == oh.parse_image_inspect("Error: no such image") == {}
+
+
+@pytest.mark.parametrize(
+    ("labels", "version"),
+    [
+        ({"sglang.version": "0.5.9", "org.opencontainers.image.version": "22.04"}, "0.5.9"),
+        ({"org.opencontainers.image.version": "22.04", "org.opencontainers.image.ref.name": "ubuntu"}, ""),
+        ({"org.opencontainers.image.title": "SGLang", "org.opencontainers.image.version": "0.5.9"}, "0.5.9"),
+        ({}, ""),
+    ],
+)
+def test_an_images_sglang_version_label_and_ubuntus_inherited_one(labels, version):
+    assert oh.label_version(labels) == version
 
 
 # --- nvidia-smi --------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.orchestrator_host import argv0, unit_digest
-from hostfakes import capture, compute_apps, load_module, query_gpu, store_unit
+from hostfakes import Engine, capture, compute_apps, load_module, query_gpu, store_unit
 
 from orchestrator.paths import ROOT
 
@@ -77,6 +77,7 @@ def test_a_host_that_can_run_the_plan_passes(preflight, paths, checks, run_modul
     assert result == {
         "changed": False,
         "problems": [],
+        "notes": [],
         "sglang_version": "0.5.9",
         "gpus": 1,
         "help_checked": True,
@@ -264,3 +265,193 @@ def test_a_service_user_missing_on_the_host_is_a_problem(preflight, paths, check
     ]
     failed, result = run_b(run_module, preflight, paths, {**checks, "user": "nobody"})
     assert not failed, result["msg"]
+
+
+# --- a container runtime: the engine, the image and the image's own SGLang ---------------------------
+
+IMAGE_ID = "1ac87e3132daf12f7f0bd0eeb60d931a3d00b7785cc4ab4201ad834af54a9cfb"  # the captured image's
+
+
+@pytest.fixture
+def podman(host) -> Engine:
+    """podman installed and answering; its image is the captured one (label sglang.version=0.5.9);
+    SGLang in it answers --help as 0.5.9's."""
+    engine = Engine("podman")
+    engine.run = lambda argv: (
+        (0, HELP, "") if argv[1:] == ["-m", "sglang.launch_server", "--help"] else (0, "0.5.9\n", "")
+    )
+    host.answers["podman"] = engine
+    return engine
+
+
+@pytest.fixture
+def in_image(checks: dict) -> dict:
+    """The checks of a podman profile: `python` is the image's, not a file of this host."""
+    return {
+        **checks,
+        "python": "python3",
+        "engine": "podman",
+        "image": "localhost/capture:1",
+        "pull": "never",
+    }
+
+
+def runs(host) -> list[list[str]]:
+    return [c for c in host.ran("podman") if c[1] == "run"]
+
+
+def test_the_image_is_checked_not_the_hosts_python(preflight, paths, in_image, run_module, host, podman):
+    """The version from the image's label, the flags from the image's own --help (one throw-away
+    container, no network, no pull), both cached by image ID: the next preflight starts none."""
+    failed, result = run(run_module, preflight, paths, in_image)
+    assert not failed, result["msg"]
+    assert (result["sglang_version"], result["help_checked"], result["notes"]) == ("0.5.9", True, [])
+    assert runs(host) == [
+        [
+            "/usr/bin/podman",
+            "run",
+            "--rm",
+            "--network=none",
+            "--pull=never",
+            IMAGE_ID,
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--help",
+        ]
+    ]
+    assert host.ran("python") == []
+    cache = Path(paths["state_dir"], "images", f"{IMAGE_ID}.json")
+    assert (
+        json.loads(cache.read_text())["sglang_version"] == "0.5.9" and oct(cache.stat().st_mode)[-3:] == "600"
+    )
+    failed, result = run(run_module, preflight, paths, {**in_image, "flags": ["--no-such-flag"]})
+    assert len(runs(host)) == 1  # from the cache
+    assert failed and result["problems"] == [
+        "flag --no-such-flag is not in the `sglang.launch_server --help` of image localhost/capture:1 "
+        "(SGLang 0.5.9)"
+    ]
+
+
+def test_without_a_label_the_image_is_asked_its_version_once(
+    preflight, paths, in_image, run_module, host, podman
+):
+    """Ubuntu's org.opencontainers.image.version (22.04), inherited by a CUDA image, is no SGLang version."""
+    podman.label({"org.opencontainers.image.version": "22.04"})
+    podman.run = lambda argv: (0, "0.5.8\n", "") if argv[1] == "-c" else (0, HELP, "")
+    failed, result = run(run_module, preflight, paths, in_image)
+    assert failed and result["problems"] == [
+        "image localhost/capture:1 has SGLang 0.5.8, the profile renders flags for 0.5.9: "
+        'set server.sglang_version: "0.5.8" or use an image with 0.5.9'
+    ]
+    failed, result = run(run_module, preflight, paths, in_image)
+    assert [c[6:] for c in runs(host)] == [
+        ["python3", "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
+        ["python3", "-m", "sglang.launch_server", "--help"],
+    ]
+
+
+def test_an_image_without_sglang(preflight, paths, in_image, run_module, host, podman):
+    podman.label({})
+    podman.run = lambda argv: (1, "", "Traceback\nModuleNotFoundError: No module named 'sglang'\n")
+    failed, result = run(run_module, preflight, paths, in_image)
+    assert failed and result["problems"] == [
+        "SGLang is not importable by python3 in image localhost/capture:1: "
+        "ModuleNotFoundError: No module named 'sglang'"
+    ]
+
+
+def test_a_missing_image_is_a_problem_only_when_it_will_not_be_pulled(
+    preflight, paths, in_image, run_module, host, podman
+):
+    podman.image = None
+    failed, result = run(run_module, preflight, paths, in_image)
+    assert failed and result["problems"] == [
+        "image localhost/capture:1 is not on this host and runtime.pull is never: pull it "
+        "(podman pull localhost/capture:1) or set runtime.pull: missing"
+    ]
+    failed, result = run(run_module, preflight, paths, {**in_image, "pull": "missing"})
+    assert not failed and result["problems"] == [] and result["help_checked"] is False
+    assert result["notes"] == [
+        "image localhost/capture:1 is not on this host: podman pulls it when the unit starts (runtime.pull: "
+        "missing); its SGLang version and flags are checked by the next preflight"
+    ]
+    assert runs(host) == [] and not any(c[1] == "pull" for c in host.ran("podman"))
+
+
+def test_an_engine_missing_or_not_answering(preflight, paths, in_image, run_module, host):
+    failed, result = run(run_module, preflight, paths, {**in_image, "engine": "docker"})
+    assert failed and result["problems"] == [
+        "docker is not installed on this host (runtime.kind: docker): install it (apt-get install docker.io) "
+        "or set another runtime.kind"
+    ]
+    host.answers["docker"] = Engine("docker")
+    host.answers["docker"].daemon = False
+    failed, result = run(run_module, preflight, paths, {**in_image, "engine": "docker"})
+    assert failed and result["problems"] == [
+        "`docker version` exited 1: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+        "Is the docker daemon running?: start the daemon (systemctl start docker)"
+    ]
+
+
+def test_the_drafter_checks_read_the_mounted_paths(preflight, paths, in_image, run_module, host, podman):
+    """Model and drafter are mounted read-only at their own paths: the host's files are the container's."""
+    failed, result = run(run_module, preflight, paths, {**in_image, "algorithm": "EAGLE"})
+    assert failed and result["problems"] == [
+        f"drafter {in_image['draft_model_path']} is an EAGLE-3 model (LlamaForCausalLMEagle3) but the "
+        "algorithm is EAGLE: the server would start and silently run with accept length 1.0; "
+        "use --speculative-algorithm EAGLE3"
+    ]
+
+
+def test_a_neighbours_container_on_our_gpus_is_named(
+    preflight, paths, in_image, run_module, host, podman, neighbour
+):
+    """sglang-a's container runs outside every cgroup of ours (as docker's do); its label names it."""
+    podman.containers = {"c0ffee": ("sglang-a.service", os.getpid())}
+    host.smi = [(query_gpu(8), compute_apps((os.getpid(), argv0(os.getpid()), 500, 4)))]
+    failed, result = run_b(
+        run_module, preflight, paths, {**in_image, "gpus": [4, 5, 6, 7], "allow_gpu_holders": True}
+    )
+    assert failed and result["problems"] == [
+        f"GPU 4 is used by PID {os.getpid()} {argv0(os.getpid())} of sglang-a.service (profile cg_5tok), "
+        "another orchestrator unit on this host: give this profile other server.gpus or stop sglang-a.service"
+    ]
+    podman.containers = {"c0ffee": ("sglang-b.service", os.getpid())}  # our own container
+    failed, result = run_b(run_module, preflight, paths, {**in_image, "gpus": [4, 5, 6, 7]})
+    assert not failed, result["msg"]
+
+
+def test_a_missing_mount_source_is_a_problem(preflight, paths, in_image, run_module, host, podman, tmp_path):
+    mounts = [str(tmp_path / "target"), str(tmp_path / "hf-cache")]
+    failed, result = run(run_module, preflight, paths, {**in_image, "mounts": mounts})
+    assert failed and result["problems"] == [
+        f"runtime.mounts source {tmp_path / 'hf-cache'} does not exist on this host: create it or fix the "
+        "path (podman would not start; docker would mount an empty directory made in its place)"
+    ]
+
+
+def test_pull_always_of_a_tag_is_a_note(preflight, paths, in_image, run_module, host, podman):
+    """What runs after the start's pull may not be what was checked, unless the digest pins it."""
+    failed, result = run(run_module, preflight, paths, {**in_image, "pull": "always"})
+    assert not failed and result["notes"] == [
+        "image localhost/capture:1 is checked as it is here, but runtime.pull always pulls its tag again at "
+        "start: pin it by digest (IMAGE:TAG@sha256:...) so that what runs is what was checked"
+    ]
+    pinned = "localhost/capture:1@sha256:684a024643f75c3464de281ba9311d99e10a0af7fd07069382d075306a72f5df"
+    failed, result = run(run_module, preflight, paths, {**in_image, "pull": "always", "image": pinned})
+    assert not failed and result["notes"] == []
+
+
+def test_a_neighbours_container_listening_on_our_port_is_named(
+    preflight, paths, in_image, run_module, host, podman, neighbour, listener
+):
+    """This test's process listens on the port, made the main process of sglang-a's container
+    (on the host network, as the units run them); in no unit's cgroup."""
+    podman.containers = {"c0ffee": ("sglang-a.service", os.getpid())}
+    host.smi = [(query_gpu(8), "")]
+    failed, result = run_b(run_module, preflight, paths, {**in_image, "gpus": [4], "port": listener})
+    assert failed and result["problems"] == [
+        f"port {listener} is taken by PID {os.getpid()} {argv0(os.getpid())} of sglang-a.service "
+        "(profile cg_5tok), another orchestrator unit on this host: give this profile another server.port"
+    ]

@@ -211,3 +211,38 @@ def test_the_secret_is_compared_on_the_host_and_never_returned(probe, host, path
         failed, result = run_module(probe, {**args, "secret_content": content})
         assert not failed and ("secret config differs" in result["reasons"]) is differs
         assert "sk-" not in json.dumps({k: v for k, v in result.items() if k != "invocation"})
+
+
+def test_under_the_lock_a_container_profile_is_checked_in_its_image(probe, host, paths, run_module, tmp_path):
+    """The same checks as sglang_preflight's, engine and image included: podman is not installed."""
+    install(paths)
+    host.answers["systemctl"] = [systemctl_show(**ACTIVE)]
+    host.smi = [(capture("released-query-gpu.csv"), "")]
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    checks = {
+        "python": "python3",
+        "sglang_version": "0.5.9",
+        "model_path": str(tmp_path / "model"),
+        "gpus": [0],
+        "port": 1,
+        "log_dir": str(tmp_path),
+        "min_free_mib": 0,
+        "engine": "podman",
+        "image": "docker.io/lmsysorg/sglang:v0.5.9",
+        "pull": "never",
+    }
+    args = {
+        "unit_name": "sglang.service",
+        "paths": paths,
+        "desired_digest": "feedfeedfeedfeed",
+        "lock": lock(),
+    }
+    failed, result = run_module(probe, {**args, "preflight": checks})
+    assert failed and result["msg"] == (
+        "preflight: podman is not installed on this host (runtime.kind: podman): install it "
+        "(apt-get install podman) or set another runtime.kind"
+    )
+    assert result["preflight"]["notes"] == [] and not Path(lock_path(paths, "sglang.service")).exists()
+    failed, result = run_module(probe, {**args, "preflight": {**checks, "engine": "lxc"}})
+    assert failed and "engine" in result["msg"] and "lxc" in result["msg"]

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from ansible.module_utils import orchestrator_host
-from hostfakes import capture, compute_apps, load_module, query_gpu, store_unit, systemctl_show
+from hostfakes import Engine, capture, compute_apps, load_module, query_gpu, store_unit, systemctl_show
 
 RUNNING = {"LoadState": "loaded", "ActiveState": "active", "MainPID": "4242", "ControlGroup": "/gone.slice/x"}
 STOPPED = {"LoadState": "loaded", "ActiveState": "inactive", "MainPID": "0", "ControlGroup": ""}
@@ -130,3 +130,34 @@ def test_kill_gpu_holders_kills_a_foreign_holder_never_a_neighbours_process(
         f"GPU 4 has 4100 MiB used by PID {neighbour.pid} sleep 4000 MiB of sglang-a.service "
         "(sglang-a.service: another orchestrator unit on this host, never killed)"
     )
+
+
+def test_the_stop_waits_for_a_docker_container_outside_the_cgroup(stop, host, paths, run_module):
+    """The unit is inactive and its cgroup empty, but docker still lists its container (the
+    daemon parents it) for one more look: the stop waits, then goes on to the GPUs."""
+    host.answers["systemctl"] = systemctl(RUNNING, STOPPED)
+    docker = Engine("docker", {"a1b2": ("sglang.service", 4243), "c3d4": ("sglang-a.service", 5000)})
+    looks = []
+
+    def ps(argv: list[str]) -> tuple[int, str, str]:
+        if argv[1] == "ps":
+            looks.append(argv)
+            if len(looks) == 2:
+                docker.containers.pop("a1b2")
+        return docker(argv)
+
+    host.answers["docker"] = ps
+    host.smi = [RELEASED]
+    failed, result = run_module(stop, {"paths": paths, "unit_name": "sglang.service", "gpus": [0]})
+    assert not failed, result.get("msg")
+    assert len(looks) == 2 and result["stop_s"] >= 0.1  # listed at the first look, gone at the second
+
+
+def test_a_container_that_outlives_its_unit_fails_the_stop(stop, host, paths, run_module):
+    host.answers["systemctl"] = systemctl(RUNNING, STOPPED)
+    host.answers["podman"] = Engine("podman", {"a1b2": ("sglang.service", 4243)})
+    host.smi = [RELEASED]
+    failed, result = run_module(
+        stop, {"paths": paths, "unit_name": "sglang.service", "gpus": [0], "gone_timeout_s": 0.2}
+    )
+    assert failed and result["msg"] == "sglang.service is stopped but its container (PID [4243]) runs on"

@@ -1,0 +1,38 @@
+"""The preflight checks a container profile sends to its hosts (orchestrator/hostplan.py
+PreflightChecks): the engine, the image and the pull policy, with `python` the image's and the
+flags those of the argv inside the container, the host runtime's word for word."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator import hostplan, plan, profile
+
+IMAGE = "docker.io/lmsysorg/sglang:v0.5.9@sha256:" + "0123456789abcdef" * 4
+
+
+def _checks(tmp_path: Path, runtime: dict | None) -> hostplan.PreflightChecks:
+    doc = {"extends": "cg_5tok", **({"runtime": runtime} if runtime else {})}
+    (tmp_path / "p.yml").write_text(yaml.safe_dump(doc))
+    prof = profile.load(str(tmp_path / "p.yml"))
+    built = plan.build(prof)
+    return hostplan.for_profile(prof, built, hostplan.unit_facts(prof)).preflight
+
+
+@pytest.mark.parametrize("kind", ["docker", "podman"])
+def test_a_container_profile_checks_its_engine_and_image(tmp_path: Path, kind: str) -> None:
+    on_host = _checks(tmp_path, None)
+    mounts = [{"source": "/data/hf", "target": "/root/.cache/huggingface"}]
+    in_image = _checks(tmp_path, {"kind": kind, "image": IMAGE, "pull": "never", "mounts": mounts})
+    assert (in_image.engine, in_image.image, in_image.pull) == (kind, IMAGE, "never")
+    assert in_image.mounts == ["/data/hf"]  # model and drafter are checked as model_path, draft_model_path
+    assert in_image.flags == on_host.flags and in_image.python == on_host.python
+    assert in_image.model_path == on_host.model_path and in_image.draft_model_path == on_host.draft_model_path
+
+
+def test_the_host_runtime_sends_no_engine(tmp_path: Path) -> None:
+    checks = _checks(tmp_path, None)
+    assert (checks.engine, checks.image, checks.pull, checks.mounts) == ("", "", "missing", [])
