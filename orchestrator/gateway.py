@@ -74,8 +74,9 @@ def check(gateways: dict[str, GatewayPlan], keys: dict[str, str]) -> None:
 def restore(
     reports: list[HostReport], gateways: dict[str, GatewayPlan], keys: dict[str, str], api_key: str
 ) -> None:
-    """After Ctrl-C (and its rollback): every worker this run took out goes back, unless its server is
-    not healthy; each report says which (`back`, or `left_out` with the reason)."""
+    """After a deploy that failed or was interrupted (and its rollback): every worker this run took out
+    and nothing put back yet goes back, unless its server was stopped and not brought back healthy;
+    each report says which (`back`, or `left_out` with the reason)."""
     for r in reports:
         gw = gateways.get(r.host)
         out = r.gateway.get("out") or {}
