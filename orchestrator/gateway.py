@@ -57,7 +57,8 @@ def check(gateways: dict[str, GatewayPlan], keys: dict[str, str]) -> None:
             try:
                 listed[gw.url] = client.workers(gw.url, keys.get(host, ""))
             except client.GatewayError as exc:
-                problems.append(f"{host}: its gateway (orchestrator_gateway_url) does not answer: {exc}")
+                how = "does not answer" if "no answer" in str(exc) else "refused the list of workers"
+                problems.append(f"{host}: its gateway (orchestrator_gateway_url) {how}: {exc}")
                 listed[gw.url] = []
                 continue
         if listed[gw.url] and client.find(listed[gw.url], gw.worker_url) is None:
