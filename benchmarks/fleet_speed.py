@@ -313,6 +313,28 @@ def main() -> None:
         print(f"wrote {args.json}")
 
 
+#: A restart that failed on a lab host is measured again this many times (see restart()).
+RESTART_TRIES = 3
+
+
+def restart(base: list[str], limit: list[str], env: dict[str, str], masters: set[int]) -> Run:
+    """One --force-restart deploy. On this 2-core VM, 16 lab hosts restarting at once sometimes
+    get `status=219/CGROUP` from their systemd (cgroup v1 inside systemd-nspawn: "Failed to kill
+    control group ... Input/output error"), a limit of the lab, not of the control side: such a
+    run is said on stderr, the hosts are healed with a plain deploy, and it is measured again."""
+    for attempt in range(1, RESTART_TRIES + 1):
+        try:
+            return measure([*base, *limit, "--force-restart"], env, masters)
+        except SystemExit as failed:
+            if attempt == RESTART_TRIES:
+                raise
+            said = re.findall(r'"diagnosis": "([^"]+)"', str(failed.code))
+            why = said[0][:160] if said else "see the deploy's report"
+            print(f"  (a restart failed on a lab host, measured again: {why})", file=sys.stderr)
+            measure([*base, *limit], env, set())  # the failed hosts back up
+    raise AssertionError("unreachable")
+
+
 def measure_sizes(
     args: argparse.Namespace, base: list[str], env: dict[str, str], names: list[str], masters: set[int]
 ) -> list[dict]:
@@ -328,9 +350,13 @@ def measure_sizes(
     for n in args.sizes:
         limit = ["--limit", ",".join(names[:n])]
         noop = summary([measure([*base, *limit], env, masters) for _ in range(args.repeat)])
-        full = summary(
-            [measure([*base, *limit, "--force-restart"], env, masters) for _ in range(args.repeat)]
-        )
+        try:
+            full = summary([restart(base, limit, env, masters) for _ in range(args.repeat)])
+        except SystemExit as failed:  # the table and projection still come from the other sizes
+            print(f"{n:>5}  {noop['wall_s']:7.2f}s  a restart failed {RESTART_TRIES} times: not measured")
+            print(str(failed.code)[:600], file=sys.stderr)
+            measure([*base, *limit], env, set())  # the failed hosts back up for the next size
+            continue
         ratio = noop["wall_s"] / rows[0]["noop"]["wall_s"] if rows else 1.0
         rows.append(
             {

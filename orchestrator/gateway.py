@@ -57,7 +57,8 @@ def check(gateways: dict[str, GatewayPlan], keys: dict[str, str]) -> None:
             try:
                 listed[gw.url] = client.workers(gw.url, keys.get(host, ""))
             except client.GatewayError as exc:
-                problems.append(f"{host}: its gateway (orchestrator_gateway_url) does not answer: {exc}")
+                how = "does not answer" if "no answer" in str(exc) else "refused the list of workers"
+                problems.append(f"{host}: its gateway (orchestrator_gateway_url) {how}: {exc}")
                 listed[gw.url] = []
                 continue
         if listed[gw.url] and client.find(listed[gw.url], gw.worker_url) is None:
@@ -74,8 +75,9 @@ def check(gateways: dict[str, GatewayPlan], keys: dict[str, str]) -> None:
 def restore(
     reports: list[HostReport], gateways: dict[str, GatewayPlan], keys: dict[str, str], api_key: str
 ) -> None:
-    """After Ctrl-C (and its rollback): every worker this run took out goes back, unless its server is
-    not healthy; each report says which (`back`, or `left_out` with the reason)."""
+    """After a deploy that failed or was interrupted (and its rollback): every worker this run took out
+    and nothing put back yet goes back, unless its server was stopped and not brought back healthy;
+    each report says which (`back`, or `left_out` with the reason)."""
     for r in reports:
         gw = gateways.get(r.host)
         out = r.gateway.get("out") or {}

@@ -6,8 +6,8 @@ the checks before a play and the clean-up after an interrupted one. Standard lib
 
 The worker API, as read from sglang-router 0.3.2 and pinned by tests/unit/test_gateway_smg.py:
 - GET /workers -> {"workers": [{"id", "url", "is_healthy", "load", ...}], "total", ...}
-- DELETE /workers/{id} -> 202: the worker leaves the list at once; requests already routed to it
-  run to their end.
+- DELETE /workers/{id} -> 202: the worker leaves the list asynchronously (on a loaded CI machine it
+  was still listed right after the 202); requests already routed to it run to their end.
 - POST /workers {"url", "api_key"?} -> 202: listed, and healthy after its first health check.
 - The `load` of a worker stays 0 while requests run through it over HTTP in 0.3.2, and a removed
   worker is no longer listed: a drain counts the server's own requests (SGLang's GET /get_load,

@@ -68,6 +68,36 @@ def plan(state: dict[str, str]) -> dict[str, bool]:
     }
 
 
+def _exit_of(module: AnsibleModule, unit: str) -> str:
+    """ " (status=219/CGROUP, result exit-code)": systemd's own status of a start that failed before
+    the server ran (203/EXEC, 217/USER, 219/CGROUP, ...), which its job message does not give."""
+    state = systemctl_show(module, unit, ("ExecMainStatus", "ExecMainCode", "Result"))
+    status, result = state.get("ExecMainStatus", ""), state.get("Result", "")
+    if not status or status == "0":
+        return f" (result {result})" if result and result != "success" else ""
+    name = EXIT_NAMES.get(status)
+    return f" (status={status}{'/' + name if name else ''}, result {result})"
+
+
+#: systemd's own exit statuses of a service process that never ran its command (systemd.exec(5)).
+EXIT_NAMES = {
+    "200": "CHDIR",
+    "203": "EXEC",
+    "204": "MEMORY",
+    "206": "OOM_ADJUST",
+    "208": "STDIN",
+    "209": "STDOUT",
+    "214": "SETSCHEDULER",
+    "216": "GROUP",
+    "217": "USER",
+    "218": "CAPABILITIES",
+    "219": "CGROUP",
+    "220": "SETSID",
+    "226": "NAMESPACE",
+    "243": "CREDENTIALS",
+}
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     unit = module.params["unit_name"]
@@ -83,7 +113,10 @@ def main() -> None:
             continue
         rc, out, err = module.run_command([systemctl, *args])
         if rc != 0:
-            module.fail_json(msg=f"systemctl {' '.join(args)} failed ({rc}): {(err or out).strip()}", **todo)
+            said = " ".join((err or out).split())
+            if args[0] == "start":  # what systemd recorded of the process it could not start
+                said += _exit_of(module, unit)
+            module.fail_json(msg=f"systemctl {' '.join(args)} failed ({rc}): {said}", **todo)
     module.exit_json(changed=any(todo.values()), **todo)
 
 

@@ -22,9 +22,9 @@ pytestmark = pytest.mark.skipif(
 
 
 class Fleet:
-    """Two stand-in servers behind one smg."""
+    """Two stand-in servers behind one smg (its control plane behind `admin_key` when given)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, admin_key: str = "") -> None:
         self.lab = Lab(root)
         self.servers = [self.lab.start("--mem-fraction-static", "0.3") for _ in range(2)]
         for s in self.servers:
@@ -34,6 +34,9 @@ class Fleet:
         argv = ["smg", "launch", "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin"]
         # smg's Prometheus exporter binds 0.0.0.0:29000 unless told otherwise: one per smg.
         argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
+        if admin_key:  # smg's format: id:name:role:key
+            argv += ["--control-plane-api-keys", f"ops:deploys:admin:{admin_key}"]
+        self.admin_key = admin_key
         self.smg = subprocess.Popen(
             [*argv, "--log-level", "warn", "--worker-urls", *self.urls],
             stdout=subprocess.DEVNULL,
@@ -46,8 +49,9 @@ class Fleet:
             time.sleep(0.2)
 
     def healthy(self) -> set[str]:
+        auth = {"Authorization": f"Bearer {self.admin_key}"} if self.admin_key else {}
         try:
-            workers = httpx.get(f"{self.url}/workers", timeout=2).json()["workers"]
+            workers = httpx.get(f"{self.url}/workers", headers=auth, timeout=2).json()["workers"]
         except httpx.HTTPError:
             return set()
         return {w["url"] for w in workers if w["is_healthy"]}
@@ -148,3 +152,48 @@ def test_prove_wants_health_generate(fleet, drain, run_module):
         drain, {"url": f"http://127.0.0.1:{free_port()}", "mode": "prove", "timeout_s": 1}
     )
     assert failed and "cannot generate; it was not put back in rotation" in result["msg"]
+
+
+def test_a_gateway_with_an_admin_key_wants_it_and_takes_it(tmp_path, gateway, run_module):
+    """smg --control-plane-api-keys: without orchestrator_gateway_api_key the module fails saying so;
+    with it, the worker goes out and back."""
+    keyed = Fleet(tmp_path, admin_key="s3cret")
+    try:
+        args = {"url": keyed.url, "worker_url": keyed.urls[0], "state": "absent", "timeout_s": 10}
+        failed, result = run_module(gateway, args)
+        assert failed and "401: the gateway wants its admin API key" in result["msg"], result
+        assert "set orchestrator_gateway_api_key in the inventory" in result["msg"]
+        assert keyed.healthy() == set(keyed.urls)
+        failed, result = run_module(gateway, {**args, "api_key": "s3cret"})
+        assert not failed and result["changed"] and keyed.healthy() == {keyed.urls[1]}
+        failed, result = run_module(
+            gateway, {**args, "state": "present", "api_key": "s3cret", "timeout_s": 30}
+        )
+        assert not failed and result["after"]["is_healthy"] and keyed.healthy() == set(keyed.urls)
+    finally:
+        keyed.close()
+
+
+def test_the_check_before_a_deploy_names_a_missing_admin_key_and_a_host_not_listed(tmp_path):
+    """orchestrator/gateway.check, the same client from the control machine: nothing is stopped."""
+    from orchestrator import gateway as gateway_mod
+    from orchestrator.errors import InputError
+    from orchestrator.hostplan import GatewayPlan
+
+    keyed = Fleet(tmp_path, admin_key="s3cret")
+    try:
+        plans = {
+            "gpu1": GatewayPlan(url=keyed.url, worker_url=keyed.urls[0], server_url=keyed.urls[0]),
+            "gpu2": GatewayPlan(url=keyed.url, worker_url="http://127.0.0.1:1", server_url="http://x"),
+        }
+        with pytest.raises(
+            InputError, match=r"refused the list of workers: .*401: the gateway wants its admin"
+        ):
+            gateway_mod.check(plans, {})
+        with pytest.raises(InputError) as refused:
+            gateway_mod.check(plans, {"gpu1": "s3cret", "gpu2": "s3cret"})
+        assert str(refused.value).startswith("nothing was stopped: gpu2: http://127.0.0.1:1 is not a worker")
+        assert "gpu1" not in str(refused.value)
+        gateway_mod.check({"gpu1": plans["gpu1"]}, {"gpu1": "s3cret"})
+    finally:
+        keyed.close()

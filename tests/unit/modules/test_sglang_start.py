@@ -67,6 +67,26 @@ def test_a_refused_start_names_the_unit_and_systemctls_message(sglang_start, hos
     )
 
 
+def test_a_start_that_never_ran_the_server_says_systemds_status(sglang_start, host, run_module):
+    """A start systemd itself failed (here its cgroup, as 16 lab hosts restarting at once on 2 cores
+    once gave): the job message alone says only 'the control process exited with error code'."""
+    state = systemctl_show(
+        LoadState="loaded",
+        NeedDaemonReload="no",
+        UnitFileState="enabled",
+        ActiveState="failed",
+        ExecMainStatus="219",
+        ExecMainCode="1",
+        Result="exit-code",
+    )
+    host.answers["systemctl"] = _answers(state, start_rc=1)
+    failed, result = run_module(sglang_start, {"unit_name": "sglang.service"})
+    assert failed and result["msg"] == (
+        "systemctl start sglang.service failed (1): Job for sglang.service failed. "
+        "(status=219/CGROUP, result exit-code)"
+    )
+
+
 def test_check_mode_changes_nothing(sglang_start, host, run_module):
     state = systemctl_show(
         LoadState="loaded", NeedDaemonReload="yes", UnitFileState="enabled", ActiveState="inactive"
