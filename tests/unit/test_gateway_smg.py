@@ -9,6 +9,7 @@ import importlib.metadata
 import importlib.util
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -75,6 +76,19 @@ def generated_tokens(server: Server) -> float:
     text = server.request("GET", "/metrics").read().decode()
     line = next(line for line in text.splitlines() if line.startswith("sglang:generation_tokens_total{"))
     return float(line.split()[-1])
+
+
+def free_gateway_port() -> int:
+    """A free port whose next port is free too: the lab gateway puts its Prometheus on port + 1."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no free pair of ports on 127.0.0.1 in 50 tries")
 
 
 def start_smg(workers: list[str], log: Path) -> tuple[subprocess.Popen[bytes], Server]:
@@ -198,7 +212,7 @@ def write_lab_inventory(addresses: list[str]) -> Path:
 def test_lab_gateway_up_status_and_down(stack: Stack, state_dir: Path) -> None:
     server = stack.servers[0]
     write_lab_inventory(["127.0.0.1"])
-    port = free_port()
+    port = free_gateway_port()
     state = lab_gateway.up(port=port, worker_port=server.port)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -211,7 +225,7 @@ def test_lab_gateway_up_status_and_down(stack: Stack, state_dir: Path) -> None:
 
         again = lab_gateway.up(port=port, worker_port=server.port)
         assert (again.pid, again.reused) == (state.pid, True)
-        first, port = state, free_port()
+        first, port = state, free_gateway_port()
         state = lab_gateway.up(port=port, worker_port=server.port)  # another port: a new smg
         assert not state.reused and lab_hosts._proc_start(first.pid) is None
         url = f"http://127.0.0.1:{port}"
@@ -239,7 +253,7 @@ def test_lab_gateway_up_names_the_workers_that_do_not_serve_and_stops_smg(
     server = stack.servers[1]
     write_lab_inventory(["127.0.0.1", "127.0.0.2"])  # nothing listens on 127.0.0.2
     with pytest.raises(OrchestratorError) as failed:
-        lab_gateway.up(port=free_port(), worker_port=server.port, timeout_s=3)
+        lab_gateway.up(port=free_gateway_port(), worker_port=server.port, timeout_s=3)
     assert f"the gateway's workers http://127.0.0.2:{server.port} are not serving after 3 s" in str(
         failed.value
     )
