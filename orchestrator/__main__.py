@@ -16,7 +16,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator import console, container, sglang_flags
+from orchestrator import console, sglang_flags
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.console import err, handle_errors, inventory_or_lab, inventory_or_running_lab, out
@@ -443,7 +443,6 @@ def deploy(
     from orchestrator import deploy as deploy_mod
 
     prof = profile_mod.load(profile_ref)  # fail on a bad profile before touching the lab
-    container.refuse_hosts(prof, "deploy")
     options = deploy_mod.Options(
         limit=limit,
         check=check,
@@ -531,7 +530,6 @@ def preflight(profile_ref: str, inventory: Path | None, limit: str | None, as_js
     from orchestrator import hostops
 
     prof = profile_mod.load(profile_ref)
-    container.refuse_hosts(prof, "preflight")
     results = hostops.preflight(prof, inventory_or_lab(inventory), limit)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in results], indent=2))
@@ -540,6 +538,8 @@ def preflight(profile_ref: str, inventory: Path | None, limit: str | None, as_js
             if r.ok:
                 summary = f"ok (SGLang {r.sglang_version}, {r.gpus} GPUs, {r.elapsed_s:.1f} s)"
                 out.print(f"{r.host}: {summary}", markup=False)
+            for note in r.notes:
+                out.print(f"{r.host}: note: {note}", style="yellow", markup=False)
             for problem in r.problems:
                 out.print(f"{r.host}: {problem}", style="red", markup=False)
     sys.exit(0 if results and all(r.ok for r in results) else 1)
@@ -683,8 +683,6 @@ def verify(profile_ref: str | None, inventory: Path | None, limit: str | None, a
     from orchestrator.verify.run import verify as run_verify
 
     prof = profile_mod.load(profile_ref) if profile_ref is not None else None
-    if prof is not None:
-        container.refuse_hosts(prof, "verify")
     inv = inventory_or_lab(inventory)
     if prof is None:
         deployed = {r.profile for r in hostops.status(inv, limit=limit)}

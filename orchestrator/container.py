@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orchestrator import container_rules
-from orchestrator.errors import InputError
 from orchestrator.profile import Profile
 
 ENGINES = {"docker": "/usr/bin/docker", "podman": "/usr/bin/podman"}
@@ -89,10 +88,7 @@ def service(
     run += ["--network=host", *(["--ipc=host"] if rt.ipc_host else [])]
     run += [f"--shm-size={rt.shm_size}"] if rt.shm_size else []
     run += _gpus(rt.kind, gpus)
-    limits = profile.service.limits
-    for limit, value in (("memlock", limits.memlock), ("nofile", limits.nofile)):
-        value = container_rules.ulimit_value(value)
-        run.append(f"--ulimit={limit}={value}:{value}")
+    run += _ulimits(profile)
     run += [f"--volume={src}:{dst}{':ro' if ro else ''}" for src, dst, ro in mounts]
     run += [f"--env={k}={v}" for k, v in environment.items()]
     run += [f"--env-file={env_file}"] if env_file else []
@@ -122,30 +118,29 @@ def service(
     )
 
 
+def probe_options(profile: Profile) -> list[str]:
+    """The unit's engine options that a throw-away container of the image (preflight's SGLang
+    version and --help) needs on the same host: its network, podman's cgroups, the ulimits and
+    runtime.options. A host may refuse a container the defaults (a systemd-nspawn host: a new
+    network namespace, cgroups, a nofile above its hard limit), and what the unit can run, these
+    can. No GPUs, mounts, environment or name."""
+    rt = profile.runtime
+    cgroups = [f"--cgroups={rt.cgroups}"] if rt.kind == "podman" else []
+    return ["--network=host", *cgroups, *_ulimits(profile), *rt.options]
+
+
+def _ulimits(profile: Profile) -> list[str]:
+    limits = profile.service.limits
+    words = []
+    for limit, value in (("memlock", limits.memlock), ("nofile", limits.nofile)):
+        value = container_rules.ulimit_value(value)
+        words.append(f"--ulimit={limit}={value}:{value}")
+    return words
+
+
 def _gpus(kind: str, gpus: list[int]) -> list[str]:
     """Docker's --gpus (its value is CSV, hence the quotes around a list) or one CDI device per
     GPU for podman. Inside the container they are GPU 0 to N-1: no CUDA_VISIBLE_DEVICES."""
     if kind == "docker":
         return [f'--gpus="device={",".join(map(str, gpus))}"']
     return [f"--device=nvidia.com/gpu={gpu}" for gpu in gpus]
-
-
-#: The commands that reach hosts, per container kind (issue 17). podman deploys (the play's
-#: stop, GPU check, unit, start, health and record hold as they are: the lab proves them with
-#: runtime.cgroups disabled, where the container stays in the unit's cgroup). The rest needs the
-#: container's side of the host modules, not here yet: preflight and verify against the image
-#: (its --help, the container's argv and environment), GPU ownership by the container's label
-#: for split cgroups; sweep deploys and benches, and waits for preflight; docker, for all of them.
-HOST_COMMANDS = {"podman": frozenset({"deploy"}), "docker": frozenset()}
-
-
-def refuse_hosts(profile: Profile, command: str) -> None:
-    """Stop a command that reaches hosts with a container profile it cannot carry out yet,
-    before any host or the lab is touched, rather than half-work."""
-    kind = profile.runtime.kind
-    if profile.runtime.container and command not in HOST_COMMANDS[kind]:
-        works = ", ".join(["render", "validate", *sorted(HOST_COMMANDS[kind])])
-        raise InputError(
-            f"{command}: profile {profile.name} runs SGLang in {kind} (runtime.kind); {command} of "
-            f"{kind} profiles is not implemented yet (issue 17): {works} work"
-        )

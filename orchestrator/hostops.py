@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import container
 from orchestrator import facts as facts_mod
 from orchestrator.hostplan import PlayVars, Target, for_profile, placements
 from orchestrator.logs import accept_from_log
@@ -152,6 +151,8 @@ class PreflightResult:
     host: str
     ok: bool
     problems: list[str] = field(default_factory=list)
+    #: What could not be checked yet without being a problem (an image the engine pulls at start).
+    notes: list[str] = field(default_factory=list)
     sglang_version: str = ""
     gpus: int = 0
     elapsed_s: float = 0.0
@@ -163,7 +164,6 @@ class PreflightResult:
 def preflight(prof: Profile, inventory: Path, limit: str | None = None) -> list[PreflightResult]:
     """Every read-only check a deploy of this profile makes before stopping anything, on every host
     (a multi-node rank: its own flags and its share of the GPUs). The --help check always runs."""
-    container.refuse_hosts(prof, "preflight")
     hosts = {}
     for name, p in placements(prof, inventory, limit).items():
         hp = for_profile(prof, p.plan, p.facts)
@@ -180,6 +180,7 @@ def preflight(prof: Profile, inventory: Path, limit: str | None = None) -> list[
                 host=run.host,
                 ok=not problems,
                 problems=problems,
+                notes=list(res.get("notes") or []),
                 sglang_version=res.get("sglang_version", ""),
                 gpus=res.get("gpus", 0),
                 elapsed_s=f.elapsed_s,

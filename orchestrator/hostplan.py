@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator import container, sglang_flags
 from orchestrator import inventory as inventory_mod
 from orchestrator import plan as plan_mod
-from orchestrator import sglang_flags
 from orchestrator.errors import InputError
 from orchestrator.plan import Plan
 from orchestrator.profile import Profile
@@ -97,6 +97,9 @@ class PreflightChecks(_Record):
     #: runtime.mounts' host paths: each must exist (model and drafter are model_path and
     #: draft_model_path, mounted at their own paths).
     mounts: list[str] = []
+    #: The unit's engine options a throw-away container of the image needs on the host too
+    #: (container.probe_options: network, cgroups, ulimits).
+    run_options: list[str] = []
 
 
 class GatewayPlan(_Record):
@@ -309,6 +312,7 @@ def _runtime_checks(prof: Profile) -> dict[str, Any]:
         "image": str(rt.image),
         "pull": rt.pull,
         "mounts": [m.source for m in rt.mounts],
+        "run_options": container.probe_options(prof),
     }
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import bench as bench_mod
-from orchestrator import container, ledger
 from orchestrator import deploy as deploy_mod
+from orchestrator import ledger
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.errors import InputError, Interrupted, OrchestratorError
@@ -92,7 +92,6 @@ def load_profiles(refs: Sequence[str]) -> dict[str, profile_mod.Profile]:
     for ref in refs:
         if ref not in loaded:
             loaded[ref] = profile_mod.load(ref)
-            container.refuse_hosts(loaded[ref], "sweep")
             plan_mod.build(loaded[ref])
     if not loaded:
         raise InputError("give at least one profile to sweep")

@@ -126,7 +126,7 @@ def test_container_runs_the_planned_image(host, plan):
     have = running["Image"].removeprefix("sha256:")
     assert have == want, (
         f"container {plan['container']} runs image {have[:12]}, the plan's {plan['image']} is {want[:12]}: "
-        "deploy again to replace it"
+        "deploy --force-restart to run it (a moved tag leaves the unit unchanged; pin runtime.image by digest)"
     )
 
 

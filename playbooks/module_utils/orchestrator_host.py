@@ -70,6 +70,7 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
     "image": {"type": "str", "default": ""},
     "pull": {"type": "str", "default": "missing", "choices": ["never", "missing", "always"]},
     "mounts": {"type": "list", "elements": "str", "default": []},
+    "run_options": {"type": "list", "elements": "str", "default": []},
 }
 
 
@@ -1004,10 +1005,12 @@ def _engine(module: Any, engine: str) -> tuple[str, str]:
     return exe, ""
 
 
-def _in_image(module: Any, exe: str, image_id: str, argv: list[str]) -> tuple[int, str, str]:
+def _in_image(module: Any, exe: str, image_id: str, c: dict, argv: list[str]) -> tuple[int, str, str]:
     """`argv` in a throw-away container of the image we inspected, by its ID (no other image can
-    answer), without network, GPUs or a pull."""
-    return module.run_command([exe, "run", "--rm", "--network=none", "--pull=never", image_id, *argv])
+    answer), without GPUs, mounts or a pull, with the unit's own engine options `run_options`
+    (network, cgroups, ulimits: what the host allows a container)."""
+    run = [exe, "run", "--rm", "--pull=never", *c["run_options"], image_id, *argv]
+    return module.run_command(run)
 
 
 def _tail(out: str, err: str) -> str:
@@ -1044,7 +1047,7 @@ def _inspect_image(module: Any, exe: str, c: dict) -> tuple[dict, list[str], lis
 def _image_flags(module: Any, exe: str, image_id: str, c: dict) -> tuple[list[str] | None, list[str]]:
     """(the long options of the image's own `sglang.launch_server --help`, or None and why not)."""
     python, ref = c["python"], c["image"]
-    rc, out, err = _in_image(module, exe, image_id, [python, "-m", "sglang.launch_server", "--help"])
+    rc, out, err = _in_image(module, exe, image_id, c, [python, "-m", "sglang.launch_server", "--help"])
     if rc != 0:
         return None, [
             f"`{python} -m sglang.launch_server --help` failed in image {ref} ({rc}): {_tail(out, err)}"
@@ -1070,7 +1073,7 @@ def _image_problems(
     cached = read_json(cache_file)
     version = cached.get("sglang_version") or label_version(image["labels"])
     if not version:
-        rc, out, err = _in_image(module, exe, image["id"], [python, "-c", _VERSION_CODE])
+        rc, out, err = _in_image(module, exe, image["id"], c, [python, "-c", _VERSION_CODE])
         if rc != 0:
             return [f"SGLang is not importable by {python} in image {ref}: {_tail(out, err)}"], "", False, []
         version = out.strip()

@@ -8,19 +8,30 @@ from collections.abc import Iterator
 
 import pytest
 
+import labutil
 from orchestrator.lab import hosts as lab_hosts
 
 #: Tests that take the lab down; they restore it, and run after every other test all the same.
 DESTRUCTIVE = "lab_destructive"
+#: Tests that rebuild the lab with podman: after the destructive ones, so that a lab the session
+#: started is not built again as it was only to be taken down.
+PODMAN = "lab_podman"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{DESTRUCTIVE}: takes the session lab down and up again; runs last")
+    config.addinivalue_line("markers", f"{PODMAN}: rebuilds the lab with podman; runs after {DESTRUCTIVE}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the destructive lab tests last, so no other test sees a lab rebuilt under its feet."""
-    items.sort(key=lambda item: item.get_closest_marker(DESTRUCTIVE) is not None)
+    """Run the destructive lab tests last, so no other test sees a lab rebuilt under its feet, and
+    the podman ones after them."""
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker(PODMAN) is not None,
+            item.get_closest_marker(DESTRUCTIVE) is not None,
+        )
+    )
 
 
 def _why_no_lab() -> str | None:
@@ -53,6 +64,7 @@ def lab() -> Iterator[lab_hosts.LabState]:
         )
     else:
         state = lab_hosts.up(hosts=wanted)
+    labutil.SESSION["owns_lab"] = not reuse
     yield state
     if not reuse:
         lab_hosts.down()

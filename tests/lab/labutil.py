@@ -15,6 +15,9 @@ import yaml
 
 from orchestrator.lab import hosts as lab_hosts
 
+#: What the session's `lab` fixture learnt: owns_lab, it started the lab and takes it down at the end.
+SESSION = {"owns_lab": False}
+
 UNIT = "/etc/systemd/system/sglang.service"
 #: The known good profile that failure and preflight tests start from (and roll back to).
 GOOD = "cg_5tok"

@@ -12,7 +12,7 @@ The lab hosts inherit the control machine's hard limits and cannot raise them (n
 CAP_SYS_RESOURCE), and crun refuses a --ulimit above them where systemd quietly lowers
 LimitNOFILE=: so the profiles here ask for what the host has (`lab_limits`).
 
-The module may rebuild the session's lab with podman (and back), so it runs last.
+The module may rebuild the session's lab with podman (and back), so it runs last (lab_podman).
 """
 
 from __future__ import annotations
@@ -21,18 +21,20 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 from test_real_hosts import gpu_memory, gpu_pids, healthy, server, units_of
 
+import labutil
 from labutil import cmdline, ssh
 from orchestrator import plan, profile
 from orchestrator.errors import OrchestratorError
 from orchestrator.lab import hosts as lab_hosts
 
-pytestmark = [pytest.mark.lab, pytest.mark.lab_destructive]
+pytestmark = [pytest.mark.lab, pytest.mark.lab_destructive, pytest.mark.lab_podman]
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "/data/models/Llama-3.3-70B-Instruct"
@@ -44,7 +46,7 @@ CONTAINER_SIDE = {"unit": "sglang-b.service", "gpus": "4-7", "port": 30001}
 @pytest.fixture(scope="module")
 def podman_lab():
     """A lab built with --podman: the running one if it is, else the lab rebuilt with podman (and
-    rebuilt as it was afterwards)."""
+    rebuilt as it was afterwards, unless the session started it: it would take it down next)."""
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
     try:
@@ -60,7 +62,7 @@ def podman_lab():
         lab_hosts.down()
     yield lab_hosts.up(hosts=int(os.environ.get("ORCH_LAB_HOSTS", lab_hosts.DEFAULT_HOSTS)), podman=True)
     lab_hosts.down()
-    if seen.healthy:
+    if seen.healthy and not labutil.SESSION["owns_lab"]:
         lab_hosts.up(**shape)
 
 
@@ -75,6 +77,15 @@ def deploy(lab, host, ref: str, *extra: str) -> tuple[int, dict]:
         return done.returncode, json.loads(done.stdout)
     except json.JSONDecodeError:
         raise AssertionError(f"rc {done.returncode}\n{done.stdout}\n{done.stderr}") from None
+
+
+def verify(lab, host, ref: str) -> dict[str, str]:
+    """`verify --json` of one host: {check: its failure message, '' when it passed}."""
+    done = run(lab, "verify", "--limit", host.name, "-p", ref, "--json")
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    checks = {c["check"]: c["message"] for c in json.loads(done.stdout)["checks"]}
+    assert (done.returncode == 0) == (not any(checks.values())), done.stdout
+    return checks
 
 
 def lab_limits(host) -> tuple[dict, list[str]]:
@@ -204,14 +215,27 @@ def test_a_foreign_process_on_the_containers_gpu_fails_preflight_naming_it(podma
 
 def test_a_bad_flag_fails_inside_the_container_and_rolls_back(podman_lab, pod, tmp_path):
     """A profile for SGLang 0.5.23 on the lab's image (0.5.9): an 0.5.23-only flag is what the
-    image's SGLang refuses. Deployed past preflight, which reads the host's SGLang,
-    not the image's (container preflight is not there yet)."""
+    image's SGLang refuses. Preflight reads the image's SGLang, not the host's, and stops the deploy
+    with nothing stopped; past it (--no-preflight), the server in the container fails and the host
+    is rolled back."""
     host = podman_lab.hosts[0]
     rc, good = deploy(podman_lab, host, pod)
     assert rc == 0, good
+    before = unit_state(host)
     doc = container_doc(podman_lab, host, server={"sglang_version": "0.5.23"})
     doc["server"]["extra_args"] = ["--debug-cuda-graph"]
     bad = write(tmp_path, "pod_0523", doc)
+    rc, report = deploy(podman_lab, host, bad)
+    assert rc == 1, report
+    (h,) = report["hosts"]
+    assert h["step"] == "preflight", h
+    assert (
+        f"image {podman_lab.image} has SGLang 0.5.9, the profile renders flags for 0.5.23: "
+        'set server.sglang_version: "0.5.9" or use an image with 0.5.23'
+    ) in h["message"], h
+    assert "flag --debug-cuda-graph is not in the `sglang.launch_server --help` of image" in h["message"], h
+    assert unit_state(host) == before  # nothing was stopped
+
     rc, report = deploy(podman_lab, host, bad, "--no-preflight")
     assert rc == 1, report
     (h,) = report["hosts"]
@@ -222,6 +246,74 @@ def test_a_bad_flag_fails_inside_the_container_and_rolls_back(podman_lab, pod, t
     assert h["rolled_back_to"] == f"pod ({plan.build(profile.load(pod)).digest})", h
     assert unit_state(host)["ActiveState"] == "active" and healthy(host, 30000)
     assert "# profile: pod\n" in ssh(host, "cat /etc/systemd/system/sglang.service")
+
+
+def test_preflight_and_verify_look_inside_the_image_and_the_container(podman_lab, pod):
+    """preflight answers from the image's own SGLang (cached by image ID: the second run starts no
+    container); verify passes on the deployed container and names it once its tag has moved."""
+    host = podman_lab.hosts[0]
+    ssh(host, "rm -rf /etc/orchestrator/images")
+    for _ in range(2):
+        done = run(podman_lab, "preflight", "--limit", host.name, "-p", pod, "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        (result,) = json.loads(done.stdout)
+        assert (result["ok"], result["sglang_version"], result["problems"]) == (True, "0.5.9", [])
+    image_id = ssh(host, "podman", "image", "inspect", "--format={{.Id}}", podman_lab.image).strip()
+    cached = json.loads(ssh(host, f"cat /etc/orchestrator/images/{image_id}.json"))
+    assert cached["sglang_version"] == "0.5.9" and "--speculative-algorithm" in cached["flags"]
+
+    moving = f"localhost/sglang-standin:moving-{os.getpid()}"
+    ssh(host, "podman", "tag", image_id, moving)
+    try:
+        doc = container_doc(podman_lab, host)
+        doc["runtime"]["image"] = moving  # a tag alone: the unit does not change when it moves
+        ref = write(Path(pod).parent, "moving", doc)
+        rc, report = deploy(podman_lab, host, ref)
+        assert rc == 0, report
+        checks = verify(podman_lab, host, ref)
+        assert not any(checks.values()) and "container runs the planned image" in checks, checks
+        moved = ssh(host, "podman", "commit", "--pause=false", "-q", "sglang", moving).strip()
+        checks = verify(podman_lab, host, ref)
+        assert [name for name, message in checks.items() if message] == ["container runs the planned image"]
+        assert checks["container runs the planned image"].startswith(
+            f"container sglang runs image {image_id[:12]}, the plan's {moving} is {moved[:12]}: "
+            "deploy --force-restart to run it"
+        ), checks
+        rc, report = deploy(podman_lab, host, ref)
+        assert rc == 0 and not report["hosts"][0]["restarted"], report  # the unit is the same
+        rc, report = deploy(podman_lab, host, ref, "--force-restart")
+        assert rc == 0, report
+        assert not any(verify(podman_lab, host, ref).values())
+    finally:
+        deploy(podman_lab, host, pod)
+        ssh(host, f"podman rmi -f {moving} || true")
+
+
+def test_a_container_that_dies_fails_the_unit_or_is_restarted(podman_lab, pod, tmp_path):
+    """systemd supervises the container itself: a container killed under it fails the unit (exit
+    137, GPUs released); with service.restart on-failure systemd starts a new one."""
+    host = podman_lab.hosts[0]
+    rc, report = deploy(podman_lab, host, pod)
+    assert rc == 0, report
+    ssh(host, "podman kill --signal KILL sglang && sleep 2")
+    shown = ssh(host, "systemctl show sglang.service -p ActiveState -p Result -p ExecMainStatus")
+    state = dict(line.split("=", 1) for line in shown.splitlines())
+    assert (state["ActiveState"], state["Result"], state["ExecMainStatus"]) == ("failed", "exit-code", "137")
+    assert gpu_pids(host) == {} and ssh(host, "podman ps -aq").strip() == ""
+
+    doc = container_doc(podman_lab, host, service={"restart": "on-failure", "restart_sec": 1})
+    rc, report = deploy(podman_lab, host, write(tmp_path, "pod_restart", doc))
+    assert rc == 0, report
+    first = server(host, "sglang.service")["MainPID"]
+    ssh(host, "podman kill --signal KILL sglang")
+    deadline = time.monotonic() + 60
+    while not (healthy(host, 30000) and server(host, "sglang.service")["MainPID"] not in ("0", first)):
+        assert time.monotonic() < deadline, server(host, "sglang.service")
+        time.sleep(1)
+    assert ssh(host, "systemctl show sglang.service -p NRestarts --value").strip() == "1"
+    assert ssh(host, "podman ps --format '{{.Names}}'").split() == ["sglang"]
+    rc, report = deploy(podman_lab, host, pod)
+    assert rc == 0, report
 
 
 @pytest.fixture(scope="module")

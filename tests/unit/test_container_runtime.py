@@ -18,7 +18,6 @@ from click.testing import CliRunner
 
 from orchestrator import container, plan, profile, secrets
 from orchestrator.__main__ import cli
-from orchestrator.errors import InputError
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 IMAGE = f"docker.io/lmsysorg/sglang:v0.5.9-cu129-amd64@{DIGEST}"
@@ -219,65 +218,6 @@ def test_a_tag_without_digest_is_a_note(tmp_path: Path) -> None:
         result = CliRunner().invoke(cli, [command, "-p", str(pinned)])
         assert result.exit_code == 0 and result.stderr == "", result.stderr
     assert CliRunner().invoke(cli, ["render", "-p", str(tag_only)]).stdout.startswith("# Managed")
-
-
-REFUSED = [("podman", "preflight"), ("podman", "verify"), ("podman", "sweep")]
-REFUSED += [("docker", c) for c in ("deploy", "preflight", "verify", "sweep")]
-
-
-@pytest.mark.parametrize(("kind", "command"), REFUSED)
-def test_host_commands_refuse_a_container_profile_before_any_host(
-    kind: str, command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """One line, exit 2, and neither the inventory nor the lab was looked at; podman deploys."""
-    from orchestrator import bench_cli, console
-
-    def touched(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("a host command reached the inventory (or the lab)")
-
-    for module in (console, bench_cli):
-        monkeypatch.setattr(module, "inventory_or_lab", touched)
-    monkeypatch.setattr("orchestrator.__main__.inventory_or_lab", touched)
-    path = tmp_path / "ctr.yml"
-    path.write_text(yaml.safe_dump(_doc(kind)))
-    args = [command, str(path)] if command == "sweep" else [command, "-p", str(path)]
-    result = CliRunner().invoke(cli, args)
-    assert result.exit_code == 2, result.output
-    works = "render, validate, deploy work" if kind == "podman" else "render, validate work"
-    assert result.stderr == (
-        f"error: {command}: profile ctr runs SGLang in {kind} (runtime.kind); {command} of {kind} profiles "
-        f"is not implemented yet (issue 17): {works}\n"
-    )
-
-
-def test_podman_deploy_gets_past_the_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """deploy of a podman profile goes on to the inventory (here: one that does not exist)."""
-    from orchestrator import console
-
-    def reached(*args: Any, **kwargs: Any) -> Any:
-        raise SystemExit(42)
-
-    monkeypatch.setattr(console, "inventory_or_lab", reached)
-    monkeypatch.setattr("orchestrator.__main__.inventory_or_lab", reached)
-    path = tmp_path / "ctr.yml"
-    path.write_text(yaml.safe_dump(_doc("podman")))
-    assert CliRunner().invoke(cli, ["deploy", "-p", str(path)]).exit_code == 42
-
-
-def test_the_engine_refuses_too(tmp_path: Path) -> None:
-    """deploy(), preflight() and verify() themselves, for callers other than the CLI."""
-    from orchestrator import deploy, hostops
-    from orchestrator.verify.run import verify
-
-    prof = _load(tmp_path, _doc("docker"))
-    nowhere = tmp_path / "no-inventory.yml"
-    for call in (deploy.deploy, hostops.preflight, verify):
-        with pytest.raises(InputError, match=r"of docker profiles is not implemented yet \(issue 17\)"):
-            call(prof, nowhere)
-    prof = _load(tmp_path, _doc("podman"))
-    for call in (hostops.preflight, verify):
-        with pytest.raises(InputError, match=r"of podman profiles is not implemented yet \(issue 17\)"):
-            call(prof, nowhere)
 
 
 def test_podman_cgroups_disabled_keeps_the_container_in_the_units_cgroup(tmp_path: Path) -> None:

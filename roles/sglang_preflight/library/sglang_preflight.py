@@ -81,8 +81,8 @@ options:
           - "With an engine, it must be installed and answer C(ENGINE version); the image must be
             here (or be pulled at start, as I(pull) allows: preflight never pulls); I(sglang_version)
             and I(flags) are checked against the image's own SGLang and C(--help), run once per
-            image in a throw-away container (C(run --rm --network=none --pull=never)) and cached by
-            image ID under C(state_dir)/images; I(python) is the image's."
+            image in a throw-away container (C(run --rm --pull=never) with I(run_options)) and
+            cached by image ID under C(state_dir)/images; I(python) is the image's."
           - Model and drafter are mounted at the same paths, so their checks read the host's files.
         type: str
         default: ""
@@ -95,6 +95,13 @@ options:
         choices: [never, missing, always]
       mounts:
         description: The host paths runtime.mounts gives the container; each must exist.
+        type: list
+        elements: str
+        default: []
+      run_options:
+        description:
+          - "The unit's engine options a throw-away container of the image also needs on this host
+            (network, cgroups, ulimits), one word each."
         type: list
         elements: str
         default: []

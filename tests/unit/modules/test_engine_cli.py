@@ -20,8 +20,8 @@ import pytest
 import yaml
 from ansible.module_utils import orchestrator_host as oh
 
+from orchestrator import container, profile
 from orchestrator import plan as plan_mod
-from orchestrator import profile
 from orchestrator.hostplan import unit_facts
 from orchestrator.verify import test_deployment as checks
 from orchestrator.verify.run import plan_json
@@ -145,20 +145,47 @@ def _shell(command: str) -> types.SimpleNamespace:
     return types.SimpleNamespace(rc=done.returncode, stdout=done.stdout, stderr=done.stderr)
 
 
-def test_podman_preflight_commands_parse(podman: str) -> None:
+def _probe_options(kind: str, tmp_path: Any) -> list[str]:
+    """container.probe_options of a profile with limits, cgroups and options set."""
+    runtime: dict[str, Any] = {"kind": kind, "image": ABSENT, "options": ["--ulimit=nproc=96365:96365"]}
+    if kind == "podman":
+        runtime["cgroups"] = "disabled"
+    doc = {
+        "extends": "cg_5tok",
+        "runtime": runtime,
+        "service": {"limits": {"memlock": "8192K", "nofile": 20000}},
+    }
+    (tmp_path / "p.yml").write_text(yaml.safe_dump(doc))
+    return container.probe_options(profile.load(str(tmp_path / "p.yml")))
+
+
+def test_podman_preflight_commands_parse(podman: str, tmp_path: Any) -> None:
     """The engine answers; an absent image is `image inspect`'s exit 125; the throw-away run's
-    flags parse and podman stops at the image."""
+    flags (the unit's own network, cgroups and ulimits) parse and podman stops at the image."""
     module = RealModule({"podman": podman})
     assert oh._engine(module, "podman") == (podman, "")
     checks_ = {"engine": "podman", "image": ABSENT, "pull": "never", "python": "python3"}
     image, problems, notes = oh._inspect_image(module, podman, checks_)
     assert (image, notes) == ({}, []) and problems[0].startswith(f"image {ABSENT} is not on this host")
     assert module.calls[-1][1] == 125
-    rc, _, err = oh._in_image(module, podman, "0" * 64, ["python3", "-c", "print(1)"])
+    options = _probe_options("podman", tmp_path)
+    assert options == [
+        "--network=host",
+        "--cgroups=disabled",
+        "--ulimit=memlock=8388608:8388608",
+        "--ulimit=nofile=20000:20000",
+        "--ulimit=nproc=96365:96365",
+    ]
+    rc, _, err = oh._in_image(
+        module, podman, "0" * 64, {"run_options": options}, ["python3", "-c", "print(1)"]
+    )
     assert rc == 125 and "image not known" in err, err
+    assert module.calls[-1][0][2 : 5 + len(options)] == ["--rm", "--pull=never", *options, "0" * 64]
 
 
-def test_docker_without_its_daemon_has_no_containers_and_is_named_by_preflight(docker: str) -> None:
+def test_docker_without_its_daemon_has_no_containers_and_is_named_by_preflight(
+    docker: str, tmp_path: Any
+) -> None:
     module = RealModule({"docker": docker})
     assert oh.labelled_containers(module) == []
     exe, problem = oh._engine(module, "docker")
@@ -170,7 +197,7 @@ def test_docker_without_its_daemon_has_no_containers_and_is_named_by_preflight(d
         [docker, "ps", "--filter", "label=orchestrator.unit", "--format", "{{json .}}"],
         [docker, "inspect", "--format", "{{.State.Pid}}", "0123abcd"],
         [docker, "image", "inspect", ABSENT],
-        [docker, "run", "--rm", "--network=none", "--pull=never", "0" * 64, "python3", "-c", "print(1)"],
+        [docker, "run", "--rm", "--pull=never", *_probe_options("docker", tmp_path), "0" * 64, "python3"],
         [docker, "container", "inspect", "sglang-b"],
     ):
         rc, out, err = module.run_command(argv)

@@ -293,6 +293,7 @@ def in_image(checks: dict) -> dict:
         "engine": "podman",
         "image": "localhost/capture:1",
         "pull": "never",
+        "run_options": ["--network=host", "--cgroups=disabled"],
     }
 
 
@@ -302,7 +303,8 @@ def runs(host) -> list[list[str]]:
 
 def test_the_image_is_checked_not_the_hosts_python(preflight, paths, in_image, run_module, host, podman):
     """The version from the image's label, the flags from the image's own --help (one throw-away
-    container, no network, no pull), both cached by image ID: the next preflight starts none."""
+    container with the unit's run_options, no pull), both cached by image ID: the next preflight
+    starts none."""
     failed, result = run(run_module, preflight, paths, in_image)
     assert not failed, result["msg"]
     assert (result["sglang_version"], result["help_checked"], result["notes"]) == ("0.5.9", True, [])
@@ -311,8 +313,9 @@ def test_the_image_is_checked_not_the_hosts_python(preflight, paths, in_image, r
             "/usr/bin/podman",
             "run",
             "--rm",
-            "--network=none",
             "--pull=never",
+            "--network=host",
+            "--cgroups=disabled",
             IMAGE_ID,
             "python3",
             "-m",
@@ -345,7 +348,7 @@ def test_without_a_label_the_image_is_asked_its_version_once(
         'set server.sglang_version: "0.5.8" or use an image with 0.5.9'
     ]
     failed, result = run(run_module, preflight, paths, in_image)
-    assert [c[6:] for c in runs(host)] == [
+    assert [c[7:] for c in runs(host)] == [
         ["python3", "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
         ["python3", "-m", "sglang.launch_server", "--help"],
     ]
