@@ -387,3 +387,35 @@ def test_podman_creates_the_container_the_unit_means(podman: Podman, tmp_path: P
         result = podman(*command[1:])
         assert result.returncode == 0, (command, result.stderr)
     assert podman("container", "exists", NAME).returncode == 1  # removed
+
+
+# --- the README's profile ------------------------------------------------------------------------
+
+
+def readme_profile() -> str:
+    """The profile README.md's "Containers" section shows for SGLang's own image."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("\n## Containers\n") :]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert block.startswith("# profiles/cg_5tok_docker.yml\n"), block[:80]
+    return block
+
+
+def test_the_readmes_profile_for_lmsysorg_sglang_validates_and_docker_reads_its_unit(
+    docker: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "cg_5tok_docker.yml"
+    path.write_text(readme_profile())
+    prof = profile.load(str(path))
+    assert (prof.runtime.kind, str(prof.runtime.image)) == ("docker", "docker.io/lmsysorg/sglang:v0.5.9")
+    assert profile.notes(prof) == [
+        "runtime.image docker.io/lmsysorg/sglang:v0.5.9 is pinned by tag only: a tag can be moved, so "
+        "hosts may run different images; add the digest (IMAGE:TAG@sha256:...) to pin it"
+    ]
+    p = plan.build(prof)
+    assert '"--gpus=\\"device=4,5,6,7\\""' in p.unit and "LimitMEMLOCK=infinity" in p.unit
+    env = _docker_env(tmp_path, tmp_path / "no-daemon.sock")
+    for words in (_as_systemd_runs_it(p, prof, tmp_path), *_unit_commands(p)):
+        result = subprocess.run([docker, *words[1:]], capture_output=True, text=True, env=env, timeout=60)
+        said = result.stderr.strip()
+        assert result.returncode != 0 and "Cannot connect to the Docker daemon" in said, (words, said)
