@@ -120,7 +120,7 @@ def test_a_container_of_another_image_fails(plan):
         checks.test_container_runs_the_planned_image(host, plan)
     assert str(failed.value).startswith(
         f"container sglang runs image {IMAGE_ID[:12]}, the plan's {IMAGE} is {'fe' * 6}: "
-        "deploy again to replace it"
+        "deploy --force-restart to run it\n"
     )
     host.image_id = None
     with pytest.raises(AssertionError, match=r"the plan's image .* is not on this host"):
