@@ -36,6 +36,9 @@ class _Collector:
         self.checks: list[Check] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A check that does not apply (skipped: the host runtime's container check) is not listed."""
+        if report.skipped:
+            return
         if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
             return
         name, _, host = report.nodeid.split("::")[-1].partition("[")

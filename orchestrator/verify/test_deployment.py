@@ -110,10 +110,10 @@ def test_server_argv_and_environment_match_the_plan(host, plan):
 
 def test_container_runs_the_planned_image(host, plan):
     """The container the unit started runs the image the plan names, by image ID: a tag moved by
-    a later pull, or a container left from another deploy, shows here. Host runtime: nothing
-    to check."""
+    a later pull, or a container left from another deploy, shows here. Host runtime: skipped,
+    so `verify` does not list it."""
     if not plan.get("engine"):
-        return
+        pytest.skip("the host runtime runs no container")  # not listed by `verify`
     running = _container(host, plan)
     assert running["State"].get("Running"), (
         f"container {plan['container']} is {running['State'].get('Status')}"

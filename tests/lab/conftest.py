@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 import labutil
+from orchestrator.errors import OrchestratorError
 from orchestrator.lab import hosts as lab_hosts
 
 #: Tests that take the lab down; they restore it, and run after every other test all the same.
@@ -20,7 +21,7 @@ PODMAN = "lab_podman"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{DESTRUCTIVE}: takes the session lab down and up again; runs last")
-    config.addinivalue_line("markers", f"{PODMAN}: rebuilds the lab with podman; runs after {DESTRUCTIVE}")
+    config.addinivalue_line("markers", f"{PODMAN}: needs a lab with podman (the session's starts with it); runs after {DESTRUCTIVE}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -32,6 +33,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.get_closest_marker(DESTRUCTIVE) is not None,
         )
     )
+    labutil.SESSION["wants_podman"] = any(item.get_closest_marker(PODMAN) for item in items)
 
 
 def _why_no_lab() -> str | None:
@@ -41,10 +43,23 @@ def _why_no_lab() -> str | None:
     return f"the lab needs {', '.join(missing)}" if missing else None
 
 
+def _podman_installable() -> bool:
+    """Whether the lab this session starts carries podman: yes when podman tests will run (a
+    --podman lab serves every other test too, and they then need no second base root and no
+    rebuild, minutes on a fresh machine) and podman installs; they skip, saying why, otherwise."""
+    if not labutil.SESSION["wants_podman"]:
+        return False
+    try:
+        lab_hosts.ensure_base(podman=True)
+    except OrchestratorError:
+        return False
+    return True
+
+
 @pytest.fixture(scope="session")
 def lab() -> Iterator[lab_hosts.LabState]:
-    """The running lab: `ORCH_LAB_HOSTS` hosts (default: the lab's own, 4); a healthy lab of that size
-    is reused as is."""
+    """The running lab: `ORCH_LAB_HOSTS` hosts (default: the lab's own, 4), with podman when podman
+    tests are collected; a healthy lab of that size is reused as is."""
     reason = _why_no_lab()
     if reason:
         pytest.skip(reason)
@@ -63,7 +78,7 @@ def lab() -> Iterator[lab_hosts.LabState]:
             podman=seen.podman,
         )
     else:
-        state = lab_hosts.up(hosts=wanted)
+        state = lab_hosts.up(hosts=wanted, podman=_podman_installable())
     labutil.SESSION["owns_lab"] = not reuse
     yield state
     if not reuse:

@@ -15,8 +15,9 @@ import yaml
 
 from orchestrator.lab import hosts as lab_hosts
 
-#: What the session's `lab` fixture learnt: owns_lab, it started the lab and takes it down at the end.
-SESSION = {"owns_lab": False}
+#: What the session learnt: owns_lab, the `lab` fixture started the lab and takes it down at the
+#: end; wants_podman, podman tests were collected.
+SESSION = {"owns_lab": False, "wants_podman": False}
 
 UNIT = "/etc/systemd/system/sglang.service"
 #: The known good profile that failure and preflight tests start from (and roll back to).
