@@ -21,7 +21,10 @@ PODMAN = "lab_podman"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{DESTRUCTIVE}: takes the session lab down and up again; runs last")
-    config.addinivalue_line("markers", f"{PODMAN}: needs a lab with podman (the session's starts with it); runs after {DESTRUCTIVE}")
+    config.addinivalue_line(
+        "markers",
+        f"{PODMAN}: needs a lab with podman (the session's starts with it); runs after {DESTRUCTIVE}",
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
