@@ -295,9 +295,14 @@ def test_a_container_that_dies_fails_the_unit_or_is_restarted(podman_lab, pod, t
     host = podman_lab.hosts[0]
     rc, report = deploy(podman_lab, host, pod)
     assert rc == 0, report
-    ssh(host, "podman kill --signal KILL sglang && sleep 2")
-    shown = ssh(host, "systemctl show sglang.service -p ActiveState -p Result -p ExecMainStatus")
-    state = dict(line.split("=", 1) for line in shown.splitlines())
+    ssh(host, "podman kill --signal KILL sglang")
+    deadline = time.monotonic() + 30  # ExecStopPost= (podman rm) runs before the unit is failed
+    while True:
+        shown = ssh(host, "systemctl show sglang.service -p ActiveState -p Result -p ExecMainStatus")
+        state = dict(line.split("=", 1) for line in shown.splitlines())
+        if state["ActiveState"] not in ("active", "deactivating") or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert (state["ActiveState"], state["Result"], state["ExecMainStatus"]) == ("failed", "exit-code", "137")
     assert gpu_pids(host) == {} and ssh(host, "podman ps -aq").strip() == ""
 
