@@ -536,7 +536,8 @@ def preflight(profile_ref: str, inventory: Path | None, limit: str | None, as_js
     else:
         for r in results:
             if r.ok:
-                summary = f"ok (SGLang {r.sglang_version}, {r.gpus} GPUs, {r.elapsed_s:.1f} s)"
+                where = f" in image {prof.runtime.image}" if prof.runtime.container else ""
+                summary = f"ok (SGLang {r.sglang_version}{where}, {r.gpus} GPUs, {r.elapsed_s:.1f} s)"
                 out.print(f"{r.host}: {summary}", markup=False)
             for note in r.notes:
                 out.print(f"{r.host}: note: {note}", style="yellow", markup=False)

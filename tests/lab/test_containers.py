@@ -258,6 +258,8 @@ def test_preflight_and_verify_look_inside_the_image_and_the_container(podman_lab
         assert done.returncode == 0, done.stdout + done.stderr
         (result,) = json.loads(done.stdout)
         assert (result["ok"], result["sglang_version"], result["problems"]) == (True, "0.5.9", [])
+    done = run(podman_lab, "preflight", "--limit", host.name, "-p", pod)
+    assert f"{host.name}: ok (SGLang 0.5.9 in image {podman_lab.image}, 8 GPUs, " in done.stdout, done.stdout
     image_id = ssh(host, "podman", "image", "inspect", "--format={{.Id}}", podman_lab.image).strip()
     cached = json.loads(ssh(host, f"cat /etc/orchestrator/images/{image_id}.json"))
     assert cached["sglang_version"] == "0.5.9" and "--speculative-algorithm" in cached["flags"]
