@@ -30,6 +30,16 @@ def install(paths: dict, facts: dict | None = None, digest: str = DIGEST) -> Non
         )
 
 
+def probe_args(paths: dict) -> dict:
+    """The probe's arguments other than its preflight checks: a deploy that wants the lock."""
+    return {
+        "unit_name": "sglang.service",
+        "paths": paths,
+        "desired_digest": "feedfeedfeedfeed",
+        "lock": lock(),
+    }
+
+
 def lock(run_id: str = "r1", wait_s: float = 0.0) -> dict:
     return {
         "holder": "me@vm (pid 1)",
@@ -153,13 +163,7 @@ def test_preflight_problems_fail_the_probe_and_release_the_lock(probe, host, pat
         "log_dir": str(tmp_path),
         "min_free_mib": 0,
     }
-    args = {
-        "unit_name": "sglang.service",
-        "paths": paths,
-        "desired_digest": "feedfeedfeedfeed",
-        "lock": lock(),
-    }
-    failed, result = run_module(probe, {**args, "preflight": checks})
+    failed, result = run_module(probe, {**probe_args(paths), "preflight": checks})
     assert failed and result["locked"] is False
     assert result["msg"] == (
         f"preflight: python {tmp_path}/no-python does not exist or is not executable; "
@@ -232,17 +236,11 @@ def test_under_the_lock_a_container_profile_is_checked_in_its_image(probe, host,
         "image": "docker.io/lmsysorg/sglang:v0.5.9",
         "pull": "never",
     }
-    args = {
-        "unit_name": "sglang.service",
-        "paths": paths,
-        "desired_digest": "feedfeedfeedfeed",
-        "lock": lock(),
-    }
-    failed, result = run_module(probe, {**args, "preflight": checks})
+    failed, result = run_module(probe, {**probe_args(paths), "preflight": checks})
     assert failed and result["msg"] == (
         "preflight: podman is not installed on this host (runtime.kind: podman): install it "
         "(apt-get install podman) or set another runtime.kind"
     )
     assert result["preflight"]["notes"] == [] and not Path(lock_path(paths, "sglang.service")).exists()
-    failed, result = run_module(probe, {**args, "preflight": {**checks, "engine": "lxc"}})
+    failed, result = run_module(probe, {**probe_args(paths), "preflight": {**checks, "engine": "lxc"}})
     assert failed and "engine" in result["msg"] and "lxc" in result["msg"]
