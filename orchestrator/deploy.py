@@ -6,7 +6,6 @@ are hostplan.py's, facts in facts.py's, reports report.py's, rollback rollback.p
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from orchestrator.profile import Profile
 from orchestrator.report import DeployReport, HostReport, host_report
 from orchestrator.rollback import record, rollback_hosts
 from orchestrator.runner import PlayCanceled, PlayResult, TaskEvent, run_playbook
-from orchestrator.secrets import api_key, secret_bundle, secret_env_names
+from orchestrator.secrets import api_key, bundle, secret_bundle, secret_env_names
 
 #: How long a second deploy waits for a host's lock before failing, naming the holder.
 LOCK_WAIT_S = 120
@@ -191,7 +190,7 @@ def _roll_back(
     failed = {} if report.interrupted else {name: p.digest for name, p in plans.items()}
     # A rolled-back server goes back into rotation once healthy, a canary's too.
     drained = {h: p.gateway.model_copy(update={"rejoin": True}) for h, p in plans.items() if p.gateway}
-    secret = json.dumps({"config": "", "env": "", "api_key": server_key}) if drained else ""
+    secret = bundle(key=server_key) if drained else ""
     try:
         runs = rollback_hosts(
             inventory,

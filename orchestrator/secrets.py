@@ -172,4 +172,10 @@ def secret_bundle(prof: Profile) -> str:
     config, env = secret_config(prof), secret_env_text(prof)
     if not config and not env:
         return ""
-    return json.dumps({"config": config, "env": env, "api_key": api_key(prof) or ""})
+    return bundle(config, env, api_key(prof) or "")
+
+
+def bundle(config: str = "", env: str = "", key: str = "") -> str:
+    """The JSON the plays read secrets from: the --config file, the env file, the API key. A
+    rollback that only puts a drained server back in its gateway's rotation carries the key alone."""
+    return json.dumps({"config": config, "env": env, "api_key": key})
