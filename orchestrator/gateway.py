@@ -7,36 +7,22 @@ playbooks/module_utils/orchestrator_gateway.py, loaded here as it is shipped.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from orchestrator import inventory as inventory_mod
 from orchestrator import vault
 from orchestrator.errors import InputError
 from orchestrator.hostplan import GatewayPlan
-from orchestrator.paths import MODULE_UTILS_DIR
+from orchestrator.paths import module_utils
 from orchestrator.report import HostReport
 
 #: The inventory variable holding the gateway's admin API key (vault it).
 KEY_VAR = "orchestrator_gateway_api_key"
 
 
-def _client() -> ModuleType:
-    name = "orchestrator_gateway_client"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, MODULE_UTILS_DIR / "orchestrator_gateway.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-client = _client()
+client = module_utils("orchestrator_gateway")
 
 
 def api_keys(inventory: Path, hosts: Iterable[str]) -> dict[str, str]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 #: The package's own folder.
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -20,6 +23,19 @@ PLAYBOOKS_DIR = ROOT / "playbooks"
 ROLES_DIR = ROOT / "roles"
 #: Host-side code shared by the roles' modules (ANSIBLE_MODULE_UTILS).
 MODULE_UTILS_DIR = PLAYBOOKS_DIR / "module_utils"
+
+
+def module_utils(name: str) -> ModuleType:
+    """playbooks/module_utils/NAME.py loaded on the control machine, as it is shipped to hosts
+    (its pure functions: the gateway client, the host's parsers), once per process."""
+    key = f"orchestrator_module_utils_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, MODULE_UTILS_DIR / f"{name}.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
 
 
 def state_dir() -> Path:

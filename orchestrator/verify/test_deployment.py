@@ -12,6 +12,8 @@ import shlex
 
 import pytest
 
+from orchestrator.paths import module_utils
+
 
 @pytest.fixture
 def plan(host) -> dict:
@@ -135,10 +137,10 @@ def test_container_runs_the_planned_image(host, plan):
     )
 
 
-#: The label a container unit puts on its container (orchestrator/container.py LABEL).
-LABEL = "orchestrator.unit"
-#: `ps --format` per engine: podman prints one JSON array, docker one object a line.
-_PS_FORMAT = {"docker": "{{json .}}", "podman": "json"}
+#: The host modules' own parsers (playbooks/module_utils/orchestrator_host.py): `ps` of both
+#: engines, a process tree, /proc/PID/cgroup, read here from what testinfra runs on the host.
+HOST = module_utils("orchestrator_host")
+LABEL = HOST.CONTAINER_LABEL
 #: {PID: parent PID} of every process of the host, one `PID PPID` line each.
 _PARENTS = (
     "import os\n"
@@ -148,57 +150,23 @@ _PARENTS = (
 )
 
 
-def _labelled(text: str) -> list[tuple[str, str]]:
-    """(container ID, orchestrator.unit label) of each container `ps` listed, as
-    module_utils/orchestrator_host.py parse_ps reads both engines' formats."""
-    text = text.strip()
-    rows = json.loads(text) if text.startswith("[") else [json.loads(line) for line in text.splitlines()]
-    found = []
-    for row in rows or []:
-        labels = row.get("Labels") or {}
-        if isinstance(labels, str):
-            labels = dict(item.partition("=")[::2] for item in labels.split(","))
-        if labels.get(LABEL):
-            found.append((row.get("Id") or row.get("ID"), labels[LABEL]))
-    return found
-
-
 def _container_units(host, units: set[str]) -> dict[int, str]:
     """{PID: unit} of every process of a container labelled with one of `units`: its main PID and
     all below it. An engine that is not installed (or does not answer) has no containers."""
     roots = []
-    for engine, fmt in _PS_FORMAT.items():
+    for engine, fmt in HOST.PS_FORMAT.items():
         listed = host.run(f"{engine} ps --filter label={LABEL} --format '{fmt}'")
         if listed.rc != 0:
             continue
-        for cid, unit in _labelled(listed.stdout):
+        for cid, unit in HOST.parse_ps(listed.stdout):
             pid = host.run(f"{engine} inspect --format '{{{{.State.Pid}}}}' {cid}").stdout.strip()
             if unit in units and pid.isdigit() and int(pid):
                 roots.append((unit, int(pid)))
     if not roots:
         return {}
-    children: dict[int, list[int]] = {}
-    for line in host.run(f"python3 -c {shlex.quote(_PARENTS)}").stdout.splitlines():
-        pid, parent = map(int, line.split())
-        children.setdefault(parent, []).append(pid)
-    owned = {}
-    for unit, root in roots:
-        todo = [root]
-        while todo:
-            pid = todo.pop()
-            owned[pid] = unit
-            todo += [c for c in children.get(pid, []) if c not in owned]
-    return owned
-
-
-def _cgroup_unit(cgroup: str, units: set[str]) -> str:
-    """Which of `units` a /proc/PID/cgroup text puts the process in: a path component equal to
-    its name (sglang.service is not sglang.service-b); '' for none."""
-    for line in cgroup.splitlines():
-        for part in line.split(":", 2)[-1].split("/"):
-            if part in units:
-                return part
-    return ""
+    lines = host.run(f"python3 -c {shlex.quote(_PARENTS)}").stdout.splitlines()
+    parents = dict(tuple(map(int, line.split())) for line in lines)
+    return {pid: unit for unit, root in roots for pid in HOST.descendants(root, parents)}
 
 
 def test_only_the_server_holds_the_gpus(host, plan):
@@ -220,7 +188,7 @@ def test_only_the_server_holds_the_gpus(host, plan):
         pid, name, mib, gpu = cells[0], ",".join(cells[1:-2]), cells[-2], index_of.get(cells[-1])
         if gpu not in plan["gpus"]:
             continue
-        owner = _cgroup_unit(host.run(f"cat /proc/{pid}/cgroup").stdout, units)
+        owner = HOST.cgroup_unit(host.run(f"cat /proc/{pid}/cgroup").stdout, units)
         if not owner and pid.isdigit():  # a container outside its unit's cgroup (docker's always are)
             containers = _container_units(host, units) if containers is None else containers
             owner = containers.get(int(pid), "")

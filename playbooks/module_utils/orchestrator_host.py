@@ -422,7 +422,7 @@ CONTAINER_LABEL = "orchestrator.unit"
 #: The engines a unit may run SGLang with (orchestrator/container.py ENGINES).
 ENGINES = ("docker", "podman")
 #: `ps --format` per engine: podman writes one JSON array, docker one JSON object a line.
-_PS_FORMAT = {"docker": "{{json .}}", "podman": "json"}
+PS_FORMAT = {"docker": "{{json .}}", "podman": "json"}
 
 
 def parse_ps(text: str) -> list[tuple[str, str]]:
@@ -486,7 +486,7 @@ def labelled_containers(module: Any) -> list[tuple[str, str, int]]:
         exe = module.get_bin_path(engine)
         if not exe:
             continue
-        argv = [exe, "ps", "--filter", f"label={CONTAINER_LABEL}", "--format", _PS_FORMAT[engine]]
+        argv = [exe, "ps", "--filter", f"label={CONTAINER_LABEL}", "--format", PS_FORMAT[engine]]
         rc, out, _ = module.run_command(argv)
         try:
             listed = parse_ps(out) if rc == 0 else []
