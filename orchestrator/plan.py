@@ -18,7 +18,7 @@ import jinja2
 
 from orchestrator import container, sglang_flags, systemd_rules
 from orchestrator.paths import TEMPLATES_DIR
-from orchestrator.profile import Profile
+from orchestrator.profile import Profile, model_mounts
 
 UNIT_TEMPLATE = "sglang.service.j2"
 MANAGED = "Managed by orchestrator: local edits are overwritten by the next deploy."
@@ -423,9 +423,7 @@ def _engine(profile: Profile, environment: dict[str, str], nnodes: int) -> conta
     argv inside the container is the host runtime's word for word."""
     if not profile.runtime.container:
         return None
-    paths = [profile.server.model_path]
-    if profile.speculative.draft_model_path and profile.speculative.draft_model_path not in paths:
-        paths.append(profile.speculative.draft_model_path)
+    paths = dict.fromkeys(path for _, path in model_mounts(profile))  # the drafter may be the model
     mounts = [(path, path, True) for path in paths]
     mounts += [(m.source, m.target, m.read_only) for m in profile.runtime.mounts]
     if profile.api_key is not None:

@@ -834,13 +834,19 @@ def _container_service_findings(profile: Profile) -> Iterator[rules.Finding]:
         )
 
 
-def _container_path_findings(profile: Profile) -> Iterator[rules.Finding]:
-    """Model and drafter are mounted at their own paths; no mount may land on the same target."""
-    targets: dict[str, str] = {}
+def model_mounts(profile: Profile) -> list[tuple[str, str]]:
+    """(field, path) of what a container runtime mounts read-only at its own path without being
+    listed in runtime.mounts: the model, and the drafter when there is one."""
     auto = [("server.model_path", profile.server.model_path)]
     if profile.speculative.draft_model_path:
         auto.append(("speculative.draft_model_path", profile.speculative.draft_model_path))
-    for loc, path in auto:
+    return auto
+
+
+def _container_path_findings(profile: Profile) -> Iterator[rules.Finding]:
+    """Model and drafter are mounted at their own paths; no mount may land on the same target."""
+    targets: dict[str, str] = {}
+    for loc, path in model_mounts(profile):
         problem = container_rules.mount_path_problem(path)
         if problem:
             yield (loc, f"is mounted into the container at its own path: {problem}")
