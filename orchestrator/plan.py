@@ -142,6 +142,12 @@ CREDENTIAL = "sglang-config.yaml"
 CREDENTIAL_ARG = f"${{CREDENTIALS_DIRECTORY}}/{CREDENTIAL}"
 
 
+def credentials_dir(unit_name: str) -> str:
+    """What systemd expands ${CREDENTIALS_DIRECTORY} to for this unit (a container mounts the
+    --config file there, so the argv inside it is the host runtime's)."""
+    return f"/run/credentials/{unit_name}"
+
+
 def secret_path(profile: Profile) -> str:
     stem = PurePosixPath(profile.service.unit_name).stem
     return f"{HOST_STATE_DIR}/{stem}.config.yaml"
@@ -427,8 +433,9 @@ def _engine(profile: Profile, environment: dict[str, str], nnodes: int) -> conta
     mounts = [(path, path, True) for path in paths]
     mounts += [(m.source, m.target, m.read_only) for m in profile.runtime.mounts]
     if profile.api_key is not None:
-        credentials = f"/run/credentials/{profile.service.unit_name}/{CREDENTIAL}"
-        mounts.append((secret_path(profile), credentials, True))
+        mounts.append(
+            (secret_path(profile), f"{credentials_dir(profile.service.unit_name)}/{CREDENTIAL}", True)
+        )
     return container.service(
         profile,
         gpus=gpu_set(profile, nnodes),

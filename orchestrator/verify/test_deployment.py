@@ -13,6 +13,7 @@ import shlex
 import pytest
 
 from orchestrator.paths import module_utils
+from orchestrator.plan import credentials_dir
 
 
 @pytest.fixture
@@ -70,7 +71,7 @@ def _server_process(host, plan) -> tuple[list[str], dict[str, str], str]:
     if plan.get("engine"):
         config = _container(host, plan)["Config"]
         environ = dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e)
-        return list(config.get("Cmd") or []), environ, f"/run/credentials/{plan['unit_name']}"
+        return list(config.get("Cmd") or []), environ, credentials_dir(plan["unit_name"])
     pid = _main_pid(host, plan)
     assert pid, "no MainPID"
     argv = host.file(f"/proc/{pid}/cmdline").content.split(b"\0")[:-1]
