@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from orchestrator import container_rules, rules, sglang_flags, systemd_rules
+from orchestrator import container_rules, rules, sglang_flags, systemd_rules, yaml12
 from orchestrator.errors import InputError, Problem, ProfileError
 from orchestrator.paths import EXAMPLES_DIR
 
@@ -48,19 +48,33 @@ MAX_DEPTH = 32
 #: so 10**30 is refused here rather than by systemd-analyze on the host.
 INT_MAX = 2**31 - 1
 
+
+def _one_reading(value: Any) -> Any:
+    """A number written so that YAML 1.1 (Ansible, PyYAML) reads another one is refused, naming
+    both: `port: 075` is 75 here and 61 there; `12:30` is text here and 750 there."""
+    problem = yaml12.two_readings(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 #: Counts, ports and timeouts take integers only. Pydantic's lax mode would read the YAML
 #: boolean in `tp_size: true` as 1 (rendered `--tp-size 1`), and "8" or 8.0 as 8.
-Int = Annotated[int, Strict()]
+Int = Annotated[int, Strict(), BeforeValidator(_one_reading)]
 #: Fractions and intervals take ints and floats, never a boolean (`true` would be 1.0).
-Number = Annotated[float, Strict()]
+Number = Annotated[float, Strict(), BeforeValidator(_one_reading)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """A section of a profile. A number given to a text field is its text as written (yaml12):
+    `env: {A: 1.10}` is "1.10", `UMask: 0777` is "0777"."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
 
 def _env_scalar(value: Any) -> Any:
-    """YAML reads 16777216 as an int; environment values are strings, booleans are ambiguous."""
+    """Environment values are strings: a number is its text as written (yaml12), a boolean is
+    ambiguous (`true`, `1` or `True`?)."""
     if isinstance(value, bool):
         raise ValueError("use a quoted string such as '1' or '0', not a YAML boolean")
     if isinstance(value, (int, float)):
@@ -122,13 +136,24 @@ def _gpu_set(value: Any) -> Any:
     out: list[int] = []
     for part in value.replace(" ", "").split(","):
         low, dash, high = part.partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()):
+        if not _gpu_index(low) or (dash and not _gpu_index(high)):
             raise ValueError(f"{_short(value)} is not a GPU list: write [4, 5, 6, 7], '4-7' or '0-1,6,7'")
         first, last = int(low), int(high) if dash else int(low)
         if last < first:
             raise ValueError(f"{part!r} counts down: write {last}-{first}")
+        if last > MAX_GPU:  # before the range is expanded: '0-999999999999' is a MemoryError
+            raise ValueError(
+                f"{_short(part)} goes past GPU {MAX_GPU}: nvidia-smi indexes a host's GPUs from 0"
+            )
         out += range(first, last + 1)
+        if len(out) > MAX_GPU + 1:
+            raise ValueError(f"{_short(value)} lists over {MAX_GPU + 1} GPUs; no host has that many")
     return out
+
+
+def _gpu_index(text: str) -> bool:
+    """ASCII digits, at most a few: str.isdigit() also takes '٤' and '²'."""
+    return text.isascii() and text.isdigit() and len(text) <= 4
 
 
 def _distinct(gpus: list[int]) -> list[int]:
@@ -138,7 +163,9 @@ def _distinct(gpus: list[int]) -> list[int]:
     return gpus
 
 
-GpuIndex = Annotated[int, Strict(), Field(ge=0, le=63)]
+#: The highest nvidia-smi index a profile may name (a host has at most a few dozen GPUs).
+MAX_GPU = 63
+GpuIndex = Annotated[int, Strict(), BeforeValidator(_one_reading), Field(ge=0, le=MAX_GPU)]
 GpuSet = Annotated[list[GpuIndex], BeforeValidator(_gpu_set), AfterValidator(_distinct), Field(min_length=1)]
 
 
@@ -561,70 +588,32 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
 
 
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing duplicate keys and noting whether the file uses aliases."""
-
-    def __init__(self, stream: bytes) -> None:
-        super().__init__(stream)
-        self.aliased = False
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            self.aliased = True
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        """YAML says keys are unique; PyYAML keeps the last of two silently, so `server:` twice
-        would drop the first. Keys merged in with `<<:` may be overridden: that is what merging is."""
-        first: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node)
-            if key in first:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"duplicate key {_short(key)} (first on line {first[key] + 1}); keep one",
-                    key_node.start_mark,
-                )
-            first[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep=deep)
-
-
 def _read_yaml(path: Path) -> dict[str, Any]:
-    """The file's mapping; bad bytes, bad YAML and alias bombs are input errors, not crashes."""
+    """The file's mapping, read as YAML 1.2 (yaml12); bad bytes, bad YAML, an over-large file and
+    alias bombs are input errors, not crashes."""
     try:
         # Bytes, not text: PyYAML honours a BOM and names the offset of invalid UTF-8.
-        loader = _Loader(path.read_bytes())
+        loader = yaml12.Loader(yaml12.read_bytes(path))
+        loader.max_nodes = MAX_VALUES
         try:
             data = loader.get_single_data()
         finally:
             loader.dispose()
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml12.TooLarge as exc:
+        raise InputError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML: {_yaml_reason(exc)}") from None
+        raise InputError(f"{path}: not valid YAML: {yaml12.reason(exc)}") from None
     except RecursionError:
         raise InputError(f"{path}: not valid YAML: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise InputError(f"{path}: a profile must be a mapping, got {type(data).__name__}")
+        kind = type(data).__mro__[-2].__name__  # yaml12's Int is an int, its Plain a str
+        raise InputError(f"{path}: a profile must be a mapping, got {kind}")
     _check_shape(data, path, loader.aliased)
     return data
-
-
-def _yaml_reason(exc: yaml.YAMLError) -> str:
-    """PyYAML's message in one line: its own spans several and quotes the source."""
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        context = f" ({exc.context})" if exc.context else ""
-        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}{context}"
-    if isinstance(exc, yaml.reader.ReaderError):
-        what = "not UTF-8" if isinstance(exc.character, bytes) else exc.reason
-        return f"byte {exc.position}: {what}"
-    return " ".join(str(exc).split())
 
 
 def _check_shape(data: dict[str, Any], path: Path, aliased: bool) -> None:

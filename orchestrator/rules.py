@@ -443,17 +443,37 @@ def check_nccl(nccl: dict[str, str]) -> Iterator[Finding]:
             yield (loc, problem)
 
 
+#: Known NCCL variables whose value NCCL reads as text (ncclGetEnv and a parser of its own, or a
+#: name or path). Every other known variable is an integer NCCL_PARAM, read by ncclLoadParam
+#: (param.cc) with strtoll(value, NULL, 0): `0x` is hex, a leading `0` octal, and whatever follows
+#: the digits is ignored without a word, so `NCCL_IB_TIMEOUT=1.10` runs as 1.
+_NCCL_TEXT = frozenset(
+    """
+    NCCL_ALGO NCCL_PROTO NCCL_P2P_LEVEL NCCL_NET_GDR_LEVEL NCCL_DEBUG NCCL_DEBUG_FILE NCCL_DEBUG_SUBSYS
+    NCCL_CONF_FILE NCCL_SOCKET_IFNAME NCCL_SOCKET_FAMILY NCCL_IB_HCA NCCL_IB_ADDR_FAMILY
+    NCCL_IB_ADDR_RANGE NCCL_NET NCCL_NET_PLUGIN NCCL_OOB_NET_IFNAME NCCL_TUNER_PLUGIN
+    NCCL_PROFILER_PLUGIN NCCL_ENV_PLUGIN NCCL_TOPO_FILE NCCL_TOPO_DUMP_FILE NCCL_LAUNCH_MODE NCCL_RAS_ADDR
+    """.split()  # noqa: SIM905
+)
+#: What strtoll(value, NULL, 0) reads: leading whitespace, a sign, then 0x-hex, 0-octal or decimal.
+_STRTOLL = re.compile(r"[ \t\n\v\f\r]*([-+]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)?")
+
+
 def _nccl_value_problem(name: str, value: str) -> str | None:
     if name in ("NCCL_PROTO", "NCCL_ALGO"):
         allowed = _PROTOS if name == "NCCL_PROTO" else _ALGOS
         items = value.removeprefix("^").split(",")
-        bad = [v for v in items if v.strip().upper() not in allowed]
+        pretty = (
+            "LL, LL128, Simple"
+            if name == "NCCL_PROTO"
+            else "Ring, Tree, CollnetDirect, CollnetChain, NVLS, NVLSTree, PAT"
+        )
+        if any(item != item.strip() for item in items):
+            # strtok_r(",") and strcasecmp: " LL128" is no protocol (older NCCL skips it silently).
+            fixed = ",".join(item.strip() for item in items)
+            return f"{value!r} has spaces around a name, which NCCL does not trim: write {fixed!r}"
+        bad = [v for v in items if v.upper() not in allowed]
         if bad:
-            pretty = (
-                "LL, LL128, Simple"
-                if name == "NCCL_PROTO"
-                else "Ring, Tree, CollnetDirect, CollnetChain, NVLS, NVLSTree, PAT"
-            )
             return f"invalid value {', '.join(bad)!s}: use a comma list of {pretty} (a leading ^ excludes)"
     elif name == "NCCL_P2P_LEVEL":
         if value.upper() not in _P2P_LEVELS and not _is_decimal(value):
@@ -462,8 +482,39 @@ def _nccl_value_problem(name: str, value: str) -> str | None:
         return f"invalid value {value!r}: use one of 64, 128, 256, 512"
     elif name == "NCCL_DEBUG" and value.upper() not in _DEBUG:
         return f"invalid value {value!r}: use one of VERSION, WARN, INFO, TRACE"
-    elif name in _POSITIVE_INT and not (_is_decimal(value) and 0 < int(value) <= _INT64_MAX):
+    elif name not in _NCCL_TEXT:
+        return _nccl_integer_problem(name, value)
+    return None
+
+
+def _nccl_integer_problem(name: str, value: str) -> str | None:
+    """An integer NCCL_PARAM as strtoll(base 0) reads it: only a form that reads whole and means
+    the same to a person passes (decimal, or 0x hex)."""
+    match = _STRTOLL.match(value)
+    sign, digits = match.group(1), match.group(2) or ""
+    if digits.startswith(("0x", "0X")):
+        read = int(sign + digits[2:], 16)
+    elif digits.startswith("0"):
+        read = int(sign + digits, 8)
+    else:
+        read = int(sign + digits) if digits else 0
+    whole = match.end() == len(value) and digits and not value[:1].isspace()
+    if whole and len(digits) > 1 and digits[0] == "0" and digits[1] not in "xX":
+        return (
+            f"{value!r} is octal to NCCL (it reads {name} with strtoll, base 0): it would run as {read}; "
+            f"write {read}, or {int(value)} without the leading zero if decimal was meant"
+        )
+    if not value:
+        return "is empty: NCCL ignores it and keeps its default; drop it or give an integer"
+    if not whole:
+        return (
+            f"{value!r} is not an integer: NCCL reads {name} with strtoll and would run with {read}; "
+            "write an integer"
+        )
+    if name in _POSITIVE_INT and not 0 < read <= _INT64_MAX:
         return f"invalid value {value!r}: must be a positive integer of at most {_INT64_MAX}"
+    if not -_INT64_MAX - 1 <= read <= _INT64_MAX:
+        return f"invalid value {value!r}: NCCL reads {name} into a 64-bit integer"
     return None
 
 
