@@ -143,7 +143,7 @@ def _gpu_set(value: Any) -> Any:
             raise ValueError(f"{part!r} counts down: write {last}-{first}")
         if last > MAX_GPU:  # before the range is expanded: '0-999999999999' is a MemoryError
             raise ValueError(
-                f"{_short(part)} goes past GPU {MAX_GPU}: nvidia-smi indexes a host's GPUs from 0"
+                f"{_short(part)} goes past GPU {MAX_GPU}: nvidia-smi numbers a host's GPUs from 0"
             )
         out += range(first, last + 1)
         if len(out) > MAX_GPU + 1:
@@ -152,8 +152,8 @@ def _gpu_set(value: Any) -> Any:
 
 
 def _gpu_index(text: str) -> bool:
-    """ASCII digits, at most a few: str.isdigit() also takes '٤' and '²'."""
-    return text.isascii() and text.isdigit() and len(text) <= 4
+    """ASCII digits (str.isdigit() also takes '٤' and '²'), short enough to read at once."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
 
 
 def _distinct(gpus: list[int]) -> list[int]:

@@ -127,11 +127,8 @@ def two_readings(value: Any) -> str | None:
                 f"{_value_of(old)} in YAML 1.1; write {_value_of(value + 0)}"
             )
         return None
-    if (
-        isinstance(value, Plain)
-        and isinstance(value.yaml11, (int, float))
-        and not isinstance(value.yaml11, bool)
-    ):
+    old = value.yaml11 if isinstance(value, Plain) else None
+    if isinstance(old, (int, float)) and not isinstance(old, bool):
         base60 = " (base 60)" if ":" in value else ""
         return (
             f"{str(value)!r} is text in YAML 1.2 (as read here) but {_value_of(old)}{base60} in "

@@ -601,3 +601,22 @@ def test_systemd_reads_what_the_profile_says(values: dict[str, Any], systemd: Sy
                     values = _without(values, problem.loc)
     event(f"read back: {len(values)} generated fields")
     assert_reads_exactly(systemd, plan.build(prof), prof)
+
+
+# --- YAML 1.2: what the file says is what systemd reads (#21) ----------------------------------
+
+
+def test_number_like_text_reaches_systemd_as_written(systemd: Systemd, tmp_path: Path) -> None:
+    """YAML 1.1 made env 1.10 into 1.1, 0x10 into 16, 12:30 into 750 and UMask 0777 into 511 (which
+    systemd then read as octal 0511). The file's text is written by hand: safe_dump would quote it."""
+    path = tmp_path / "p.yml"
+    path.write_text(
+        "extends: cg_5tok\nenv: {A: 1.10, B: 0x10, C: 010, D: 12:30, E: yes}\n"
+        "nccl: {NCCL_BUFFSIZE: 0x400000}\nservice: {extra: {UMask: 0777}}\n"
+    )
+    prof = profile.load(str(path))
+    reading = assert_reads_exactly(systemd, plan.build(prof), prof)
+    env = reading.environment
+    assert [env[k] for k in "ABCDE"] == ["1.10", "0x10", "010", "12:30", "yes"]
+    assert env["NCCL_BUFFSIZE"] == "0x400000"
+    assert reading.setting("UMask") == ["0777"]
