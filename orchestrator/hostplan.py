@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator import container, sglang_flags
+from orchestrator import container, rules, sglang_flags
 from orchestrator import inventory as inventory_mod
 from orchestrator import plan as plan_mod
 from orchestrator.errors import InputError
@@ -208,6 +208,9 @@ def _ranks(
         return None
     if len(kinds) > 1:
         raise InputError("the selected hosts mix fleet and multinode deployments; --limit one group")
+    port_problem = rules.multinode_port_problem(prof.server.port, prof.deployment.dist_init_port)
+    if port_problem:  # a profile saying `kind: multinode` is refused at validation; an inventory here
+        raise InputError(f"{prof.name}: {port_problem}")
     gpus = prof.server.gpus_needed
     if len(selected) < 2 or gpus % len(selected):
         raise InputError(

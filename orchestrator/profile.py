@@ -90,6 +90,16 @@ def _argparse_value(value: str) -> str:
     return value
 
 
+def _model_name(value: str) -> str:
+    """An empty name would be dropped from the command line, and the API would report the path."""
+    if not value:
+        raise ValueError(
+            "is empty: give the name the OpenAI API should report, or drop the key (the "
+            "model path is the default name)"
+        )
+    return _argparse_value(value)
+
+
 def _profile_name(value: str) -> str:
     """The name reaches file names and the unit on every host: no paths, no spaces, no surprises."""
     if not NAME_RE.fullmatch(value):
@@ -208,7 +218,7 @@ class Server(_Model):
         "with a container runtime (the argv is the same words either way).",
     )
     model_path: AbsPath = Field(description="Target model directory on the host.")
-    served_model_name: Annotated[str, AfterValidator(_argparse_value)] | None = Field(
+    served_model_name: Annotated[str, AfterValidator(_model_name)] | None = Field(
         None, description="Name the OpenAI API reports for the model."
     )
     tp_size: Int = Field(1, ge=1, le=64, description="Tensor parallel size (GPUs per replica).")
@@ -756,6 +766,7 @@ def _rule_findings(profile: Profile) -> list[rules.Finding]:
         *rules.check_secret_env(list(profile.secret_env), profile.env, profile.nccl),
         *rules.check_gpu_set(profile.server.gpus, profile.server.gpus_needed, profile.deployment.kind),
         *_service_findings(profile),
+        *_deployment_findings(profile),
         *_runtime_findings(profile),
     ]
 
@@ -774,6 +785,13 @@ def _service_findings(profile: Profile) -> Iterator[rules.Finding]:
                 f"service.{name}",
                 "takes effect only with service.restart: on-failure; set that or drop it",
             )
+
+
+def _deployment_findings(profile: Profile) -> Iterator[rules.Finding]:
+    if profile.deployment.kind == "multinode":
+        problem = rules.multinode_port_problem(profile.server.port, profile.deployment.dist_init_port)
+        if problem:
+            yield ("deployment.dist_init_port", problem)
 
 
 def _runtime_findings(profile: Profile) -> Iterator[rules.Finding]:

@@ -564,6 +564,16 @@ def check_secret_env(names: list[str], env: dict[str, str], nccl: dict[str, str]
             yield (f"secret_env.{name}", "set the GPUs with server.gpus")
 
 
+def multinode_port_problem(port: int, dist_init_port: int) -> str | None:
+    """Rank 0 of a multi-node server binds both: SGLang's HTTP port and torch's rendezvous."""
+    if port != dist_init_port:
+        return None
+    return (
+        f"server.port {port} is also deployment.dist_init_port: node rank 0 would bind it twice (HTTP and "
+        "--dist-init-addr), and the server would not start; change one of them"
+    )
+
+
 def check_gpu_set(gpus: list[int] | None, gpus_needed: int, kind: str) -> Iterator[Finding]:
     """server.gpus lists the GPUs of one host: all TP x DP of a replica, or one node's share
     of a multi-node server."""

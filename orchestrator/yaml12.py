@@ -115,6 +115,8 @@ def two_readings(value: Any) -> str | None:
         old = value.yaml11
         if isinstance(value, Int) and _LEADING_ZERO.fullmatch(value.text):
             octal = isinstance(old, int) and not isinstance(old, bool)
+            if octal and old == int(value):  # `01`, `07`: one number, but a form that is octal elsewhere
+                return f"{value.text} has a leading zero, which YAML 1.1 and C read as octal; write {old}"
             old_said = f"{old} (octal)" if octal else f"the text {old!r}"
             return (
                 f"{value.text} has a leading zero: {int(value)} in YAML 1.2 (as read here), {old_said} in "

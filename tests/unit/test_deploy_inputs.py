@@ -76,3 +76,20 @@ def test_a_multinode_server_is_one_worker_of_its_gateway_rank_0s(tmp_path: Path,
                    "orchestrator_gateway_worker_url: 'http://gpu2.internal:30000'}"))  # fmt: skip
     fleet = placements(profile_mod.load("cg_5tok"), inv, None)
     assert fleet["gpu2"].gateway.worker_url == "http://gpu2.internal:30000"
+
+
+def test_a_multinode_http_port_equal_to_the_rendezvous_port_is_refused(two_nodes: Path, tmp_path: Path):
+    """#21: rank 0 would bind the port twice (HTTP and --dist-init-addr); said by the profile, it is a
+    validation error; said by the inventory (orchestrator_deployment), a deploy refuses it before any play."""
+    path = tmp_path / "same.yml"
+    path.write_text("extends: cg_5tok\nserver: {port: 5757}\n")
+    fleet = profile_mod.load(str(path))  # a fleet has no rendezvous: fine
+    two_nodes.write_text(
+        two_nodes.read_text().replace("all:\n", "all:\n  vars: {orchestrator_deployment: multinode}\n")
+    )
+    with pytest.raises(InputError, match=r"server.port 5757 is also deployment.dist_init_port: node rank 0"):
+        deploy.deploy(fleet, two_nodes, deploy.Options())
+    path.write_text("extends: cg_5tok_2node\nserver: {port: 5757}\n")
+    with pytest.raises(profile_mod.ProfileError) as info:
+        profile_mod.load(str(path))
+    assert [p.loc for p in info.value.problems] == ["deployment.dist_init_port"]
