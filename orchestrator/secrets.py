@@ -137,7 +137,33 @@ def _env_file_text(prof: Profile, index: int) -> str:
             raise InputError(
                 f"{source}: line {number}: {name} is also set by the profile; keep it in one place"
             )
+        open_at = _unclosed(line[match.end() :])
+        if open_at is not None:
+            raise InputError(
+                f"{source}: line {number}: {open_at}, so systemd would read the next line into {name}'s "
+                "value; close it on this line"
+            )
     return text if text.endswith("\n") or not text else text + "\n"
+
+
+def _unclosed(value: str) -> str | None:
+    """What leaves a value open at the end of its line, as systemd's parse_env_file_internal()
+    reads one (env-file.c): a single quote runs to the next ', a double quote to the next " not
+    escaped by a backslash, and a backslash outside quotes escapes the next character, the
+    newline included. None when the value ends on its line."""
+    quote, i = None, 0
+    while i < len(value):
+        ch = value[i]
+        if quote is None and ch in "'\"":
+            quote = ch
+        elif ch == quote:
+            quote = None
+        elif ch == "\\" and quote != "'":
+            if i + 1 == len(value):
+                return "it ends in a backslash"
+            i += 1
+        i += 1
+    return None if quote is None else f"a {quote} is not closed"
 
 
 def _env_line(name: str, value: str) -> str:

@@ -233,3 +233,25 @@ def test_api_key_for_a_non_root_user_is_a_credential(tmp_path: Path) -> None:
     unit = plan.build(prof).unit
     assert "\nLoadCredential=sglang-config.yaml:/etc/orchestrator/sglang.config.yaml\n" in unit
     assert "--config ${CREDENTIALS_DIRECTORY}/sglang-config.yaml\n" in unit
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ('A="one', 'a " is not closed'),
+        ("A='one", "a ' is not closed"),
+        ('A="x" "y', 'a " is not closed'),
+        ("A=one\\", "it ends in a backslash"),
+    ],
+)
+def test_an_environment_file_value_left_open_is_refused(tmp_path: Path, line: str, problem: str) -> None:
+    """#21: systemd reads an open quote (or a trailing backslash) on into the next line: B=2 below would
+    be part of A's value, and B unset. Closed quotes and escaped quotes read on one line are fine."""
+    env = tmp_path / "site.env"
+    env.write_text(f"{line}\nB=2\n")
+    env.chmod(0o600)
+    prof = load(tmp_path, f"extends: cg_5tok\nservice: {{environment_files: [{env}]}}\n")
+    with pytest.raises(InputError, match=rf"line 1: {problem}, so systemd would read the next line into A's"):
+        secrets.secret_env_text(prof)
+    env.write_text('A="a \\" b"\nC=\'x " y\'\nD=e\\ f\nB=2\n')
+    assert secrets.secret_env_text(prof) == env.read_text()
