@@ -323,7 +323,8 @@ SPECIAL_VALUES = [
 def test_special_characters_read_back_in_every_field(value: str, systemd: Systemd, tmp_path: Path) -> None:
     doc = {
         "extends": "cg_5tok",
-        "server": {"served_model_name": value, "extra_args": ["--chat-template", value]},
+        # An empty served_model_name is refused (it would be dropped): the name "-" stands in.
+        "server": {"served_model_name": value or "-", "extra_args": ["--chat-template", value]},
         "env": {"A": value},
         "nccl": {"NCCL_DEBUG_FILE": value},
     }
@@ -417,7 +418,7 @@ def _container_doc(kind: str, value: str) -> dict[str, Any]:
         "server": {
             "tp_size": 4,
             "gpus": "4-7",
-            "served_model_name": value,
+            "served_model_name": value or "-",  # an empty one is refused
             "extra_args": ["--chat-template", value],
         },
         "env": {"A": value},
