@@ -51,6 +51,11 @@ class LazyGroup(click.Group):
             _add_vault_options(command)
         return command
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Each command handles its own errors (handle_errors); this catches what fails before one
+        runs, such as an option's callback reading a file, so no input ends in a traceback."""
+        return handle_errors(super().invoke)(ctx)
+
 
 #: The commands that run plays against hosts: each takes -K/--ask-become-pass, given here once for all
 #: (the option sets what every play of the command answers, so no command passes it along itself).

@@ -11,6 +11,7 @@ import functools
 import itertools
 import os
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -20,7 +21,14 @@ from typing import Any
 import click
 from rich.console import Console
 
-from orchestrator.errors import OrchestratorError, ProfileError, StateError, state_dir_error
+from orchestrator.errors import (
+    OrchestratorError,
+    ProfileError,
+    StateError,
+    one_line,
+    short_path,
+    state_dir_error,
+)
 from orchestrator.paths import state_dir
 
 # Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default.
@@ -56,8 +64,19 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 #: What an OSError on a path says about the state directory rather than about the code: it cannot
-#: be created, written or filled. ENOENT is not here: a file missing under a usable directory is a bug.
-_UNUSABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.ENOSPC, errno.EDQUOT}
+#: be created, written or filled, or its name is too long or a symlink loop. ENOENT is not here: a
+#: file missing under a usable directory is a bug.
+_UNUSABLE = {
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOTDIR,
+    errno.EEXIST,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.ENAMETOOLONG,
+    errno.ELOOP,
+}
 
 
 def state_dir_problem(exc: BaseException) -> StateError | None:
@@ -73,32 +92,59 @@ def state_dir_problem(exc: BaseException) -> StateError | None:
         if not isinstance(name, (str, bytes, os.PathLike)):
             continue
         where = Path(os.path.abspath(os.fsdecode(name)))
-        if where == root or root in where.parents or where in root.parents:
-            return state_dir_error(f"cannot be used ({exc.strerror}: {where})")
+        if where == root:
+            return state_dir_error(f"cannot be used ({exc.strerror})")
+        if root in where.parents or where in root.parents:
+            return state_dir_error(f"cannot be used ({exc.strerror}: {short_path(where)})")
     return None
 
 
 def report_crash(exc: BaseException) -> None:
-    """Save the traceback to a crash log and say where; print it here when it cannot be saved
-    (a state directory that is a file, read-only or full must not hide the original error)."""
+    """One line: the error, and where its traceback was saved. The log goes under <state>/crash,
+    else (a state directory that is a file, read-only, full or unnamed) to a new private file in
+    the temporary directory, saying why; where neither can be written, the line says so and the
+    traceback is not shown: the user is owed one line, never a second traceback."""
     text = "".join(traceback.format_exception(exc))
-    summary = f"internal error: {exc!r}"
+    summary = f"internal error: {one_line(repr(exc))[:500]}"
     try:
-        path = _write_crash_log(text)
-    except OSError as failed:
-        err.print(
-            f"{summary}; the crash log could not be written ({failed}), so here is the traceback:",
-            markup=False,
-        )
-        sys.stderr.write(text)
+        folder = state_dir() / "crash"
+        path = _write_crash_log(text, folder)
+    except (OSError, RuntimeError) as failed:  # RuntimeError: no home directory for the default
+        why = _why(failed)
+        try:
+            path = _write_spare_crash_log(text)
+        except OSError as also:
+            spare = short_path(tempfile.gettempdir())
+            err.print(
+                f"{summary}; no crash log written ({why}; nor in {spare}: {also.strerror or also})",
+                markup=False,
+            )
+            return
+        err.print(f"{summary}; traceback saved to {path} (not in the state directory: {why})", markup=False)
         return
     err.print(f"{summary}; traceback saved to {path}", markup=False)
 
 
-def _write_crash_log(text: str) -> Path:
-    """A new file under <state>/crash: the second's time and the pid name it, and O_EXCL with a
-    counter keeps two crashes in one second (one process or two) from overwriting each other."""
-    folder = state_dir() / "crash"
+def _why(failed: BaseException) -> str:
+    """An OSError as `strerror: path`, short, in one line."""
+    if isinstance(failed, OSError) and failed.strerror:
+        where = f": {short_path(failed.filename)}" if failed.filename is not None else ""
+        return f"{failed.strerror}{where}"
+    return one_line(str(failed))
+
+
+def _write_spare_crash_log(text: str) -> Path:
+    """A new 0600 file in the temporary directory ($TMPDIR, else /tmp): mkstemp makes it with
+    O_EXCL under a random name, so another user's file or symlink there cannot take it over."""
+    fd, name = tempfile.mkstemp(prefix=f"orchestrator-crash-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".log")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    return Path(name)
+
+
+def _write_crash_log(text: str, folder: Path) -> Path:
+    """A new file under `folder` (<state>/crash): the second's time and the pid name it, and O_EXCL
+    with a counter keeps two crashes in one second (one process or two) from overwriting each other."""
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     for n in itertools.count(1):

@@ -27,11 +27,23 @@ class StateError(InputError):
 
 def state_dir_error(why: str) -> StateError:
     """The state directory `why` (e.g. "is a file, not a directory"), and the variable that moves it."""
-    where = "ORCHESTRATOR_STATE_DIR" if os.environ.get("ORCHESTRATOR_STATE_DIR") else "the default"
+    if os.environ.get("ORCHESTRATOR_STATE_DIR"):
+        where = "ORCHESTRATOR_STATE_DIR"
+    else:
+        where = "$XDG_STATE_HOME/orchestrator" if os.environ.get("XDG_STATE_HOME") else "the default"
     return StateError(
-        f"state directory {state_dir()} ({where}) {why}: fix it, or point ORCHESTRATOR_STATE_DIR "
-        "at a writable directory"
+        f"state directory {short_path(state_dir())} ({where}) {why}: fix it, or point "
+        "ORCHESTRATOR_STATE_DIR at a writable directory"
     )
+
+
+def short_path(path: object, limit: int = 200) -> str:
+    """A path for a one-line message: escaped (one_line), and cut in the middle when it is longer
+    than `limit` (an $XDG_STATE_HOME of 5,000 characters must not fill the screen)."""
+    text = one_line(os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path))
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2]}...{text[-limit // 4 :]} ({len(text)} characters)"
 
 
 class Interrupted(OrchestratorError):
