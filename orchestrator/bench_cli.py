@@ -344,6 +344,15 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _check_plot_folder(plot: Path) -> None:
+    try:
+        there = plot.parent.is_dir()
+    except OSError as exc:  # a name over 255 bytes
+        raise InputError(f"--plot {plot}: {exc.strerror or exc}") from None
+    if not there:
+        raise InputError(f"--plot {plot}: no folder {plot.parent} to write it in")
+
+
 @click.command()
 @click.option("--profile", "-p", "profile", metavar="NAME", help="Only this profile.")
 @click.option("--since", metavar="WHEN", help="30m, 2h, 7d, or a date/time such as 2026-11-29 14:00.")
@@ -360,6 +369,8 @@ def results(profile: str | None, since: str | None, fmt: str, plot: Path | None,
             "--plot draws with matplotlib, which is not installed: pip install 'orchestrator[plot]' "
             "(under pipx: pipx inject orchestrator matplotlib)"
         )
+    if plot is not None:
+        _check_plot_folder(plot)  # before printing anything
     rows = [dict(r) for r in ledger.bench_results(profile, parse_since(since) if since else None)]
     if fmt == "csv":
         click.echo(ledger.to_csv(rows), nl=False)
@@ -372,5 +383,8 @@ def results(profile: str | None, since: str | None, fmt: str, plot: Path | None,
 
         if not rows:
             raise InputError("no results to plot: run bench or sweep first, or widen --since/--profile")
-        drawn = draw(sweep_mod.ranking(rows, baseline), baseline, plot)
+        try:
+            drawn = draw(sweep_mod.ranking(rows, baseline), baseline, plot)
+        except OSError as exc:  # a folder this user may not write in, a full disk
+            raise InputError(f"--plot {plot}: cannot be written: {exc.strerror or exc}") from None
         err.print(f"plot: {plot} ({len(drawn)} profiles)", markup=False)
