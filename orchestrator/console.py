@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from orchestrator.errors import (
     OrchestratorError,
@@ -31,9 +32,24 @@ from orchestrator.errors import (
 )
 from orchestrator.paths import state_dir
 
-# Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default.
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default. Neither
+# console reads markup or emoji codes in a string: most of what they print is a profile's, a
+# ledger row's or a host's text, where `[/bold]` or `:x:` is data. Style comes from Text objects.
+out = Console(highlight=False, markup=False, emoji=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
+
+
+def shown(value: object, keep: str = "") -> str:
+    """Text a user, a ledger row or a host supplied, as it may be printed: control characters
+    escaped (errors.one_line: ESC is `\\x1b`, é stays é), so it can never drive the terminal. Every
+    command prints such text through this, in tables and in plain lines alike; `keep="\\n"` for a
+    text printed as several lines."""
+    return one_line(str(value), keep)
+
+
+def plain(value: object, style: str = "", keep: str = "") -> Text:
+    """`shown(value)` as a rich Text, for a table cell or a styled line: never read as markup."""
+    return Text(shown(value, keep), style=style)
 
 
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -45,17 +61,17 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except ProfileError as exc:
             for problem in exc.problems:
-                err.print(str(problem), markup=False)
+                err.print(str(problem))
             sys.exit(exc.exit_code)
         except OrchestratorError as exc:
-            err.print(f"error: {exc}", markup=False)
+            err.print(f"error: {shown(exc)}")
             sys.exit(exc.exit_code)
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
         except Exception as exc:
             problem = state_dir_problem(exc)
             if problem is not None:
-                err.print(f"error: {problem}", markup=False)
+                err.print(f"error: {shown(problem)}")
                 sys.exit(problem.exit_code)
             report_crash(exc)
             sys.exit(1)
@@ -105,7 +121,7 @@ def report_crash(exc: BaseException) -> None:
     the temporary directory, saying why; where neither can be written, the line says so and the
     traceback is not shown: the user is owed one line, never a second traceback."""
     text = "".join(traceback.format_exception(exc))
-    summary = f"internal error: {one_line(repr(exc))[:500]}"
+    summary = f"internal error: {shown(repr(exc))[:500]}"
     try:
         folder = state_dir() / "crash"
         path = _write_crash_log(text, folder)
@@ -115,14 +131,11 @@ def report_crash(exc: BaseException) -> None:
             path = _write_spare_crash_log(text)
         except OSError as also:
             spare = short_path(tempfile.gettempdir())
-            err.print(
-                f"{summary}; no crash log written ({why}; nor in {spare}: {also.strerror or also})",
-                markup=False,
-            )
+            err.print(f"{summary}; no crash log written ({why}; nor in {spare}: {also.strerror or also})")
             return
-        err.print(f"{summary}; traceback saved to {path} (not in the state directory: {why})", markup=False)
+        err.print(f"{summary}; traceback saved to {path} (not in the state directory: {why})")
         return
-    err.print(f"{summary}; traceback saved to {path}", markup=False)
+    err.print(f"{summary}; traceback saved to {path}")
 
 
 def _why(failed: BaseException) -> str:
@@ -130,7 +143,7 @@ def _why(failed: BaseException) -> str:
     if isinstance(failed, OSError) and failed.strerror:
         where = f": {short_path(failed.filename)}" if failed.filename is not None else ""
         return f"{failed.strerror}{where}"
-    return one_line(str(failed))
+    return shown(failed)
 
 
 def _write_spare_crash_log(text: str) -> Path:
@@ -190,7 +203,7 @@ def inventory_or_lab(path: Path | None) -> Path:
     from orchestrator.lab import hosts as lab_hosts
 
     _say_inventory(f"the lab's, {lab_hosts.lab_dir() / 'inventory.yml'}", NO_INVENTORY)
-    return lab_hosts.up(progress=lambda line: err.print(line, style="dim", markup=False)).inventory
+    return lab_hosts.up(progress=lambda line: err.print(shown(line), style="dim")).inventory
 
 
 def inventory_or_running_lab(path: Path | None) -> Path:
@@ -233,4 +246,4 @@ def _given_or_configured(path: Path | None) -> Path | None:
 
 
 def _say_inventory(which: str, why: str) -> None:
-    err.print(f"inventory: {which} ({why})", style="dim", markup=False)
+    err.print(f"inventory: {shown(which)} ({why})", style="dim")

@@ -65,14 +65,18 @@ class Problem:
         return one_line(f"{self.source}: {where}{self.message}")
 
 
-def one_line(text: str) -> str:
-    """Escape line breaks and control characters, which a YAML key or value may hold.
+def one_line(text: str, keep: str = "") -> str:
+    """Escape line breaks and control characters, which a YAML key or value may hold: ESC as
+    `\\x1b`, a newline as `\\n`. Printable text, é and 中 included, stays as it is.
 
-    One problem is one line: a key such as "a\\nb" must not start a line of its own.
+    The one rule for every text a user, a ledger row or a host supplied (console.shown): one
+    problem is one line, since a key such as "a\\nb" must not start a line of its own, and no such
+    text can drive the terminal (`\\e]0;title\\a`, `\\e[2J`). `keep` names characters left as they
+    are, such as a newline in a text printed as several lines.
     """
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return "".join(ch if ch.isprintable() or ch in keep else repr(ch)[1:-1] for ch in text)
 
 
 class ProfileError(InputError):

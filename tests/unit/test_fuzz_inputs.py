@@ -328,7 +328,62 @@ def test_python_tags_are_not_executed(cli_runner: CliRunner, workdir: Path) -> N
     assert result.stderr.startswith(f"error: {path}: not valid YAML"), result.stderr
 
 
-# --- (3) command lines ------------------------------------------------------------------
+# --- (3) text that reaches the terminal: profile text (issue 21) -------------------------
+
+#: Markup rich would read, and control sequences a terminal would obey, amid ordinary text.
+HOSTILE_PIECES = [
+    "[/bold]",
+    "[/]",
+    "[link=http://e.invalid]",
+    "[red]",
+    ":warning:",
+    "\x1b]0;pwned\x07",
+    "\x1b[2J",
+    "\x1b[31m",
+    "\x9b2J",
+    "\x07",
+    "\x08",
+    "\r",
+    "\n",
+    "\t",
+    "\x7f",
+    "\u202e",
+    "é",
+    "中",
+    " ",
+    "x",
+]
+hostile_text = st.lists(st.one_of(st.sampled_from(HOSTILE_PIECES), st.text(max_size=5)), max_size=8).map(
+    "".join
+)
+#: Bytes a terminal acts on: C0 controls but the line break and the tab, DEL, C1 controls.
+TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def assert_shown_as_text(result: Result) -> None:
+    """Exit 0 or 2, no traceback, and nothing in the output a terminal would obey."""
+    shown = f"exit {result.exit_code}\n{result.output!r}\n{result.exception!r}"
+    assert result.exit_code in (0, 2), shown
+    assert "Traceback" not in result.output and "internal error" not in result.output, shown
+    assert not TERMINAL_CONTROLS.search(result.output), shown
+
+
+@given(text=hostile_text)
+@_examples(10)
+def test_profile_text_is_printed_as_text(text: str, cli_runner: CliRunner, workdir: Path) -> None:
+    """A description and an env value with markup and control characters: profiles, validate and
+    render --against show them escaped; the unit that render prints quotes them itself."""
+    folder = Path(tempfile.mkdtemp(dir=workdir))
+    path = folder / "mine.yml"
+    path.write_text(yaml.safe_dump({"extends": "example:base", "description": text, "env": {"A": text}}))
+    assert_shown_as_text(cli_runner.invoke(cli, ["--profiles-dir", str(folder), "profiles"]))
+    assert_shown_as_text(cli_runner.invoke(cli, ["validate", "-p", str(path)]))
+    assert_shown_as_text(cli_runner.invoke(cli, ["render", "-p", str(path), "--against", "example:base"]))
+    unit = cli_runner.invoke(cli, ["render", "-p", str(path)])
+    assert unit.exit_code in (0, 2) and "\x1b" not in unit.output and "Traceback" not in unit.output
+
+
+# --- (4) command lines ------------------------------------------------------------------
 
 PROFILE_REFS = [
     "",
