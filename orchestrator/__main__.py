@@ -612,7 +612,7 @@ def history(host: str | None, count: int, as_json: bool) -> None:
         "diagnosis",
     ):
         table.add_column(col, overflow="fold")
-    for r in rows:
+    for r in rows:  # each row's columns hold what the schema says: ledger.history skips others
         table.add_row(
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])),
             *(shown(r[column]) for column in ("host", "action", "profile", "digest")),

@@ -340,7 +340,7 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
     heads += ("ITL p50 ms", "accept len", "errors", "commit", "diagnosis / notes")
     for col in heads:
         table.add_column(col, overflow="fold")
-    for r in rows:
+    for r in rows:  # each row's columns hold what the schema says: ledger.bench_results skips others
         failed = r["result"] != "ok"
         table.add_row(
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])),

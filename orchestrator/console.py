@@ -75,8 +75,19 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 sys.exit(problem.exit_code)
             report_crash(exc)
             sys.exit(1)
+        finally:
+            _ledger_notes()
 
     return wrapper
+
+
+def _ledger_notes() -> None:
+    """The ledger rows this command skipped because they cannot be read (edited by hand: text in a
+    number column), one note each, whatever read them: history, results, a bench's baseline line,
+    a sweep, a rollback's choice of unit."""
+    ledger = sys.modules.get("orchestrator.ledger")  # never loaded: nothing was read
+    for note in ledger.take_unreadable() if ledger is not None else []:
+        err.print(f"note: {shown(note)}", style="yellow")
 
 
 #: What an OSError on a path says about the state directory rather than about the code: it cannot
