@@ -14,12 +14,19 @@ from typing import Any
 
 import click
 from rich.table import Table
-from rich.text import Text
 
 from orchestrator import console, sglang_flags
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
-from orchestrator.console import err, handle_errors, inventory_or_lab, inventory_or_running_lab, out
+from orchestrator.console import (
+    err,
+    handle_errors,
+    inventory_or_lab,
+    inventory_or_running_lab,
+    out,
+    plain,
+    shown,
+)
 from orchestrator.errors import InputError, Problem, ProfileError
 from orchestrator.paths import EXAMPLES_DIR
 
@@ -50,6 +57,11 @@ class LazyGroup(click.Group):
         if cmd_name in VAULT_COMMANDS and command is not None:
             _add_vault_options(command)
         return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Each command handles its own errors (handle_errors); this catches what fails before one
+        runs, such as an option's callback reading a file, so no input ends in a traceback."""
+        return handle_errors(super().invoke)(ctx)
 
 
 #: The commands that run plays against hosts: each takes -K/--ask-become-pass, given here once for all
@@ -243,9 +255,9 @@ def validate(profile_ref: str | None) -> None:
             continue
         plan = plan_mod.build(prof)
         label = ref if ref.startswith(profile_mod.EXAMPLE) else prof.name
-        out.print(f"ok: {label} ({_spec_summary(prof)}, digest {plan.digest})", markup=False)
+        out.print(f"ok: {shown(label)} ({_spec_summary(prof)}, digest {plan.digest})")
         for note in profile_mod.notes(prof):
-            click.echo(f"note: {label}: {note}", err=True)
+            click.echo(f"note: {shown(label)}: {shown(note)}", err=True)
     if problems:
         raise ProfileError(problems)
 
@@ -268,7 +280,7 @@ def render(profile_ref: str, as_json: bool, against: str | None) -> None:
     prof = profile_mod.load(profile_ref)
     notes = [sglang_flags.help_note(prof.server.sglang_version), *profile_mod.notes(prof)]
     for note in filter(None, notes):  # on stderr: stdout stays the unit's exact bytes
-        click.echo(f"note: {note}", err=True)
+        click.echo(f"note: {shown(note)}", err=True)
     plan = plan_mod.build(prof)
     if against:
         other = plan_mod.build(profile_mod.load(against))
@@ -276,9 +288,9 @@ def render(profile_ref: str, as_json: bool, against: str | None) -> None:
         if as_json:
             click.echo(json.dumps({"from": other.profile, "to": plan.profile, "changes": changes}, indent=2))
             return
-        click.echo(f"{other.profile} -> {plan.profile}: {len(changes) or 'no'} change(s)")
-        for line in changes:
-            click.echo(f"  {line}")
+        click.echo(f"{shown(other.profile)} -> {shown(plan.profile)}: {len(changes) or 'no'} change(s)")
+        for line in changes:  # values as the profiles wrote them: an ESC in one is shown as \x1b
+            click.echo(f"  {shown(line)}")
         return
     if as_json:
         click.echo(plan_mod.dumps(plan))
@@ -303,8 +315,8 @@ def profiles() -> None:
     folder, label = profile_mod.profiles_dir()
     table = Table(
         title="profiles",
-        caption=f"profiles folder: {label}{'' if folder.is_dir() else ', not found'}; "
-        f"shipped examples (example:NAME): {EXAMPLES_DIR}",
+        caption=f"profiles folder: {shown(label)}{'' if folder.is_dir() else ', not found'}; "
+        f"shipped examples (example:NAME): {shown(EXAMPLES_DIR)}",
         caption_justify="left",
     )
     for col in ("name", "from", "extends", "algorithm", "steps/top-k/draft", "CUDA graphs"):
@@ -317,18 +329,18 @@ def profiles() -> None:
             prof = profile_mod.load(name)
         except InputError as exc:  # ProfileError, or a file that does not load (bad YAML)
             problems += exc.problems if isinstance(exc, ProfileError) else [Problem("error", "", str(exc))]
-            table.add_row(name, source, "", "", "", "", "[red]invalid: run `validate`[/red]")
+            table.add_row(shown(name), source, "", "", "", "", plain("invalid: run `validate`", "red"))
             continue
         spec = prof.speculative
         trio = "/".join(str(v) for v in (spec.num_steps, spec.eagle_topk, spec.num_draft_tokens))
         table.add_row(
-            name,
+            shown(name),
             source,
-            prof.extends or "",
+            shown(prof.extends or ""),
             spec.algorithm or "-",
             trio if spec.num_steps is not None else "-",
             "on" if prof.server.cuda_graph else "off",
-            prof.description,
+            shown(prof.description),
         )
     out.print(table)
     if problems:
@@ -475,7 +487,7 @@ def _canary(prof: profile_mod.Profile, inv: Path, options: Any, margin: float, o
     before = f"{verdict.before_tok_s:.1f}" if verdict.before_tok_s is not None else "-"
     after = f"{verdict.after_tok_s:.1f}" if verdict.after_tok_s is not None else "-"
     word = "accepted" if verdict.accepted else "REJECTED"
-    err.print(f"canary {verdict.host}: {before} -> {after} tok/s: {word}: {verdict.reason}", markup=False)
+    err.print(f"canary {shown(verdict.host)}: {before} -> {after} tok/s: {word}: {shown(verdict.reason)}")
     if not verdict.accepted:
         for h in report.hosts:
             h.ok = False
@@ -504,7 +516,7 @@ def _show(run: Callable[..., Any], title: str, as_json: bool, check: bool = Fals
         report = run(None)
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
-        with view.LiveHosts(err, title) as live:
+        with view.LiveHosts(err, shown(title)) as live:
             report = run(live.event)
         if check:
             out.print(view.check_details(report))
@@ -538,11 +550,11 @@ def preflight(profile_ref: str, inventory: Path | None, limit: str | None, as_js
             if r.ok:
                 where = f" in image {prof.runtime.image}" if prof.runtime.container else ""
                 summary = f"ok (SGLang {r.sglang_version}{where}, {r.gpus} GPUs, {r.elapsed_s:.1f} s)"
-                out.print(f"{r.host}: {summary}", markup=False)
+                out.print(f"{shown(r.host)}: {shown(summary)}")
             for note in r.notes:
-                out.print(f"{r.host}: note: {note}", style="yellow", markup=False)
+                out.print(f"{shown(r.host)}: note: {shown(note)}", style="yellow")
             for problem in r.problems:
-                out.print(f"{r.host}: {problem}", style="red", markup=False)
+                out.print(f"{shown(r.host)}: {shown(problem)}", style="red")
     sys.exit(0 if results and all(r.ok for r in results) else 1)
 
 
@@ -587,7 +599,7 @@ def history(host: str | None, count: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"history ({ledger.path()})", title_justify="left")
+    table = Table(title=f"history ({shown(ledger.path())})", title_justify="left")
     for col in (
         "time",
         "host",
@@ -600,18 +612,14 @@ def history(host: str | None, count: int, as_json: bool) -> None:
         "diagnosis",
     ):
         table.add_column(col, overflow="fold")
-    for r in rows:
-        style = "red" if r["result"] == "failed" else ""
+    for r in rows:  # each row's columns hold what the schema says: ledger.history skips others
         table.add_row(
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])),
-            r["host"],
-            r["action"],
-            r["profile"],
-            r["digest"],
-            f"[{style}]{r['result']}[/]" if style else r["result"],
+            *(shown(r[column]) for column in ("host", "action", "profile", "digest")),
+            plain(r["result"], "red" if r["result"] == "failed" else ""),
             "yes" if r["restarted"] else "no",
             f"{r['duration_s']:.1f} s",
-            Text(r["diagnosis"]),
+            shown(r["diagnosis"]),
         )
     out.print(table)
 
@@ -641,9 +649,8 @@ def status(inventory: Path | None, limit: str | None, unit_name: str, as_json: b
         sys.exit(1 if unread else 0)
     out.print(view.status_table(rows, unit_name))
     for r in unread:
-        err.print(
-            f"{r.host}: {(r.message.strip() or 'unreachable').splitlines()[0]}", style="red", markup=False
-        )
+        first = (r.message.strip() or "unreachable").splitlines()[0]
+        err.print(f"{shown(r.host)}: {shown(first)}", style="red")
     sys.exit(1 if unread else 0)
 
 
@@ -659,9 +666,9 @@ def stop(inventory: Path | None, limit: str | None, unit_name: str) -> None:
     reports = hostops.stop(inventory_or_running_lab(inventory), unit_name=unit_name, limit=limit)
     for r in reports:
         if r.ok:
-            out.print(f"{r.host}: stopped, GPUs released ({r.elapsed_s:.1f} s)")
+            out.print(f"{shown(r.host)}: stopped, GPUs released ({r.elapsed_s:.1f} s)")
         else:
-            err.print(f"{r.host}: failed at {r.step}: {r.message}", style="red", markup=False)
+            err.print(f"{shown(r.host)}: failed at {shown(r.step)}: {shown(r.message)}", style="red")
     sys.exit(0 if all(r.ok for r in reports) else 1)
 
 
@@ -704,12 +711,12 @@ def verify(profile_ref: str | None, inventory: Path | None, limit: str | None, a
     if as_json:
         click.echo(json.dumps({"profile": profile_ref, "checks": [c.__dict__ for c in checks]}, indent=2))
         sys.exit(0 if all(c.passed for c in checks) else 1)
-    table = Table(title=f"verify {profile_ref}", title_justify="left")
+    table = Table(title=f"verify {shown(profile_ref)}", title_justify="left")
     for col in ("host", "check", "result", "detail"):
         table.add_column(col, overflow="fold")
     for c in checks:
-        result = "[green]pass[/]" if c.passed else "[bold red]FAIL[/]"
-        table.add_row(c.host, c.check, result, Text(c.message))
+        result = plain("pass", "green") if c.passed else plain("FAIL", "bold red")
+        table.add_row(shown(c.host), shown(c.check), result, shown(c.message, keep="\n"))
     out.print(table)
     sys.exit(0 if all(c.passed for c in checks) else 1)
 

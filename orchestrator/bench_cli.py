@@ -26,7 +26,15 @@ from orchestrator import bench as bench_mod
 from orchestrator import console, ledger
 from orchestrator import profile as profile_mod
 from orchestrator import sweep as sweep_mod
-from orchestrator.console import err, handle_errors, inventory_or_lab, inventory_or_running_lab, out
+from orchestrator.console import (
+    err,
+    handle_errors,
+    inventory_or_lab,
+    inventory_or_running_lab,
+    out,
+    plain,
+    shown,
+)
 from orchestrator.errors import InputError
 from orchestrator.runner import TaskEvent
 
@@ -81,15 +89,16 @@ def _progress() -> Iterator[tuple[Callable[[str, int, int], None], Callable[[str
         bar.update(task, description=f"{state['phase']} {phase}".strip(), completed=done, total=total or None)
 
     def on_phase(text: str) -> None:
+        text = shown(text)  # names profiles and hosts
         state["phase"] = text
-        err.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {text}", highlight=False)
+        err.print(Text.assemble((time.strftime("%H:%M:%S"), "dim"), f" {text}"))
         bar.update(task, description=text, completed=0, total=None)
 
     def on_event(ev: TaskEvent) -> None:
         from orchestrator.facts import step_of
 
         if ev.kind == "start" and step_of(ev):
-            bar.update(task, description=f"{state['phase']}: {ev.host} {step_of(ev)}")
+            bar.update(task, description=f"{state['phase']}: {shown(ev.host)} {shown(step_of(ev))}")
 
     with bar:
         yield on_progress, on_phase, on_event
@@ -108,7 +117,7 @@ def bench_table(r: bench_mod.BenchResult) -> Table:
     title = (
         f"bench {t.profile or '?'} on {t.host} ({t.url}, digest {t.digest or '?'}, SGLang {r.sglang_version})"
     )
-    table = Table(title=title, title_justify="left")
+    table = Table(title=shown(title), title_justify="left")  # the host's own words, most of it
     for col in ("metric", "mean", "p50", "p90", "p99"):
         table.add_column(col, justify="right" if col != "metric" else "left")
     tok = r.tok_s
@@ -122,7 +131,7 @@ def bench_table(r: bench_mod.BenchResult) -> Table:
     )
     table.add_row("accept length", accept, "", "", "")
     errors = f"{len(r.errors)} of {len(r.streams)}"
-    table.add_row("errors", f"[red]{errors}[/]" if r.errors else errors, "", "", "")
+    table.add_row("errors", plain(errors, "red" if r.errors else ""), "", "", "")
     settings = f"{r.settings.requests} x {r.settings.max_tokens} tokens, concurrency {r.settings.concurrency}"
     table.add_row("requests", settings, "", "", "")
     table.add_row("output tokens / wall", f"{r.output_tokens} / {r.duration_s:.1f} s", "", "", "")
@@ -169,9 +178,9 @@ def bench(
     out.print(bench_table(result))
     line = standing_line(result)
     if line:
-        out.print(line, markup=False)
+        out.print(shown(line))
     for note in result.notes:
-        err.print(Text(f"note: {note}", style="yellow"))
+        err.print(plain(f"note: {note}", "yellow"))
 
 
 def standing_line(result: bench_mod.BenchResult) -> str:
@@ -195,15 +204,22 @@ def ranking_table(entries: list[sweep_mod.Entry], baseline: str, title: str) -> 
     for rank, e in enumerate(entries, 1):
         if not e.ok:
             table.add_row(
-                "-", e.profile, "-", "-", "0", "-", "-", Text(f"failed: {e.diagnosis}", style="red")
+                "-", shown(e.profile), "-", "-", "0", "-", "-", plain(f"failed: {e.diagnosis}", "red")
             )
             continue
         speedup = f"{e.speedup:.3f}x" if e.speedup is not None else "-"
         span = f"{min(e.tok_s):.1f}..{max(e.tok_s):.1f}"
         name = f"{e.profile} (baseline)" if e.profile == baseline else e.profile
-        note = Text(e.warning, style="bold yellow")
+        note = plain(e.warning, "bold yellow")
         table.add_row(
-            str(rank), name, f"{e.mean:.1f}", span, str(len(e.tok_s)), speedup, _num(e.accept_len, 2), note
+            str(rank),
+            shown(name),
+            f"{e.mean:.1f}",
+            span,
+            str(len(e.tok_s)),
+            speedup,
+            _num(e.accept_len, 2),
+            note,
         )
     return table
 
@@ -271,11 +287,11 @@ def sweep(
     if as_json:
         click.echo(json.dumps(_sweep_json(report), indent=2))
     else:
-        out.print(ranking_table(report.entries, report.baseline, f"sweep {report.sweep_id} on {inv}"))
+        out.print(ranking_table(report.entries, report.baseline, shown(f"sweep {report.sweep_id} on {inv}")))
         if report.left_ok:
-            out.print(f"left deployed: {report.left}")
+            out.print(f"left deployed: {shown(report.left)}")
         else:
-            err.print(Text(f"not restored: {report.left or '-'}: {report.left_message}", style="red"))
+            err.print(plain(f"not restored: {report.left or '-'}: {report.left_message}", "red"))
     sys.exit(0 if report.left_ok and all(e.ok for e in report.entries) else 1)
 
 
@@ -319,29 +335,35 @@ def parse_since(text: str, now: float | None = None) -> float:
 
 
 def results_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"bench results ({ledger.path()})", title_justify="left")
+    table = Table(title=f"bench results ({shown(ledger.path())})", title_justify="left")
     heads = ("time", "host", "profile", "digest", "SGLang", "tok/s", "total tok/s", "TTFT p50 ms")
     heads += ("ITL p50 ms", "accept len", "errors", "commit", "diagnosis / notes")
     for col in heads:
         table.add_column(col, overflow="fold")
-    for r in rows:
+    for r in rows:  # each row's columns hold what the schema says: ledger.bench_results skips others
         failed = r["result"] != "ok"
         table.add_row(
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])),
-            r["host"],
-            r["profile"],
-            r["digest"],
-            r["sglang_version"],
-            "[red]failed[/]" if failed else _num(r["tok_s"]),
+            *(shown(r[column]) for column in ("host", "profile", "digest", "sglang_version")),
+            plain("failed", "red") if failed else _num(r["tok_s"]),
             _num(r["total_tok_s"]),
             _ms(r["ttft_p50_s"]),
             _ms(r["itl_p50_s"]),
             _num(r["accept_len"], 2),
             str(r["errors"]),
-            r["git_commit"][:10],
-            Text(r["diagnosis"] or r["notes"], style="red" if failed else "yellow"),
+            shown(r["git_commit"][:10]),
+            plain(r["diagnosis"] or r["notes"], "red" if failed else "yellow"),
         )
     return table
+
+
+def _check_plot_folder(plot: Path) -> None:
+    try:
+        there = plot.parent.is_dir()
+    except OSError as exc:  # a name over 255 bytes
+        raise InputError(f"--plot {shown(plot)}: {exc.strerror or exc}") from None
+    if not there:
+        raise InputError(f"--plot {shown(plot)}: no folder {shown(plot.parent)} to write it in")
 
 
 @click.command()
@@ -360,9 +382,14 @@ def results(profile: str | None, since: str | None, fmt: str, plot: Path | None,
             "--plot draws with matplotlib, which is not installed: pip install 'orchestrator[plot]' "
             "(under pipx: pipx inject orchestrator matplotlib)"
         )
+    if plot is not None:
+        _check_plot_folder(plot)  # before printing anything
     rows = [dict(r) for r in ledger.bench_results(profile, parse_since(since) if since else None)]
-    if fmt == "csv":
-        click.echo(ledger.to_csv(rows), nl=False)
+    if fmt == "csv":  # escaped as a table is (a terminal shows it); --format json keeps every byte
+        click.echo(
+            ledger.to_csv([{k: shown(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows]),
+            nl=False,
+        )
     elif fmt == "json":
         click.echo(json.dumps(rows, indent=2))
     else:
@@ -372,5 +399,8 @@ def results(profile: str | None, since: str | None, fmt: str, plot: Path | None,
 
         if not rows:
             raise InputError("no results to plot: run bench or sweep first, or widen --since/--profile")
-        drawn = draw(sweep_mod.ranking(rows, baseline), baseline, plot)
-        err.print(f"plot: {plot} ({len(drawn)} profiles)", markup=False)
+        try:
+            drawn = draw(sweep_mod.ranking(rows, baseline), baseline, plot)
+        except OSError as exc:  # a folder this user may not write in, a full disk
+            raise InputError(f"--plot {shown(plot)}: cannot be written: {exc.strerror or exc}") from None
+        err.print(f"plot: {shown(plot)} ({len(drawn)} profiles)")

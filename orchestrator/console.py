@@ -11,6 +11,7 @@ import functools
 import itertools
 import os
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -19,13 +20,36 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.text import Text
 
-from orchestrator.errors import OrchestratorError, ProfileError, StateError, state_dir_error
+from orchestrator.errors import (
+    OrchestratorError,
+    ProfileError,
+    StateError,
+    one_line,
+    short_path,
+    state_dir_error,
+)
 from orchestrator.paths import state_dir
 
-# Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default.
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default. Neither
+# console reads markup or emoji codes in a string: most of what they print is a profile's, a
+# ledger row's or a host's text, where `[/bold]` or `:x:` is data. Style comes from Text objects.
+out = Console(highlight=False, markup=False, emoji=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
+
+
+def shown(value: object, keep: str = "") -> str:
+    """Text a user, a ledger row or a host supplied, as it may be printed: control characters
+    escaped (errors.one_line: ESC is `\\x1b`, é stays é), so it can never drive the terminal. Every
+    command prints such text through this, in tables and in plain lines alike; `keep="\\n"` for a
+    text printed as several lines."""
+    return one_line(str(value), keep)
+
+
+def plain(value: object, style: str = "", keep: str = "") -> Text:
+    """`shown(value)` as a rich Text, for a table cell or a styled line: never read as markup."""
+    return Text(shown(value, keep), style=style)
 
 
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -37,27 +61,49 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except ProfileError as exc:
             for problem in exc.problems:
-                err.print(str(problem), markup=False)
+                err.print(str(problem))
             sys.exit(exc.exit_code)
         except OrchestratorError as exc:
-            err.print(f"error: {exc}", markup=False)
+            err.print(f"error: {shown(exc)}")
             sys.exit(exc.exit_code)
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
         except Exception as exc:
             problem = state_dir_problem(exc)
             if problem is not None:
-                err.print(f"error: {problem}", markup=False)
+                err.print(f"error: {shown(problem)}")
                 sys.exit(problem.exit_code)
             report_crash(exc)
             sys.exit(1)
+        finally:
+            _ledger_notes()
 
     return wrapper
 
 
+def _ledger_notes() -> None:
+    """The ledger rows this command skipped because they cannot be read (edited by hand: text in a
+    number column), one note each, whatever read them: history, results, a bench's baseline line,
+    a sweep, a rollback's choice of unit."""
+    ledger = sys.modules.get("orchestrator.ledger")  # never loaded: nothing was read
+    for note in ledger.take_unreadable() if ledger is not None else []:
+        err.print(f"note: {shown(note)}", style="yellow")
+
+
 #: What an OSError on a path says about the state directory rather than about the code: it cannot
-#: be created, written or filled. ENOENT is not here: a file missing under a usable directory is a bug.
-_UNUSABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.ENOSPC, errno.EDQUOT}
+#: be created, written or filled, or its name is too long or a symlink loop. ENOENT is not here: a
+#: file missing under a usable directory is a bug.
+_UNUSABLE = {
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOTDIR,
+    errno.EEXIST,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.ENAMETOOLONG,
+    errno.ELOOP,
+}
 
 
 def state_dir_problem(exc: BaseException) -> StateError | None:
@@ -73,32 +119,56 @@ def state_dir_problem(exc: BaseException) -> StateError | None:
         if not isinstance(name, (str, bytes, os.PathLike)):
             continue
         where = Path(os.path.abspath(os.fsdecode(name)))
-        if where == root or root in where.parents or where in root.parents:
-            return state_dir_error(f"cannot be used ({exc.strerror}: {where})")
+        if where == root:
+            return state_dir_error(f"cannot be used ({exc.strerror})")
+        if root in where.parents or where in root.parents:
+            return state_dir_error(f"cannot be used ({exc.strerror}: {short_path(where)})")
     return None
 
 
 def report_crash(exc: BaseException) -> None:
-    """Save the traceback to a crash log and say where; print it here when it cannot be saved
-    (a state directory that is a file, read-only or full must not hide the original error)."""
+    """One line: the error, and where its traceback was saved. The log goes under <state>/crash,
+    else (a state directory that is a file, read-only, full or unnamed) to a new private file in
+    the temporary directory, saying why; where neither can be written, the line says so and the
+    traceback is not shown: the user is owed one line, never a second traceback."""
     text = "".join(traceback.format_exception(exc))
-    summary = f"internal error: {exc!r}"
+    summary = f"internal error: {shown(repr(exc))[:500]}"
     try:
-        path = _write_crash_log(text)
-    except OSError as failed:
-        err.print(
-            f"{summary}; the crash log could not be written ({failed}), so here is the traceback:",
-            markup=False,
-        )
-        sys.stderr.write(text)
+        folder = state_dir() / "crash"
+        path = _write_crash_log(text, folder)
+    except (OSError, RuntimeError) as failed:  # RuntimeError: no home directory for the default
+        why = _why(failed)
+        try:
+            path = _write_spare_crash_log(text)
+        except OSError as also:
+            spare = short_path(tempfile.gettempdir())
+            err.print(f"{summary}; no crash log written ({why}; nor in {spare}: {also.strerror or also})")
+            return
+        err.print(f"{summary}; traceback saved to {path} (not in the state directory: {why})")
         return
-    err.print(f"{summary}; traceback saved to {path}", markup=False)
+    err.print(f"{summary}; traceback saved to {path}")
 
 
-def _write_crash_log(text: str) -> Path:
-    """A new file under <state>/crash: the second's time and the pid name it, and O_EXCL with a
-    counter keeps two crashes in one second (one process or two) from overwriting each other."""
-    folder = state_dir() / "crash"
+def _why(failed: BaseException) -> str:
+    """An OSError as `strerror: path`, short, in one line."""
+    if isinstance(failed, OSError) and failed.strerror:
+        where = f": {short_path(failed.filename)}" if failed.filename is not None else ""
+        return f"{failed.strerror}{where}"
+    return shown(failed)
+
+
+def _write_spare_crash_log(text: str) -> Path:
+    """A new 0600 file in the temporary directory ($TMPDIR, else /tmp): mkstemp makes it with
+    O_EXCL under a random name, so another user's file or symlink there cannot take it over."""
+    fd, name = tempfile.mkstemp(prefix=f"orchestrator-crash-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".log")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    return Path(name)
+
+
+def _write_crash_log(text: str, folder: Path) -> Path:
+    """A new file under `folder` (<state>/crash): the second's time and the pid name it, and O_EXCL
+    with a counter keeps two crashes in one second (one process or two) from overwriting each other."""
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     for n in itertools.count(1):
@@ -144,7 +214,7 @@ def inventory_or_lab(path: Path | None) -> Path:
     from orchestrator.lab import hosts as lab_hosts
 
     _say_inventory(f"the lab's, {lab_hosts.lab_dir() / 'inventory.yml'}", NO_INVENTORY)
-    return lab_hosts.up(progress=lambda line: err.print(line, style="dim", markup=False)).inventory
+    return lab_hosts.up(progress=lambda line: err.print(shown(line), style="dim")).inventory
 
 
 def inventory_or_running_lab(path: Path | None) -> Path:
@@ -187,4 +257,4 @@ def _given_or_configured(path: Path | None) -> Path | None:
 
 
 def _say_inventory(which: str, why: str) -> None:
-    err.print(f"inventory: {which} ({why})", style="dim", markup=False)
+    err.print(f"inventory: {shown(which)} ({why})", style="dim")

@@ -27,11 +27,23 @@ class StateError(InputError):
 
 def state_dir_error(why: str) -> StateError:
     """The state directory `why` (e.g. "is a file, not a directory"), and the variable that moves it."""
-    where = "ORCHESTRATOR_STATE_DIR" if os.environ.get("ORCHESTRATOR_STATE_DIR") else "the default"
+    if os.environ.get("ORCHESTRATOR_STATE_DIR"):
+        where = "ORCHESTRATOR_STATE_DIR"
+    else:
+        where = "$XDG_STATE_HOME/orchestrator" if os.environ.get("XDG_STATE_HOME") else "the default"
     return StateError(
-        f"state directory {state_dir()} ({where}) {why}: fix it, or point ORCHESTRATOR_STATE_DIR "
-        "at a writable directory"
+        f"state directory {short_path(state_dir())} ({where}) {why}: fix it, or point "
+        "ORCHESTRATOR_STATE_DIR at a writable directory"
     )
+
+
+def short_path(path: object, limit: int = 200) -> str:
+    """A path for a one-line message: escaped (one_line), and cut in the middle when it is longer
+    than `limit` (an $XDG_STATE_HOME of 5,000 characters must not fill the screen)."""
+    text = one_line(os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path))
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2]}...{text[-limit // 4 :]} ({len(text)} characters)"
 
 
 class Interrupted(OrchestratorError):
@@ -53,14 +65,18 @@ class Problem:
         return one_line(f"{self.source}: {where}{self.message}")
 
 
-def one_line(text: str) -> str:
-    """Escape line breaks and control characters, which a YAML key or value may hold.
+def one_line(text: str, keep: str = "") -> str:
+    """Escape line breaks and control characters, which a YAML key or value may hold: ESC as
+    `\\x1b`, a newline as `\\n`. Printable text, é and 中 included, stays as it is.
 
-    One problem is one line: a key such as "a\\nb" must not start a line of its own.
+    The one rule for every text a user, a ledger row or a host supplied (console.shown): one
+    problem is one line, since a key such as "a\\nb" must not start a line of its own, and no such
+    text can drive the terminal (`\\e]0;title\\a`, `\\e[2J`). `keep` names characters left as they
+    are, such as a newline in a text printed as several lines.
     """
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return "".join(ch if ch.isprintable() or ch in keep else repr(ch)[1:-1] for ch in text)
 
 
 class ProfileError(InputError):

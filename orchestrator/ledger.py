@@ -4,7 +4,8 @@ last known good unit of each host, and every bench result (`bench_results`).
 Versioned schema (PRAGMA user_version, migrations in order), WAL and a busy timeout so
 two orchestrator processes can write at once. Commands that only read open it read-only and
 never migrate it. A ledger that cannot be used (corrupt, a directory, newer or half-migrated,
-not writable) is a StateError naming the file and what to do.
+not writable) is a StateError naming the file and what to do. A row whose value does not fit its
+column (text in a number column, edited by hand) is skipped by every read, with a note naming it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import csv
 import functools
 import io
 import json
+import math
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import StateError, state_dir_error
+from orchestrator.errors import StateError, short_path, state_dir_error
 from orchestrator.paths import state_dir
 
 BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another one before giving up
@@ -188,6 +190,9 @@ def _open_read_only(db: Path) -> sqlite3.Connection:
             ) from e
         conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True)
     conn.row_factory = sqlite3.Row
+    # Text that is not UTF-8 (a hand edit) reaches _unreadable_because as lone surrogates, instead
+    # of sqlite3's "Could not decode to UTF-8" on the whole query.
+    conn.text_factory = lambda raw: raw.decode("utf-8", "surrogateescape")
     return conn
 
 
@@ -322,25 +327,130 @@ def _columns(conn: sqlite3.Connection) -> dict[str, frozenset[str]]:
 
 @functools.cache
 def _expected_columns(version: int) -> dict[str, frozenset[str]]:
-    """The tables and columns after the first `version` migrations, from running them in memory."""
-    conn = sqlite3.connect(":memory:")
-    try:
-        for script in MIGRATIONS[:version]:
-            conn.executescript(script)
-        return _columns(conn)
-    finally:
-        conn.close()
+    """The tables and columns after the first `version` migrations."""
+    return {table: frozenset(columns) for table, columns in _column_types(version).items()}
 
 
 def _select(table: str, query: str, args: Sequence[Any] = (), db: Path | None = None) -> list[sqlite3.Row]:
     """The rows of a read-only query on `table`: none while the ledger does not exist, or is of
-    an older schema that has no such table yet (a ledger from before bench holds no results)."""
+    an older schema that has no such table yet (a ledger from before bench holds no results).
+    A row with a value its column cannot hold is left out, and noted (take_unreadable)."""
     with _reading(db) as conn:
         if conn is None:
             return []
         if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone():
             return []
-        return conn.execute(query, args).fetchall()
+        rows = conn.execute(query, args).fetchall()
+    readable = []
+    for row in rows:
+        problem = _unreadable_because(table, row)
+        if problem is None:
+            readable.append(row)
+        else:
+            _unreadable.append(
+                f"ledger {short_path(db or path())}: {table} row {_row_name(table, row)}: "
+                f"{problem}; the row is skipped (correct or delete it)"
+            )
+    return readable
+
+
+#: Notes on the rows reads have skipped, for the CLI to print (console.handle_errors): one
+#: place for every reader (history, results, a bench's standing, a sweep, a rollback's choice).
+_unreadable: list[str] = []
+
+
+def take_unreadable() -> list[str]:
+    """The notes on rows skipped since the last call, each once, and forgets them."""
+    notes = list(dict.fromkeys(_unreadable))
+    _unreadable.clear()
+    return notes
+
+
+#: The largest number any column holds as this code writes it (times, counts, tok/s, seconds):
+#: a bound on hand edits such as 1e308, which no sum, mean or plot axis survives.
+LARGEST = 1e15
+#: 9999-12-31 23:59:59 UTC: the last second a date can show.
+LAST_TIME = 253402300799.0
+
+
+def _unreadable_because(table: str, row: sqlite3.Row) -> str | None:
+    """Why `row` cannot be used as its table's schema says (its first bad column), or None."""
+    types = _column_types(len(MIGRATIONS)).get(table, {})
+    for column, value in zip(row.keys(), tuple(row), strict=True):  # iterating a Row gives its values
+        if column not in types:
+            continue
+        kind, required = types[column]
+        if value is None:
+            if required:
+                return f"{column} is empty (NULL)"
+            continue
+        problem = _value_problem(column, kind, value)
+        if problem:
+            return f"{column} holds {_shown(value)}, {problem}"
+    return None
+
+
+def _value_problem(column: str, kind: str, value: Any) -> str:
+    """What is wrong with one non-NULL value of a column of type `kind` ("" if nothing)."""
+    if kind == "TEXT":
+        if not isinstance(value, str):
+            return "not text"
+        if any("\udc80" <= ch <= "\udcff" for ch in value):
+            return "not UTF-8 text"
+        if column == "facts" and not _json_object(value):
+            return "not a JSON object"
+        return ""
+    if not isinstance(value, (int, float)):
+        return "not a number"
+    if kind == "INTEGER" and not isinstance(value, int):
+        return "not a whole number"
+    if not (math.isfinite(value) and abs(value) <= LARGEST):
+        return f"out of range (largest {LARGEST:g})"
+    if column == "time" and not 0 <= value <= LAST_TIME:
+        return "not a time (seconds since 1970, before the year 10000)"
+    return ""
+
+
+def _json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    """repr() of a value for a note, cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
+
+
+def _row_name(table: str, row: sqlite3.Row) -> str:
+    """`id 7`, or the key of a table without an id (last_good: host and unit)."""
+    keys = row.keys()
+    if "id" in keys:
+        return f"id {row['id']}"
+    named = [f"{k}={_shown(row[k])}" for k in ("host", "unit_name", "profile") if k in keys]
+    if table == "last_good":
+        named = named[:2]
+    return " ".join(named)
+
+
+@functools.cache
+def _column_types(version: int) -> dict[str, dict[str, tuple[str, bool]]]:
+    """Per table, each column's declared type and whether it is NOT NULL, after the first
+    `version` migrations, from running them in memory."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for script in MIGRATIONS[:version]:
+            conn.executescript(script)
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        query = 'SELECT name, type, "notnull" FROM pragma_table_info(?)'
+        return {
+            t: {name: (kind.upper(), bool(notnull)) for name, kind, notnull in conn.execute(query, (t,))}
+            for t in tables
+        }
+    finally:
+        conn.close()
 
 
 @dataclass(frozen=True)
@@ -412,8 +522,9 @@ def good_unit(host: str, unit_name: str, profile: str | None = None) -> dict[str
 
 
 def previous_good(host: str, unit_name: str, current_digest: str) -> dict[str, Any] | None:
-    """The most recent healthy unit of `host` other than the one it runs now."""
-    query = "SELECT * FROM good_units WHERE host=? AND unit_name=? AND digest!=? ORDER BY time DESC LIMIT 1"
+    """The most recent healthy unit of `host` other than the one it runs now (a row that cannot be
+    read is passed over for the one before it)."""
+    query = "SELECT * FROM good_units WHERE host=? AND unit_name=? AND digest!=? ORDER BY time DESC"
     return _good(next(iter(_select("good_units", query, (host, unit_name, current_digest))), None))
 
 

@@ -1,7 +1,9 @@
 """`logs`: the unit's journal from each host, one line per entry, prefixed by its host.
 
-Kept out of __main__.py, which loads it only when `logs` runs (its LazyGroup); it prints raw
-journal text, so it holds its own small console helpers.
+Kept out of __main__.py, which loads it only when `logs` runs (its LazyGroup). A server's journal
+is the server's text, printed as data: control characters other than tab are escaped (shown), so
+a logged ESC sequence (a colour code, a new window title) is seen as written and never drives the
+terminal.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from orchestrator.console import (
     inventory_option,
     inventory_or_running_lab,
     limit_option,
+    shown,
     unit_option,
 )
 from orchestrator.runner import PlayCanceled
@@ -33,9 +36,9 @@ def format_line(line: logs_mod.LogLine, width: int) -> Iterable[Text]:
     """`host  HH:MM:SS.mmm | message` in local time; a multi-line message keeps the prefix on each line."""
     stamp = line.time.astimezone().strftime("%H:%M:%S.%f")[:-3]
     for part in line.message.splitlines() or [""]:
-        text = Text(line.host.ljust(width), style="cyan")
+        text = Text(shown(line.host).ljust(width), style="cyan")
         text.append(f" {stamp} | ", style="dim")
-        text.append(part)
+        text.append(shown(part, keep="\t"))
         yield text
 
 
@@ -48,7 +51,7 @@ class _Printer:
         self.failed = False
 
     def show(self, batch: logs_mod.LogBatch) -> None:
-        self.width = max([self.width, *(len(h) for h in batch.hosts)])
+        self.width = max([self.width, *(len(shown(h)) for h in batch.hosts)])
         for line in batch.lines:
             for text in format_line(line, self.width):
                 out.print(text)
@@ -56,7 +59,7 @@ class _Printer:
         for host, failure in current.items():
             if self.reported.get(host) != failure.message:
                 what = "unreachable" if failure.unreachable else "journal not read"
-                err.print(Text(f"{host}: {what}: {failure.message}", style="red"))
+                err.print(Text(shown(f"{host}: {what}: {failure.message}"), style="red"))
         self.reported = {h: f.message for h, f in current.items()}
         self.failed = self.failed or bool(current)
 

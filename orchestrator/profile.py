@@ -13,8 +13,10 @@ must cost a second on the control machine, not a five-minute model load.
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, TypeVar
@@ -563,9 +565,15 @@ def resolve_path(ref: str) -> Path:
         return _by_name(ref.removeprefix(EXAMPLE), shipped, where, prefix=EXAMPLE)
     if ref.endswith((".yml", ".yaml")) or "/" in ref:
         path = Path(ref)
-        try:
-            found = path.is_file()
-        except OSError as exc:  # a name over 255 bytes (ENAMETOOLONG), a folder it may not search
+        try:  # not is_file(), which says False for a symlink loop and lets resolve() raise on it
+            found = stat.S_ISREG(os.stat(path).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            found = False
+        except OSError as exc:  # a name over 255 bytes, a folder it may not search, a symlink loop
+            if exc.errno == errno.ELOOP:
+                raise InputError(
+                    f"profile file {_short(ref, 300)} is a symlink loop: point the link at a file"
+                ) from None
             raise InputError(f"no profile file {_short(ref)}: {exc.strerror or exc} ({PATH_RULE})") from None
         if not found:
             raise InputError(f"no profile file {_short(ref)} ({PATH_RULE})")
@@ -716,7 +724,8 @@ def _parent_ref(parent: str, child: Path) -> str:
     if parent.startswith(EXAMPLE):
         return parent
     if "/" in parent or parent.endswith((".yml", ".yaml")):
-        return str((child.parent / parent).resolve())
+        # realpath, not Path.resolve(), which raises on a symlink loop: resolve_path names the loop
+        return os.path.realpath(child.parent / parent)
     return EXAMPLE + parent if is_example(child) else parent
 
 

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from orchestrator import facts as facts_mod
 from orchestrator import hostplan, ledger
 from orchestrator.hostops import status
@@ -51,6 +53,15 @@ def _target(r: HostReport, good: dict[str, Any] | None, failed_digest: str) -> s
         return (
             f"the last known good ({good['profile']}, {good['digest']}) was recorded before orchestrator "
             "kept a unit's facts (port, GPUs, health URL): deploy that profile instead"
+        )
+    try:
+        hostplan.UnitFacts.model_validate(good["facts"])
+    except ValidationError as exc:  # a record edited by hand
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return (
+            f"the facts recorded with the last known good ({good['profile']}, {good['digest']}) cannot be "
+            f"read ({where}: {first['msg']}): deploy that profile instead"
         )
     return ""
 

@@ -32,7 +32,7 @@ def api_key(prof: Profile) -> str:
 def _resolve(ref: ApiKey, where: str) -> str:
     """The secret a {file} or {env} reference names, checked (see api_key)."""
     if ref.file:
-        path = Path(ref.file).expanduser()
+        path = _home_expanded(ref.file, f"{where}.file")
         source = f"{where}.file: {path}"
         return _checked(_read_key_file(path, source), source)
     source = f"{where}.env: ${ref.env}"
@@ -43,6 +43,17 @@ def _resolve(ref: ApiKey, where: str) -> str:
     if any("\udc80" <= ch <= "\udcff" for ch in key):
         raise InputError(f"{source} is not UTF-8 text")
     return _checked(key, source)
+
+
+def _home_expanded(written: str, where: str) -> Path:
+    """The path with `~` or `~user` expanded, or an error naming the field when this machine has no
+    such user (Path.expanduser raises RuntimeError there)."""
+    try:
+        return Path(written).expanduser()
+    except RuntimeError:
+        user = written[1:].split("/", 1)[0]
+        who = f"no user {user!r}" if user else "no home directory for this user"
+        raise InputError(f"{where}: {written!r}: this machine has {who}; give the full path") from None
 
 
 def _read_key_file(path: Path, source: str) -> str:
@@ -119,7 +130,7 @@ _ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([^=\s]+)\s*=")
 def _env_file_text(prof: Profile, index: int) -> str:
     """service.environment_files[index], read here and checked line by line: comments, blank
     lines and NAME=value only, names systemd takes and the profile does not set elsewhere."""
-    path = Path(prof.service.environment_files[index]).expanduser()
+    path = _home_expanded(prof.service.environment_files[index], f"service.environment_files[{index}]")
     source = f"service.environment_files[{index}]: {path}"
     text = _read_key_file(path, source)
     taken = {*prof.env, *prof.nccl, *prof.secret_env, "CUDA_VISIBLE_DEVICES"}

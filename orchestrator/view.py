@@ -1,4 +1,9 @@
-"""Rich output: the live per-host view while a play runs, and the tables after it."""
+"""Rich output: the live per-host view while a play runs, and the tables after it.
+
+Host names, steps, messages, journal lines and process names are the inventory's and the hosts'
+words: each goes through console.shown (or plain), so none is read as markup or can drive the
+terminal.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.console import plain, shown
 from orchestrator.facts import HEALTH, step_of
 from orchestrator.plan import flag_changes
 from orchestrator.report import DeployReport
@@ -50,7 +56,7 @@ class LiveHosts:
                 row["state"], row["end"] = "healthy", ev.at
 
     def _render(self) -> Table:
-        table = Table(title=self.title, title_justify="left")
+        table = Table(title=shown(self.title), title_justify="left")
         for col in ("host", "step", "state", "elapsed"):
             table.add_column(col)
         now = time.monotonic()
@@ -58,7 +64,9 @@ class LiveHosts:
             for host, row in sorted(self.rows.items()):
                 elapsed = (row["end"] or now) - row["start"]
                 style = {"failed": "red", "unreachable": "red", "healthy": "green"}.get(row["state"], "")
-                table.add_row(host, row["step"], Text(row["state"], style=style), f"{elapsed:5.1f} s")
+                table.add_row(
+                    shown(host), shown(row["step"]), plain(row["state"], style), f"{elapsed:5.1f} s"
+                )
         return table
 
 
@@ -68,7 +76,7 @@ def deploy_table(report: DeployReport) -> Table:
         title = report.profile
     elif not report.digest:
         title = f"{'check' if report.check else 'deploy'} {report.profile} (a unit per rank: digest per host)"
-    table = Table(title=title, title_justify="left")
+    table = Table(title=shown(title), title_justify="left")
     for col in ("host", "result", "changed", "restarted", "healthy after", "unit digest", "last step"):
         table.add_column(col)
     rolled = any(h.rolled_back_to or h.rollback_error for h in report.hosts)
@@ -84,16 +92,18 @@ def deploy_table(report: DeployReport) -> Table:
         else:
             result = Text("healthy" if h.ok else "FAILED", style="green" if h.ok else "bold red")
         row = [
-            h.host,
+            shown(h.host),
             result,
             "yes" if h.changed else "no",
             "yes" if h.restarted else "no",
             f"{h.healthy_after_s:.1f} s" if h.healthy_after_s is not None else "-",
-            h.digest or "-",
-            h.step,
+            shown(h.digest or "-"),
+            shown(h.step),
         ]
         if rolled:
-            row.append(f"to {h.rolled_back_to}" if h.rolled_back_to else Text(h.rollback_error, style="red"))
+            row.append(
+                plain(f"to {h.rolled_back_to}") if h.rolled_back_to else plain(h.rollback_error, "red")
+            )
         table.add_row(*row)
     return table
 
@@ -105,21 +115,23 @@ def failures(report: DeployReport) -> Group:
         if h.ok:
             continue
         what = h.diagnosis or f"failed at {h.step}: {h.message}"
-        parts.append(Text(f"{h.host}: {what}", style="bold red"))
+        parts.append(plain(f"{h.host}: {what}", "bold red"))
         if h.diagnosis and h.message and h.step != "health":
             pass  # the diagnosis already quotes Ansible's message
         elif h.message and h.step == "health":
-            parts.append(Text(f"  {h.message}", style="red"))
+            parts.append(plain(f"  {h.message}", "red"))
         for line in h.journal:
-            parts.append(Text(f"  | {line}", style="dim"))
+            parts.append(plain(f"  | {line}", "dim", keep="\t"))
         for k in h.killed:
             parts.append(
-                Text(f"  killed PID {k['pid']} {k['process_name']} ({_mib(k['used_mib'])} on GPU {k['gpu']})")
+                plain(
+                    f"  killed PID {k['pid']} {k['process_name']} ({_mib(k['used_mib'])} on GPU {k['gpu']})"
+                )
             )
         if h.rolled_back_to:
-            parts.append(Text(f"  rolled back to {h.rolled_back_to}", style="yellow"))
+            parts.append(plain(f"  rolled back to {h.rolled_back_to}", "yellow"))
         elif h.rollback_error:
-            parts.append(Text(f"  not rolled back: {h.rollback_error}", style="red"))
+            parts.append(plain(f"  not rolled back: {h.rollback_error}", "red"))
     return Group(*parts)
 
 
@@ -127,21 +139,21 @@ def check_details(report: DeployReport) -> Group:
     """Per host: would it restart and why, the flag-level summary, the unit diff, the GPU state."""
     parts: list[Any] = []
     for h in report.hosts:
-        parts.append(Text(f"── {h.host}", style="bold"))
+        parts.append(plain(f"── {h.host}", "bold"))
         if not h.ok:
-            parts.append(Text(f"  check failed at {h.step}: {h.message}", style="red"))
+            parts.append(plain(f"  check failed at {h.step}: {h.message}", "red"))
             continue
         restart = f"restart: yes ({'; '.join(h.reasons)})" if h.reasons else "restart: no"
-        parts.append(Text(f"  {restart}"))
+        parts.append(plain(f"  {restart}"))
         planned = h.planned_unit
         changes = flag_changes(h.previous_unit, planned) if h.previous_unit != planned else []
         for line in changes:
-            parts.append(Text(f"  {line}", style="cyan"))
+            parts.append(plain(f"  {line}", "cyan"))
         if h.diff:
             for line in h.diff.splitlines():
                 style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
-                parts.append(Text(f"  {line}", style=style))
-        parts.append(Text(f"  GPUs: {_gpu_state(h.gpus)}"))
+                parts.append(plain(f"  {line}", style, keep="\t"))
+        parts.append(plain(f"  GPUs: {_gpu_state(h.gpus)}"))
         out = h.gateway.get("out")
         if out:
             verb = (
@@ -179,7 +191,7 @@ def gateway_steps(report: DeployReport) -> Group:
         style = "yellow" if "left_out" in g else "dim"
         if "left_out" in g:
             said.append(f"LEFT OUT of rotation: {g['left_out']}")
-        parts.append(Text(f"{h.host}: gateway: " + " -> ".join(said), style=style))
+        parts.append(plain(f"{h.host}: gateway: " + " -> ".join(said), style))
     return Group(*parts)
 
 
@@ -224,13 +236,18 @@ def _other_unit(holders: list[dict[str, Any]], unit: str) -> str:
     return f" ({other})" if other and other != unit else ""
 
 
-_HEALTH = {200: "[green]200 ok[/]", 503: "[yellow]503 starting[/]", -1: "[red]no answer[/]", None: "-"}
+_HEALTH = {
+    200: Text("200 ok", style="green"),
+    503: Text("503 starting", style="yellow"),
+    -1: Text("no answer", style="red"),
+    None: Text("-"),
+}
 
 
 def status_table(rows: list[HostStatus], unit_name: str = "") -> Table:
     """One row per unit of each host (a host without one: a row saying so). GPU memory and
     holders are those of the unit's own GPUs."""
-    table = Table(title=f"status of {unit_name}" if unit_name else "status", title_justify="left")
+    table = Table(title=f"status of {shown(unit_name)}" if unit_name else "status", title_justify="left")
     columns = ("host", "unit", "profile", "digest", "port", "GPUs", "state", "MainPID", "uptime")
     for col in (*columns, "health", "accept len", "GPU MiB used", "holders"):
         # What a glance must read whole; the digest and the holders wrap first.
@@ -238,20 +255,20 @@ def status_table(rows: list[HostStatus], unit_name: str = "") -> Table:
     for r in rows:
         gpus = gpu_ranges(r.gpus) if r.gpus else ("all" if r.unit else "-")
         accept = accept_cell(r.speculative, r.accept_len) if r.active_state == "active" else "-"
-        table.add_row(
-            r.host if r.reachable else Text(f"{r.host} (unreachable)", style="red"),
-            r.unit or "-",
-            r.profile or "-",
-            r.digest or "-",
-            str(r.port) if r.port is not None else "-",
+        table.add_row(  # what the host's state files and systemd say: shown, never trusted as text
+            shown(r.host) if r.reachable else plain(f"{r.host} (unreachable)", "red"),
+            shown(r.unit or "-"),
+            shown(r.profile or "-"),
+            shown(r.digest or "-"),
+            shown(r.port if r.port is not None else "-"),
             gpus,
-            r.active_state,
-            str(r.main_pid or "-"),
+            shown(r.active_state),
+            shown(r.main_pid or "-"),
             f"{r.uptime_s:.0f} s" if r.uptime_s is not None else "-",
-            _HEALTH.get(r.health, str(r.health)),
+            _HEALTH.get(r.health, shown(r.health)),
             accept,
-            str(r.gpu_used_mib),
-            holders_line(r.gpu_holders, r.unit) or "-",
+            shown(r.gpu_used_mib),
+            shown(holders_line(r.gpu_holders, r.unit) or "-"),
         )
     return table
 

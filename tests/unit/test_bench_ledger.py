@@ -169,3 +169,22 @@ def test_results_command_prints_table_csv_json_and_plots(tmp_path: Path) -> None
     assert plotted.exit_code == 0 and png.read_bytes()[:4] == b"\x89PNG"
     bad = runner.invoke(results, ["--since", "last week"])
     assert bad.exit_code == 2 and "--since 'last week'" in bad.output
+
+
+def test_a_plot_into_a_folder_that_does_not_exist_is_one_line_before_any_output(tmp_path: Path) -> None:
+    """savefig raised FileNotFoundError after the table was printed: an internal error."""
+    from click.testing import CliRunner
+
+    from orchestrator.bench_cli import results
+
+    ledger.record_bench(ok_row("baseline", 90.0, 1.0))
+    png = tmp_path / "no" / "such" / "plot.png"
+    done = CliRunner().invoke(results, ["--plot", str(png)])
+    assert done.exit_code == 2, done.output
+    assert done.output == f"error: --plot {png}: no folder {png.parent} to write it in\n"
+    (tmp_path / "file").write_text("")
+    done = CliRunner().invoke(results, ["--plot", str(tmp_path / "file" / "plot.png")])
+    assert (done.exit_code, done.output.count("\n")) == (2, 1), done.output
+    done = CliRunner().invoke(results, ["--plot", str(tmp_path / ("x" * 300) / "plot.png")])
+    assert (done.exit_code, done.output.count("\n")) == (2, 1), done.output
+    assert "File name too long" in done.output

@@ -1,5 +1,6 @@
 """A state directory that cannot be used is one line naming it, whichever command finds out; a
-crash still reports itself when its log cannot be written; two crashes keep two logs.
+crash is one line, its log saved in the state directory, else in the temporary directory, else
+skipped with a note, and never a second traceback; two crashes keep two logs.
 
 Tests run as root, which file modes do not stop, so a state directory that cannot be written is
 made with the immutable attribute (`chattr +i`), which the kernel enforces for root too.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,20 +102,50 @@ def test_a_crash_is_saved_to_a_private_log_and_named(state: Path) -> None:
     assert "Traceback (most recent call last)" in log.read_text() and "RuntimeError: boom" in log.read_text()
 
 
-def test_a_crash_whose_log_cannot_be_written_still_reports_itself(state: Path) -> None:
+def spare_log(done: Result, why: str) -> Path:
+    """The one line of a crash whose log went to the temporary directory, and that log."""
+    assert done.exit_code == 1 and isinstance(done.exception, SystemExit)
+    assert done.output.count("\n") == 1 and "Traceback" not in done.output, done.output
+    start = "internal error: RuntimeError('boom'); traceback saved to "
+    assert done.output.startswith(start) and done.output.endswith(f" (not in the state directory: {why})\n")
+    log = Path(done.output.removeprefix(start).split(" ", 1)[0])
+    assert log.parent == Path(tempfile.gettempdir()) and log.name.startswith("orchestrator-crash-")
+    assert log.stat().st_mode & 0o777 == 0o600 and "RuntimeError: boom" in log.read_text()
+    log.unlink()
+    return log
+
+
+def test_a_crash_whose_state_directory_is_a_file_saves_its_log_in_the_temporary_directory(
+    state: Path,
+) -> None:
     state.write_text("")
-    done = CliRunner().invoke(crashes)
-    assert done.exit_code == 1 and isinstance(done.exception, SystemExit)
-    first, *rest = done.output.splitlines()
-    assert first.startswith("internal error: RuntimeError('boom'); the crash log could not be written (")
-    assert f"{state / 'crash'}" in first and first.endswith("so here is the traceback:")
-    assert rest[0] == "Traceback (most recent call last):" and rest[-1] == "RuntimeError: boom"
+    spare_log(CliRunner().invoke(crashes), f"Not a directory: {state / 'crash'}")
 
 
-def test_a_crash_in_a_read_only_state_directory_still_reports_itself(read_only_state: Path) -> None:
+def test_a_crash_whose_crash_folder_is_a_file_saves_its_log_in_the_temporary_directory(state: Path) -> None:
+    state.mkdir()
+    (state / "crash").write_text("")
+    spare_log(CliRunner().invoke(crashes), f"File exists: {state / 'crash'}")
+
+
+def test_a_crash_in_a_read_only_state_directory_saves_its_log_in_the_temporary_directory(
+    read_only_state: Path,
+) -> None:
+    spare_log(CliRunner().invoke(crashes), f"Operation not permitted: {read_only_state / 'crash'}")
+
+
+def test_a_crash_with_nowhere_to_write_its_log_is_one_line_saying_so(
+    state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state.write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-tmp"))
     done = CliRunner().invoke(crashes)
     assert done.exit_code == 1 and isinstance(done.exception, SystemExit)
-    assert "the crash log could not be written" in done.output and "RuntimeError: boom" in done.output
+    assert done.output == (
+        f"internal error: RuntimeError('boom'); no crash log written (Not a directory: {state / 'crash'}; "
+        f"nor in {tmp_path / 'no-such-tmp'}: No such file or directory)\n"
+    )
+    assert done.output.count("\n") == 1 and "Traceback" not in done.output
 
 
 def test_two_crashes_in_one_second_keep_two_logs(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,3 +155,45 @@ def test_two_crashes_in_one_second_keep_two_logs(state: Path, monkeypatch: pytes
     assert len(logs) == 3 and len({o.rsplit(" ", 1)[1] for o in outputs}) == 3
     assert all(log.name.startswith(f"20260101-120000-{os.getpid()}") for log in logs)
     assert all("RuntimeError: boom" in log.read_text() for log in logs)
+
+
+@pytest.mark.parametrize("args", [["history"], ["results"], ["deploy", "--check", "-p", "cg_5tok"]])
+def test_a_state_directory_with_a_name_too_long_is_one_line(
+    args: list[str], inventory: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An $XDG_STATE_HOME of 5,000 characters: ENAMETOOLONG was an internal error whose crash log
+    could not be written either, so the user got two tracebacks."""
+    monkeypatch.delenv("ORCHESTRATOR_STATE_DIR", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / ("x" * 5000)))
+    done = CliRunner().invoke(cli, [*args, *(["-i", str(inventory)] if args[0] == "deploy" else [])])
+    assert done.exit_code == 2, done.output
+    assert done.output.count("\n") == 1 and "Traceback" not in done.output, done.output
+    assert done.output.startswith(f"error: state directory {tmp_path}/xxx"), done.output
+    assert "characters) ($XDG_STATE_HOME/orchestrator) cannot be used (File name too long" in done.output
+    assert done.output.endswith("point ORCHESTRATOR_STATE_DIR at a writable directory\n")
+    assert len(done.output) < 600
+
+
+def test_a_state_directory_in_a_symlink_loop_is_one_line(
+    tmp_path: Path, inventory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "loop" / "state"))
+    done = CliRunner().invoke(cli, ["deploy", "--check", "-p", "cg_5tok", "-i", str(inventory)])
+    one_state_dir_line(done, tmp_path / "loop" / "state")
+    assert "cannot be used (Too many levels of symbolic links: " in done.output, done.output
+
+
+def test_a_failure_before_the_command_runs_is_one_line(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An option's callback (here the one reading ansible.cfg for -K) runs before the command's
+    own error handling: what it raises is still one line, never a traceback."""
+    from orchestrator import ansible_config
+
+    def broken() -> object:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(ansible_config, "read", broken)
+    done = CliRunner().invoke(cli, ["status", "-i", "/dev/null"])
+    assert done.exit_code == 1 and isinstance(done.exception, SystemExit), done.output
+    assert done.output.startswith("internal error: RuntimeError('boom'); traceback saved to "), done.output
+    assert done.output.count("\n") == 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from orchestrator import inventory, rules, runner
+from orchestrator import inventory, ledger, rules, runner
 from orchestrator import profile as profile_mod
 from orchestrator.__main__ import cli
 from orchestrator.errors import InputError
@@ -328,7 +329,151 @@ def test_python_tags_are_not_executed(cli_runner: CliRunner, workdir: Path) -> N
     assert result.stderr.startswith(f"error: {path}: not valid YAML"), result.stderr
 
 
-# --- (3) command lines ------------------------------------------------------------------
+# --- (3) text that reaches the terminal: profile text, ledger rows (issue 21) ------------
+
+#: Markup rich would read, and control sequences a terminal would obey, amid ordinary text.
+HOSTILE_PIECES = [
+    "[/bold]",
+    "[/]",
+    "[link=http://e.invalid]",
+    "[red]",
+    ":warning:",
+    "\x1b]0;pwned\x07",
+    "\x1b[2J",
+    "\x1b[31m",
+    "\x9b2J",
+    "\x07",
+    "\x08",
+    "\r",
+    "\n",
+    "\t",
+    "\x7f",
+    "\u202e",
+    "é",
+    "中",
+    " ",
+    "x",
+]
+hostile_text = st.lists(st.one_of(st.sampled_from(HOSTILE_PIECES), st.text(max_size=5)), max_size=8).map(
+    "".join
+)
+#: Bytes a terminal acts on: C0 controls but the line break and the tab, DEL, C1 controls.
+TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def assert_shown_as_text(result: Result) -> None:
+    """Exit 0 or 2, no traceback, and nothing in the output a terminal would obey."""
+    shown = f"exit {result.exit_code}\n{result.output!r}\n{result.exception!r}"
+    assert result.exit_code in (0, 2), shown
+    assert "Traceback" not in result.output and "internal error" not in result.output, shown
+    assert not TERMINAL_CONTROLS.search(result.output), shown
+
+
+@given(text=hostile_text)
+@_examples(10)
+def test_profile_text_is_printed_as_text(text: str, cli_runner: CliRunner, workdir: Path) -> None:
+    """A description and an env value with markup and control characters: profiles, validate and
+    render --against show them escaped; the unit that render prints quotes them itself."""
+    folder = Path(tempfile.mkdtemp(dir=workdir))
+    path = folder / "mine.yml"
+    path.write_text(yaml.safe_dump({"extends": "example:base", "description": text, "env": {"A": text}}))
+    assert_shown_as_text(cli_runner.invoke(cli, ["--profiles-dir", str(folder), "profiles"]))
+    assert_shown_as_text(cli_runner.invoke(cli, ["validate", "-p", str(path)]))
+    assert_shown_as_text(cli_runner.invoke(cli, ["render", "-p", str(path), "--against", "example:base"]))
+    unit = cli_runner.invoke(cli, ["render", "-p", str(path)])
+    assert unit.exit_code in (0, 2) and "\x1b" not in unit.output and "Traceback" not in unit.output
+
+
+#: Whatever a hand edit may leave in a column: SQLite keeps any value whatever the declared type.
+ledger_values = st.one_of(
+    st.none(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([1e308, -1e308, 1e15, 253402300800.0, -1.0, 0, "abc", "1e308", ""]),
+    hostile_text,
+    st.binary(max_size=8),
+)
+
+
+@pytest.fixture(scope="module")
+def loose_ledger(workdir: Path) -> bytes:
+    """A new ledger whose tables have lost NOT NULL, as one rebuilt by hand may have."""
+    db = workdir / "loose" / "ledger.sqlite"
+    with ledger.connect(db):
+        pass
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=DELETE")  # one file to copy
+    conn.execute("PRAGMA writable_schema=ON")
+    conn.execute("UPDATE sqlite_master SET sql=replace(sql, 'NOT NULL', '') WHERE type='table'")
+    conn.commit()
+    conn.close()
+    return db.read_bytes()
+
+
+#: A row as orchestrator writes it, of each table: the fuzz changes a few of its columns.
+DEPLOY_ROW = {
+    "run_id": "r",
+    "time": 1.8e9,
+    "host": "lab1",
+    "unit_name": "sglang.service",
+    "profile": "cg_5tok",
+    "digest": "d1",
+    "action": "deploy",
+    "result": "healthy",
+    "restarted": 1,
+    "duration_s": 3.0,
+    "diagnosis": "",
+}
+BENCH_ROW = {
+    "run_id": "r",
+    "time": 1.8e9,
+    "host": "lab1",
+    "profile": "cg_5tok",
+    "result": "ok",
+    "tok_s": 80.0,
+}
+
+
+def _edited(row: dict[str, Any], columns: list[str]) -> st.SearchStrategy[dict[str, Any]]:
+    """`row` with up to three columns set to anything (most rows shown, some skipped)."""
+    return st.dictionaries(st.sampled_from(columns), ledger_values, max_size=3).map(lambda edit: row | edit)
+
+
+@given(
+    deploy=_edited(
+        DEPLOY_ROW, [c for c in ledger._column_types(len(ledger.MIGRATIONS))["deploys"] if c != "id"]
+    ),
+    bench=_edited(BENCH_ROW, ledger.BENCH_COLUMNS),
+)
+@_examples(25)
+def test_any_ledger_row_is_shown_or_skipped(
+    deploy: dict[str, Any], bench: dict[str, Any], cli_runner: CliRunner, workdir: Path, loose_ledger: bytes
+) -> None:
+    """A row with any value in any column: history and results show it, escaped, or skip it with
+    a note; never a traceback, and JSON stays JSON."""
+    import json
+
+    state = Path(tempfile.mkdtemp(dir=workdir))
+    (state / "ledger.sqlite").write_bytes(loose_ledger)
+    conn = sqlite3.connect(state / "ledger.sqlite")
+    for table, row in (("deploys", deploy), ("bench_results", bench)):
+        names = ", ".join(row)
+        conn.execute(
+            f"INSERT INTO {table} ({names}) VALUES ({','.join('?' * len(row))})", tuple(row.values())
+        )
+    conn.commit()
+    conn.close()
+    env = {"ORCHESTRATOR_STATE_DIR": str(state)}
+    for args in (["history"], ["results"], ["results", "--format", "csv"]):
+        assert_shown_as_text(cli_runner.invoke(cli, args, env=env))
+    for args in (["history", "--json"], ["results", "--format", "json"]):
+        done = cli_runner.invoke(cli, args, env=env)
+        assert done.exit_code == 0 and "Traceback" not in done.output, done.output
+        assert not TERMINAL_CONTROLS.search(done.stdout.replace("\x7f", "")), done.stdout  # JSON keeps DEL
+        assert len(json.loads(done.stdout)) <= 1
+
+
+# --- (4) command lines ------------------------------------------------------------------
 
 PROFILE_REFS = [
     "",

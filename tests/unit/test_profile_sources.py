@@ -137,3 +137,25 @@ def test_the_checkout_lists_its_profiles_once(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("ORCHESTRATOR_PROFILES", raising=False)
     monkeypatch.chdir(EXAMPLES_DIR.parent)
     assert profile.every() == {name: Path("profiles", f"{name}.yml") for name in profile.examples()}
+
+
+@pytest.mark.parametrize("command", ["validate", "render"])
+def test_a_symlink_loop_is_one_line_naming_the_link(elsewhere: Path, command: str) -> None:
+    """a.yml -> b.yml -> a.yml, a link to itself, and `extends:` naming either: Path.resolve()
+    raised RuntimeError (a traceback), and is_file() said the file was merely missing."""
+    (elsewhere / "a.yml").symlink_to("b.yml")
+    (elsewhere / "b.yml").symlink_to("a.yml")
+    (elsewhere / "self.yml").symlink_to("self.yml")
+    (elsewhere / "child.yml").write_text("extends: ./a.yml\n")
+    (elsewhere / "own.yml").write_text("extends: self.yml\n")
+    cases = {
+        "./a.yml": "error: profile file './a.yml' is a symlink loop: point the link at a file\n",
+        "./self.yml": "error: profile file './self.yml' is a symlink loop: point the link at a file\n",
+        "./child.yml": f"error: child.yml: extends: profile file '{elsewhere / 'a.yml'}' is a symlink loop: "
+        "point the link at a file\n",
+        "./own.yml": f"error: own.yml: extends: profile file '{elsewhere / 'self.yml'}' is a symlink loop: "
+        "point the link at a file\n",
+    }
+    for ref, line in cases.items():
+        done = CliRunner().invoke(cli, [command, "-p", ref])
+        assert (done.exit_code, done.output) == (2, line), done.output

@@ -156,6 +156,28 @@ def test_deploy_with_a_two_line_key_variable_stops_before_any_play(
     assert "api_key.env: $ORCH_TEST_KEY holds 2 lines" in done.output and KEY not in done.output
 
 
+@pytest.mark.parametrize(
+    ("field", "where"),
+    [
+        ("api_key: {file: '~nosuchuser/key'}", "api_key.file"),
+        ("service: {environment_files: ['~nosuchuser/env']}", "service.environment_files[0]"),
+        ("secret_env: {TOKEN: {file: '~nosuchuser/t'}}", "secret_env.TOKEN.file"),
+    ],
+)
+def test_a_home_of_a_user_this_machine_lacks_is_one_line(
+    tmp_path: Path, no_play: Path, field: str, where: str
+) -> None:
+    """Path.expanduser raises RuntimeError for `~nosuchuser`: it was an internal error."""
+    prof = tmp_path / "home.yml"
+    prof.write_text(f"extends: cg_5tok\n{field}\n")
+    done = CliRunner().invoke(cli, ["deploy", "-i", str(no_play), "-p", str(prof)])
+    assert done.exit_code == 2, done.output
+    user = "'~nosuchuser/" + field.split("~nosuchuser/", 1)[1].split("'", 1)[0] + "'"
+    assert (
+        done.output == f"error: {where}: {user}: this machine has no user 'nosuchuser'; give the full path\n"
+    )
+
+
 def test_secret_config_quotes_the_key_for_yaml(tmp_path: Path) -> None:
     path = key_file(tmp_path, b'a"b\\c\n')
     prof = profile.load(str(keyed_profile(tmp_path, f"{{file: {path}}}")))
