@@ -539,14 +539,19 @@ def examples() -> dict[str, Path]:
 
 def is_example(path: Path) -> bool:
     """Whether the file is one of the shipped examples."""
-    return path.resolve().parent == EXAMPLES_DIR
+    return _real(path).parent == EXAMPLES_DIR
+
+
+def _real(path: Path) -> Path:
+    """Path.resolve() without its RuntimeError on a symlink loop (os.path.realpath leaves it as is)."""
+    return Path(os.path.realpath(path))
 
 
 def every() -> dict[str, Path]:
     """Every profile a name finds, by the name that finds it: the profiles folder's, then the shipped
     examples as `example:NAME`, unless the folder is the examples' own (a checkout's profiles/)."""
     found = available()
-    if profiles_dir()[0].resolve() == EXAMPLES_DIR:
+    if _real(profiles_dir()[0]) == EXAMPLES_DIR:
         return found
     return found | {EXAMPLE + name: path for name, path in examples().items()}
 
@@ -698,7 +703,7 @@ def load_raw(ref: str, _seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], Pat
     """The merged mapping of a profile and its `extends` chain, and the file it came from."""
     path = resolve_path(ref)
     data = _read_yaml(path)
-    key = str(path.resolve())
+    key = str(_real(path))
     if key in _seen:
         raise InputError(f"{path}: extends: cycle through {path.stem}")
     parent = data.get("extends")
@@ -737,7 +742,7 @@ def load(ref: str) -> Profile:
 
 def _display(path: Path) -> str:
     try:
-        return str(path.resolve().relative_to(Path.cwd()))
+        return str(_real(path).relative_to(Path.cwd()))
     except ValueError:
         return str(path)
 

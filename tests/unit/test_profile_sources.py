@@ -159,3 +159,14 @@ def test_a_symlink_loop_is_one_line_naming_the_link(elsewhere: Path, command: st
     for ref, line in cases.items():
         done = CliRunner().invoke(cli, [command, "-p", ref])
         assert (done.exit_code, done.output) == (2, line), done.output
+
+
+def test_a_profiles_folder_in_a_symlink_loop_lists_the_examples(elsewhere: Path, monkeypatch) -> None:
+    """$ORCHESTRATOR_PROFILES naming a symlink loop: Path.resolve() raised RuntimeError (exit 1, a crash
+    log); it is a folder that is not found, as a missing one is."""
+    (elsewhere / "loop").symlink_to("loop")
+    monkeypatch.setenv("ORCHESTRATOR_PROFILES", str(elsewhere / "loop"))
+    for command in (["profiles"], ["validate"]):
+        result = CliRunner().invoke(cli, command)
+        assert result.exit_code == 0 and "internal error" not in result.output, result.output
+        assert "example:cg_5tok" in result.stdout
