@@ -628,5 +628,5 @@ def test_nccl_numbers_are_ascii_and_fit_int64(value: str, workdir: Path) -> None
     """str.isdigit() takes '²' (int() then raised) and '١٢٣' (int() reads 123; NCCL does not)."""
     doc = {"extends": "base", "nccl": {"NCCL_BUFFSIZE": value}}
     path = _write(workdir, yaml.safe_dump(doc, allow_unicode=True).encode())
-    with pytest.raises(InputError, match="NCCL_BUFFSIZE: (invalid value|.* is not an integer: NCCL reads)"):
+    with pytest.raises(InputError, match=r"NCCL_BUFFSIZE: (invalid value|.* is not an integer: NCCL reads)"):
         profile_mod.load(str(path))
