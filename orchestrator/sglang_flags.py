@@ -8,11 +8,15 @@ text, so the stand-in accepts exactly what the real server accepts.
 `read_args` resolves a list of extra flags the way SGLang's own argparse parser does
 (unique prefixes, `=` forms, values, choices, stray words), with Python's argparse doing
 the work, so a profile can be checked on the control machine rather than fail on a host.
+The help text shows no types, so beside each help is a table of the `type=` SGLang converts
+each option's value with (`launch_server-types-<version>.json`, read from SGLang's source by
+scripts/sglang_types.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -23,6 +27,7 @@ T = TypeVar("T")
 
 HELP_DIR = Path(__file__).resolve().parent / "sglang_help"
 _HELP_PREFIX = "launch_server-help-"
+_TYPES_PREFIX = "launch_server-types-"
 
 #: A release number as SGLang's tags spell them: 0.5.9, 0.5.10.post1.
 _RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?")
@@ -141,10 +146,13 @@ class OptionSpec:
 
 @dataclass
 class FlagTable:
-    """All options of one SGLang version."""
+    """All options of one SGLang version, and the `type=` SGLang reads each one's value with."""
 
     version: str
     options: list[OptionSpec] = field(default_factory=list)
+    #: option (every spelling) -> the name of SGLang's `type=` for its value, None where it gives
+    #: none: the version's types file (read_types). Empty: values are taken as text.
+    types: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def names(self) -> frozenset[str]:
@@ -231,6 +239,16 @@ def help_path(version: str) -> Path:
     return HELP_DIR / f"{_HELP_PREFIX}{version}.txt"
 
 
+def types_path(version: str) -> Path:
+    """The types of the options of a shipped help, beside it (made by scripts/sglang_types.py)."""
+    return HELP_DIR / f"{_TYPES_PREFIX}{version}.json"
+
+
+def read_types(path: Path) -> dict[str, str | None]:
+    """A types file: option -> the name of SGLang's `type=` for its value (None: none given)."""
+    return json.loads(path.read_text())["types"]
+
+
 def flag_table(version: str) -> FlagTable:
     """The options SGLang `version` is taken to have: those of its nearest shipped help at or
     below it (the table's `version` names that help)."""
@@ -239,7 +257,7 @@ def flag_table(version: str) -> FlagTable:
 
 @cache
 def _table(shipped: str) -> FlagTable:
-    return FlagTable(shipped, parse_help(help_path(shipped).read_text()))
+    return FlagTable(shipped, parse_help(help_path(shipped).read_text()), read_types(types_path(shipped)))
 
 
 class ArgError(Exception):
