@@ -24,6 +24,9 @@ Where the declarations are, and how `type=` follows from them:
   arg_groups/fields/*.py that server_args.py lists in `_INPUT_NAMESPACES`.
 - Every version: the options of smg-grpc-servicer's plugin where the shipped help lists them
   (PLUGIN_TYPES).
+
+scripts/sglang_help.py builds SGLang's real parser from a full install and reports where its
+types differ from these files (`--check` there), which is how the reading here was proven.
 """
 
 from __future__ import annotations

@@ -242,3 +242,26 @@ def test_a_declaration_the_script_cannot_read_is_an_error(tmp_path: Path) -> Non
                     parser.add_argument(NAME, type=int)
             """,
         )
+
+
+# --- scripts/sglang_help.py holds the tables to the parser SGLang builds ---------------
+
+
+def test_the_help_script_reports_where_the_real_parser_types_differ() -> None:
+    spec = importlib.util.spec_from_file_location("sglang_help_script", ROOT / "scripts/sglang_help.py")
+    assert spec and spec.loader
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    # As the driver names them: module and name of a converter, argparse's own --help.
+    real = {**sglang_flags.read_types(sglang_flags.types_path("0.5.9")), "-h": None, "--help": None}
+    real["--forward-hooks"] = "sglang.srt.utils.common.json_list_type"
+    real["--preferred-sampling-params"] = "json.loads"
+    assert script.types_report("0.5.9", real) == ""
+    real["--max-running-requests"] = "str"
+    real["--new-flag"] = "int"
+    del real["--port"]
+    assert script.types_report("0.5.9", real) == (
+        "SGLang 0.5.9's parser and launch_server-types-0.5.9.json differ: types of "
+        "--max-running-requests (parser str, table int); options only in the parser: --new-flag; "
+        "only in the table: --port"
+    )
