@@ -23,6 +23,12 @@ ROOT = Path(__file__).resolve().parents[2]
 VERSIONS = sglang_flags.SHIPPED
 
 
+#: The `type=` names of the shipped tables whose values are taken as text here, and why: str
+#: and none are text in SGLang too; nullable_str maps "" and "None" to None and takes all else;
+#: the cuda-graph parsers read a small grammar of their own, left to SGLang.
+TEXT_TYPES = {None, "str", "nullable_str", "parse_cuda_graph_config_arg", "parse_cuda_graph_backend_arg"}
+
+
 @functools.cache
 def _script():
     spec = importlib.util.spec_from_file_location("sglang_types_script", ROOT / "scripts/sglang_types.py")
@@ -64,6 +70,13 @@ def test_a_typed_option_takes_a_value_and_its_spellings_agree(version: str) -> N
         assert len(kinds) == 1, (opt.names, kinds)
         if opt.nargs is None:
             assert kinds == {None}, (opt.names, kinds)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_type_is_checked_here_or_knowingly_taken_as_text(version: str) -> None:
+    """A converter a new release brings must be decided on: checked (VALUE_KINDS) or text."""
+    for name, kind in sglang_flags.flag_table(version).types.items():
+        assert kind in TEXT_TYPES or kind in sglang_flags.VALUE_KINDS, (name, kind)
 
 
 def test_a_table_of_another_release_fails_the_comparison() -> None:
