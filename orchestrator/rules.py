@@ -184,7 +184,9 @@ def check_extra_args(version: str, extra_args: list[str]) -> Iterator[Finding]:
             yield (loc, _secret_finding(shown, opt.names[0]))
             continue
         if arg.error is not None:
-            yield (loc, _argparse_finding(version, arg.error))
+            kind = sglang_flags.value_kind(version, arg)
+            finding = _argparse_finding(version, arg.error)
+            yield (loc, f"{finding}; SGLang reads this flag's value as {kind}" if kind else finding)
         elif arg.unknown:
             close = difflib.get_close_matches(name, sglang_flags.flag_table(version).names, n=1)
             hint = f"; did you mean {close[0]}?" if close else ""

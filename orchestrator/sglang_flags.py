@@ -8,13 +8,19 @@ text, so the stand-in accepts exactly what the real server accepts.
 `read_args` resolves a list of extra flags the way SGLang's own argparse parser does
 (unique prefixes, `=` forms, values, choices, stray words), with Python's argparse doing
 the work, so a profile can be checked on the control machine rather than fail on a host.
+The help text shows no types, so beside each help is a table of the `type=` SGLang converts
+each option's value with (`launch_server-types-<version>.json`, read from SGLang's source by
+scripts/sglang_types.py): argparse refuses `--max-running-requests x` here as it does there.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,6 +29,7 @@ T = TypeVar("T")
 
 HELP_DIR = Path(__file__).resolve().parent / "sglang_help"
 _HELP_PREFIX = "launch_server-help-"
+_TYPES_PREFIX = "launch_server-types-"
 
 #: A release number as SGLang's tags spell them: 0.5.9, 0.5.10.post1.
 _RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?")
@@ -110,19 +117,67 @@ _ENTRY = re.compile(r"^  (-\S.*?)(?:\s{2,}\S.*)?$")
 #: name says key, password, secret or credential is here or is a path (`--ssl-keyfile`).
 SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password")
 
-#: Options whose value SGLang parses with `type=int` (ServerArgs.add_cli_args in 0.5.9;
-#: arg_groups/fields in 0.5.23) and that the rules read as numbers: argparse then refuses
-#: `--page-size x` here as SGLang does on the host. The help text shows no types.
-INT_FLAGS = frozenset(
-    {
-        "--page-size",
-        "--pp-size",
-        "--pipeline-parallel-size",
-        "--attn-dp-size",
-        "--attention-data-parallel-size",
-        "--speculative-ngram-max-bfs-breadth",
+#: SGLang's `type=` converters, by the name the types files give them (scripts/sglang_types.py),
+#: that a check here applies as SGLang does; each with what a refusal means, and its fix. The
+#: others ("str" or none, nullable_str, parse_cuda_graph_config_arg, ...) take the words as text.
+VALUE_KINDS = {
+    "int": "an integer (type=int): give a whole number such as 8",
+    "float": "a number (type=float): give a number such as 0.85",
+    "human_readable_int": (
+        "an integer with an optional suffix k, M, G, T (decimals allowed) or Ki, Mi, Gi, Ti "
+        "(type=human_readable_int): give a number such as 8192, 8k or 8Ki"
+    ),
+    "json.loads": "JSON (type=json.loads): give one JSON text, such as '{\"key\": 1}'",
+    "json_list_type": "a JSON list (type=json_list_type): give one JSON text, such as '[1, 2]'",
+}
+
+
+def human_readable_int(value: str) -> int:
+    """SGLang's human_readable_int (0.5.15 on): a whole number, or one with an SI suffix (k, M, G, T;
+    `25.6k` is 25600) or an IEC suffix (Ki, Mi, Gi, Ti; no decimals); suffixes are case-sensitive.
+    ValueError otherwise, so argparse says `invalid human_readable_int value: 'x'`."""
+    text = value.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", text)
+    if match is None:
+        return int(text)
+    number, suffix = match.groups()
+    if suffix.endswith("i") and "." in number:
+        raise ValueError(f"decimals with the IEC suffix {suffix}")
+    scale = {
+        "k": 10**3,
+        "M": 10**6,
+        "G": 10**9,
+        "T": 10**12,
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
     }
-)
+    return int(Decimal(number) * scale[suffix])
+
+
+def loads(value: str) -> Any:
+    """SGLang's json.loads, under its name (argparse says `invalid loads value: '{x'` as there);
+    JSON nested past Python's recursion limit is refused too, as it kills SGLang at start."""
+    try:
+        return json.loads(value)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def json_list_type(value: str) -> Any:
+    """SGLang's json_list_type parses with orjson, which refuses all that json.loads refuses (and
+    more: NaN, numbers out of range, lone surrogates), so this refuses nothing SGLang takes."""
+    return loads(value)
+
+
+_CONVERTERS: dict[str, Callable[[str], Any]] = {
+    "int": int,  # argparse semantics, as SGLang's: ' 7 ', '1_000' and other digits pass
+    "float": float,
+    "human_readable_int": human_readable_int,
+    "json.loads": loads,
+    "json_list_type": json_list_type,
+}
 
 
 @dataclass(frozen=True)
@@ -141,10 +196,13 @@ class OptionSpec:
 
 @dataclass
 class FlagTable:
-    """All options of one SGLang version."""
+    """All options of one SGLang version, and the `type=` SGLang reads each one's value with."""
 
     version: str
     options: list[OptionSpec] = field(default_factory=list)
+    #: option (every spelling) -> the name of SGLang's `type=` for its value, None where it gives
+    #: none: the version's types file (read_types). Empty: values are taken as text.
+    types: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def names(self) -> frozenset[str]:
@@ -231,6 +289,16 @@ def help_path(version: str) -> Path:
     return HELP_DIR / f"{_HELP_PREFIX}{version}.txt"
 
 
+def types_path(version: str) -> Path:
+    """The types of the options of a shipped help, beside it (made by scripts/sglang_types.py)."""
+    return HELP_DIR / f"{_TYPES_PREFIX}{version}.json"
+
+
+def read_types(path: Path) -> dict[str, str | None]:
+    """A types file: option -> the name of SGLang's `type=` for its value (None: none given)."""
+    return json.loads(path.read_text())["types"]
+
+
 def flag_table(version: str) -> FlagTable:
     """The options SGLang `version` is taken to have: those of its nearest shipped help at or
     below it (the table's `version` names that help)."""
@@ -239,7 +307,7 @@ def flag_table(version: str) -> FlagTable:
 
 @cache
 def _table(shipped: str) -> FlagTable:
-    return FlagTable(shipped, parse_help(help_path(shipped).read_text()))
+    return FlagTable(shipped, parse_help(help_path(shipped).read_text()), read_types(types_path(shipped)))
 
 
 class ArgError(Exception):
@@ -287,29 +355,39 @@ def build_parser(
                 continue
             kwargs["action"] = "store_true"
         else:
-            kwargs.update(_value_kwargs(opt))
+            kwargs.update(_value_kwargs(opt, table.types))
         if _REQUIRED.intersection(opt.names) and not fragments:
             kwargs["required"] = True
         parser.add_argument(*opt.names, **kwargs)
     return parser
 
 
-def _value_kwargs(opt: OptionSpec) -> dict[str, Any]:
-    """nargs, choices and type of an option that takes values, as far as the help shows them."""
+def _value_kwargs(opt: OptionSpec, types: dict[str, str | None]) -> dict[str, Any]:
+    """nargs and choices of an option that takes values, as the help shows them, and the type
+    SGLang converts each value with (`types`), so argparse refuses what SGLang's refuses."""
     kwargs: dict[str, Any] = {}
     if opt.nargs != "1":
         kwargs["nargs"] = opt.nargs
-    if opt.choices and all(c.lstrip("-").isdigit() for c in opt.choices):
-        # `--log-requests-level {0,1,2,3}`: SGLang has type=int, so "01" is 1 there.
-        kwargs["type"] = int
-        kwargs["choices"] = [int(c) for c in opt.choices]
+    convert = _CONVERTERS.get(types.get(opt.names[0]) or "")
+    if convert is not None:
+        kwargs["type"] = convert
+    if opt.choices and convert in (int, float):
+        # argparse checks a choice after converting it: `--log-requests-level {0,1,2,3}` is
+        # type=int in SGLang, so "01" is 1 there.
+        kwargs["choices"] = [kwargs["type"](c) for c in opt.choices]
     elif opt.choices:
         kwargs["choices"] = list(opt.choices)
     elif opt.metavar and not opt.metavar.startswith("["):
         kwargs["metavar"] = opt.metavar.split(" ")[0]
-    if INT_FLAGS.intersection(opt.names):
-        kwargs["type"] = int
     return kwargs
+
+
+def value_kind(version: str, arg: ExtraArg) -> str | None:
+    """How SGLang reads the value argparse refused in `arg`, and the fix, when its type refused it
+    ("an integer (type=int): give a whole number such as 8"); None for other refusals."""
+    if arg.option is None or arg.error is None or not re.search(r": invalid \S+ value: ", arg.error):
+        return None
+    return VALUE_KINDS.get(flag_table(version).types.get(arg.option.names[0]) or "")
 
 
 # --- Reading extra flags as SGLang would --------------------------------------------

@@ -20,7 +20,10 @@ changes nothing; `--check` proves it):
 - one blank line at the end, as `print(parser.format_help())` leaves it.
 
 It also lists the options SGLang's parser takes but hides from --help (`help=SUPPRESS`), which
-argparse still matches prefixes against: they belong in sglang_flags.HIDDEN.
+argparse still matches prefixes against: they belong in sglang_flags.HIDDEN. And it compares the
+`type=` of every option of that parser with the version's shipped types table, which
+scripts/sglang_types.py reads from SGLang's source without installing it: a difference is
+reported, so the table is proven against the parser SGLang itself builds.
 
 What pip installs is what a host gets today: SGLang pins most of its dependencies, but not all,
 and a newer smg-grpc-servicer adds --servicer-impl, --metrics-port and --metrics-host to the
@@ -54,10 +57,17 @@ PROG = "python -m sglang.launch_server"
 DRIVER = """
 import argparse, json, os, runpy, sys
 hidden = []
+types = {}
+def type_name(t):
+    if t is None:
+        return None
+    module, name = getattr(t, "__module__", ""), getattr(t, "__qualname__", repr(t))
+    return name if module == "builtins" else f"{module}.{name}"
 print_help = argparse.ArgumentParser.print_help
 def noting_print_help(self, file=None):
     self.prog = os.environ["SGLANG_HELP_PROG"]
     hidden.extend(a.option_strings for a in self._actions if a.option_strings and a.help == argparse.SUPPRESS)
+    types.update((o, type_name(a.type)) for a in self._actions for o in a.option_strings)
     print_help(self, file)
 argparse.ArgumentParser.print_help = noting_print_help
 sys.argv = [os.environ["SGLANG_HELP_PROG"], "--help"]
@@ -68,7 +78,7 @@ except SystemExit as exc:
     code = exc.code
 sys.stdout.flush()
 with open(os.environ["SGLANG_HELP_HIDDEN"], "w") as fh:
-    json.dump(hidden, fh)
+    json.dump({"hidden": hidden, "types": types}, fh)
 sys.exit(code)
 """
 
@@ -110,8 +120,9 @@ for text in m.requires("sglang") or []:
 """
 
 
-def produce(version: str, python: str, work: Path, without: list[str]) -> tuple[str, list[list[str]]]:
-    """(the help text, the hidden options) of SGLang `version`, from a fresh venv under `work`."""
+def produce(version: str, python: str, work: Path, without: list[str]) -> tuple[str, dict]:
+    """(the help text, {"hidden": options, "types": option -> type}) of SGLang `version`'s parser,
+    from a fresh venv under `work`."""
     venv = work / "venv"
     _run([python, "-m", "venv", str(venv)])
     pip = [str(venv / "bin/python"), "-m", "pip", "--disable-pip-version-check", "install", "-q"]
@@ -152,6 +163,35 @@ def verify(version: str, text: str) -> None:
         raise Failed(f"SGLang {version}'s help lacks {', '.join(sorted(missing))}: not a launch_server help")
 
 
+def types_report(version: str, types: dict[str, str | None]) -> str:
+    """Where the `type=` of SGLang's parser differs from the shipped table (scripts/sglang_types.py),
+    as one line; "" where they agree. The parser names a converter by module and name
+    (sglang.srt.utils.common.json_list_type), the table as the source spells it (json_list_type),
+    so the last parts are compared."""
+    path = sglang_flags.types_path(version)
+    if not path.is_file():
+        return f"no {path.name}: run scripts/sglang_types.py {version}"
+    table = sglang_flags.read_types(path)
+    real = {n: t for n, t in types.items() if n not in ("-h", "--help")}
+    differ = [
+        f"{n} (parser {real[n]}, table {table[n]})"
+        for n in sorted(real.keys() & table.keys())
+        if _last(real[n]) != _last(table[n])
+    ]
+    only_real, only_table = sorted(real.keys() - table.keys()), sorted(table.keys() - real.keys())
+    if not (differ or only_real or only_table):
+        return ""
+    return (
+        f"SGLang {version}'s parser and {path.name} differ: types of {', '.join(differ) or 'none'}; "
+        f"options only in the parser: {', '.join(only_real) or 'none'}; only in the table: "
+        f"{', '.join(only_table) or 'none'}"
+    )
+
+
+def _last(type_name: str | None) -> str | None:
+    return None if type_name is None else type_name.rpartition(".")[2]
+
+
 def hidden_report(version: str, hidden: list[list[str]]) -> str:
     listed = {n for o in sglang_flags.HIDDEN.get(version, ()) for n in o.names}
     found = {n for names in hidden for n in names}
@@ -188,7 +228,7 @@ def main() -> int:
     for version in args.versions:
         work = Path(tempfile.mkdtemp(prefix=f"sglang-help-{version}-"))
         try:
-            text, hidden = produce(version, args.python, work, args.without)
+            text, parsed = produce(version, args.python, work, args.without)
             verify(version, text)
         except Failed as exc:
             print(f"error: SGLang {version}: {exc}", file=sys.stderr)
@@ -200,9 +240,13 @@ def main() -> int:
             else:
                 shutil.rmtree(work, ignore_errors=True)
         path = args.out / sglang_flags.help_path(version).name
-        note = hidden_report(version, hidden)
+        note = hidden_report(version, parsed["hidden"])
         if note:
             print(f"note: {note}", file=sys.stderr)
+        typed = types_report(version, parsed["types"])
+        if typed:
+            print(f"note: {typed}", file=sys.stderr)
+            failed += args.check
         if args.check:
             same = path.is_file() and path.read_text() == text
             print(f"{path}: {'identical' if same else 'DIFFERS'} ({len(text.encode())} bytes produced)")

@@ -151,6 +151,122 @@ def test_accepted_as_argparse_accepts(version: str, args: list[str]) -> None:
     assert _messages(version, args) == []
 
 
+# --- values of the type SGLang declares (issue 21) -----------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(
+    ("args", "kind"),
+    [
+        (["--max-running-requests", "x"], "an integer (type=int): give a whole number"),
+        (["--chunked-prefill-size", "1.5"], "an integer (type=int): give a whole number"),
+        (["--chunked-prefill-size=8.0"], "an integer (type=int): give a whole number"),
+        (["--schedule-conservativeness", "abc"], "a number (type=float): give a number"),
+        # A modelled field, so never right in extra_args; a bad value says so by its type first.
+        (["--mem-fraction-static", "abc"], "a number (type=float): give a number"),
+        (["--watchdog-timeout", "5m"], "a number (type=float)"),
+        (["--numa-node", "0", "x"], "an integer (type=int)"),  # nargs="+": each value converted
+    ],
+    ids=repr,
+)
+def test_a_value_sglang_would_not_convert_is_refused(version: str, args: list[str], kind: str) -> None:
+    """Before issue 21 only six hand-picked flags had type=int: `--max-running-requests x` passed
+    here and SGLang's argparse killed the server on the host, after the old one was stopped."""
+    (message,) = _messages(version, args)
+    flag, _, value = " ".join(args).replace("=", " ").partition(" ")
+    value = value.split()[-1]
+    assert message.startswith(f"server.extra_args[0]: SGLang {version} would exit at start with: ")
+    assert f"argument {flag}: invalid " in message and f" value: {value!r}" in message
+    assert f"; SGLang reads this flag's value as {kind}" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--max-running-requests", "8"],
+        ["--max-running-requests", "-1"],
+        ["--max-running-requests", "+8"],
+        # What Python's int() takes, SGLang's argparse takes: underscores, blanks, other digits.
+        ["--max-running-requests", "1_000"],
+        ["--max-running-requests", " 7 "],
+        ["--max-running-requests", "\u0663"],  # ARABIC-INDIC DIGIT THREE
+        ["--chunked-prefill-size=-1"],
+        ["--schedule-conservativeness", "0.3"],
+        ["--schedule-conservativeness", "1e-3"],
+        ["--schedule-conservativeness", "1"],
+        ["--watchdog-timeout", " 600 "],
+        ["--preferred-sampling-params", '{"temperature": 0}'],
+    ],
+    ids=repr,
+)
+def test_a_value_sglang_converts_is_accepted(version: str, args: list[str]) -> None:
+    assert _messages(version, args) == []
+
+
+def test_a_profile_with_a_value_sglang_would_not_convert_fails_to_load(tmp_path: Path) -> None:
+    """Issue 21 as a user meets it: the profile is refused before anything on a host changes."""
+    path = tmp_path / "p.yml"
+    path.write_text("extends: cg_5tok\nserver: {extra_args: [--max-running-requests, x]}\n")
+    with pytest.raises(ProfileError) as info:
+        profile.load(str(path))
+    assert "server.extra_args[0]: " in str(info.value)
+    assert "invalid int value: 'x'; SGLang reads this flag's value as an integer (type=int)" in str(
+        info.value
+    )
+
+
+def test_values_are_read_as_sglang_converts_them() -> None:
+    values = sglang_flags.option_values(
+        "0.5.9", ["--max-running-requests", " 1_000 ", "--schedule-conservativeness", "0.5"]
+    )
+    assert values["--max-running-requests"] == 1000
+    assert values["--schedule-conservativeness"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("version", "args", "expected"),
+    [
+        # 0.5.15 on: human_readable_int, whole numbers with SI or IEC suffixes.
+        ("0.5.15", ["--max-total-tokens", "8k"], None),
+        ("0.5.23", ["--max-total-tokens", "25.6k"], None),
+        ("0.5.23", ["--max-total-tokens", " 2Ki "], None),
+        ("0.5.23", ["--max-total-tokens", "1.5Ki"], "invalid human_readable_int value: '1.5Ki'"),
+        ("0.5.23", ["--max-total-tokens", "8K"], "invalid human_readable_int value: '8K'"),
+        ("0.5.23", ["--max-total-tokens", "x"], "type=human_readable_int): give a number such as 8192"),
+        ("0.5.9", ["--max-total-tokens", "8k"], "invalid int value: '8k'"),  # a plain int in 0.5.9
+        # json.loads and json_list_type: SGLang's own parse fails at start on text that is not JSON.
+        ("0.5.9", ["--preferred-sampling-params", "{temperature: 0}"], "invalid loads value"),
+        ("0.5.23", ["--preferred-sampling-params", "[" * 5000], "as JSON (type=json.loads)"),
+        ("0.5.9", ["--forward-hooks", "[1,]"], "as a JSON list (type=json_list_type)"),
+        ("0.5.9", ["--forward-hooks", "[]"], None),
+    ],
+    ids=lambda v: repr(v)[:40],
+)
+def test_sglang_converters_of_its_own(version: str, args: list[str], expected: str | None) -> None:
+    messages = _messages(version, args)
+    if expected is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and expected in messages[0], messages
+
+
+def test_human_readable_int_reads_as_sglang_documents_it() -> None:
+    read = sglang_flags.human_readable_int
+    assert [read("1k"), read("1M"), read("25.6k"), read("1Ki"), read("1Mi"), read("7")] == [
+        1000,
+        1_000_000,
+        25600,
+        1024,
+        1_048_576,
+        7,
+    ]
+    for bad in ("1.5Ki", "1m", "k", "1 k", "1.5"):
+        with pytest.raises(ValueError):
+            read(bad)
+
+
 # --- the check agrees with argparse on the whole command line ----------------------------
 
 CROSS_CHECK = [
@@ -176,6 +292,11 @@ CROSS_CHECK = [
     ["--lora-paths"],
     ["--lora-paths", "a", "b"],
     ["--enable-dp-attention", "--moe-dense-tp-size", "1"],
+    ["--max-running-requests", "x"],
+    ["--max-running-requests", "1_000"],
+    ["--chunked-prefill-size", "1.5"],
+    ["--mem-fraction-static", "abc"],
+    ["--cuda-graph-max-bs", "8.5"],
 ]
 
 

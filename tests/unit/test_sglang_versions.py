@@ -192,7 +192,7 @@ def test_the_standin_installs_every_shipped_help_and_refuses_others(tmp_path: Pa
     standins.install_packages(tmp_path, "0.5.15")
     package = tmp_path / standins.DIST_PACKAGES / "sglang"
     assert sorted(p.name for p in (package / "_help").iterdir()) == sorted(
-        sglang_flags.help_path(v).name for v in sglang_flags.SHIPPED
+        p.name for v in sglang_flags.SHIPPED for p in (sglang_flags.help_path(v), sglang_flags.types_path(v))
     )
     assert '"0.5.15"' in (package / "version.py").read_text()
     with pytest.raises(ValueError, match=re.escape("unsupported SGLang version 0.5.16")):

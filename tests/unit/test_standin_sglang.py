@@ -171,6 +171,13 @@ def test_0_5_23_rejects_the_old_cuda_graph_flag_as_ambiguous(tmp_path: Path) -> 
     assert "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode" in result.stderr
 
 
+def test_a_value_of_the_wrong_type_is_an_argparse_error(lab: Lab) -> None:
+    """SGLang declares --max-running-requests type=int; the stand-in reads the same types table."""
+    result = lab.run("--model-path", str(lab.target), "--max-running-requests", "x")
+    assert result.returncode == 2
+    assert "error: argument --max-running-requests: invalid int value: 'x'" in result.stderr
+
+
 def test_missing_model_path(lab: Lab) -> None:
     result = lab.run("--model-path", "/data/models/nope")
     assert result.returncode == 1

@@ -61,9 +61,8 @@ def install_packages(rootfs: Path, sglang_version: str) -> None:
     shutil.copy2(Path(sglang_flags.__file__), package / "_flags.py")
     (package / "_help").mkdir()
     for version in sglang_flags.SHIPPED:
-        shutil.copy2(
-            sglang_flags.help_path(version), package / "_help" / sglang_flags.help_path(version).name
-        )
+        for path in (sglang_flags.help_path(version), sglang_flags.types_path(version)):
+            shutil.copy2(path, package / "_help" / path.name)
     set_sglang_version(rootfs, sglang_version)
 
 

@@ -1,8 +1,9 @@
 """Command line of the stand-in: exactly the flags of the installed version, plus `--config`.
 
-The parser is built from the real `--help` text of the version in sglang/version.py (the
-copied orchestrator.sglang_flags does that), so a flag of another version fails here as
-it fails on a real host: argparse usage and exit 2.
+The parser is built from the real `--help` text of the version in sglang/version.py and the
+types SGLang converts values with (the copied orchestrator.sglang_flags does that), so a flag
+of another version, or `--max-running-requests x`, fails here as it fails on a real host:
+argparse usage and exit 2.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ DEFAULT_PORT = 30000
 
 def flag_table(version: str = __version__) -> _flags.FlagTable:
     text = (HELP_DIR / f"launch_server-help-{version}.txt").read_text()
-    return _flags.FlagTable(version, _flags.parse_help(text))
+    types = _flags.read_types(HELP_DIR / f"launch_server-types-{version}.json")
+    return _flags.FlagTable(version, _flags.parse_help(text), types)
 
 
 def version_tuple(version: str = __version__) -> tuple[int, ...]:
