@@ -105,8 +105,11 @@ def _systemd(check: Callable[[str], list[str]]) -> AfterValidator:
 
 
 def _env_name(name: str) -> str:
-    """systemd drops non-ASCII names; rules.check_env words the other bad names (and the same for ASCII)."""
-    problem = None if name.isascii() else systemd_rules.env_name_problem(name)
+    """A variable's name in env or secret_env, both of which reach the server's environment (an
+    Environment= line, or a line of its EnvironmentFile= or the engine's --env-file, where a newline
+    in the name would start another variable): one systemd takes, and not one it sets itself for
+    the unit to rely on."""
+    problem = systemd_rules.env_name_problem(name) or systemd_rules.service_manager_env_problem(name)
     if problem:
         raise ValueError(problem)
     return name

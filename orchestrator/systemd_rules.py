@@ -130,6 +130,30 @@ def env_name_problem(name: str) -> str | None:
     )
 
 
+#: Variables systemd sets for the service itself that the unit relies on, and why: a profile's
+#: Environment= or EnvironmentFile= assignment would override them (exec_child() merges the
+#: manager's own variables first and the unit's after, the later winning).
+#:
+#: The others systemd sets (systemd.exec(5), "Environment Variables Set or Propagated by the
+#: Service Manager") may be set: $HOME, $USER, $LOGNAME and $SHELL are service.user's defaults,
+#: which a site may move ($HOME for caches); the unit never reads $INVOCATION_ID, $JOURNAL_STREAM
+#: or $MAINPID (status and logs take the journal's own _SYSTEMD_INVOCATION_ID field); and
+#: $NOTIFY_SOCKET and $WATCHDOG_* matter only to podman's --sdnotify=conmon, whose environment is
+#: out of a profile's reach (a container unit has no Environment= lines: the variables go to the
+#: container). LD_PRELOAD and the like stay allowed as well: the profile already chooses the
+#: executable, and preloading an allocator (jemalloc) is an ordinary setting.
+SERVICE_MANAGER_ENV = {
+    "CREDENTIALS_DIRECTORY": "systemd sets it to the unit's credentials directory, where ExecStart's "
+    "--config word finds the API key; set there, it would send --config to another file",
+}
+
+
+def service_manager_env_problem(name: str) -> str | None:
+    """An environment variable name systemd sets for the service and the unit relies on."""
+    why = SERVICE_MANAGER_ENV.get(name)
+    return f"{name} cannot be set here: {why}; remove it" if why else None
+
+
 # --- [Service] options the profile may set (service.limits, service.extra) ------------------------
 
 #: A resource limit as systemd's config_parse_limit() reads it: a number, a size with a binary

@@ -31,7 +31,7 @@ import yaml
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import container, plan, profile, systemd_rules
+from orchestrator import container, plan, profile, secrets, systemd_rules
 from orchestrator.errors import ProfileError
 
 SYSTEMD = Path("/lib/systemd/systemd")
@@ -260,6 +260,9 @@ REFUSED = [
     ("service.working_directory", "/" + "d/" * 2047 + "d"),
     ("env.NAÏVE", "1"),
     ("env.A\u0661", "1"),
+    ("env.A-B", "1"),
+    ("env.1X", "1"),
+    ("env.", "1"),
 ]
 
 
@@ -335,6 +338,48 @@ def test_special_characters_read_back_in_every_field(value: str, systemd: System
             doc["server"]["python"] = f"/opt/py{value}"
     prof = _load(tmp_path, doc)
     assert_reads_exactly(systemd, plan.build(prof), prof)
+
+
+def _env_file_reading(text: str, tmp: Path) -> dict[str, str]:
+    """What systemd's environment-file parser (parse_env_file_internal(), which EnvironmentFile=
+    uses through load_env_file()) makes of `text`: the environment.d generator reads a file with
+    the same parser and prints the variables; those of this machine's own environment.d are left out."""
+    generator = Path("/usr/lib/systemd/user-environment-generators/30-systemd-environment-d-generator")
+    if not generator.exists():
+        pytest.skip(f"{generator} is missing: systemd is not installed here")
+
+    def read(body: str) -> dict[str, str]:
+        (tmp / "environment.d").mkdir(exist_ok=True)
+        (tmp / "environment.d" / "50-test.conf").write_text(body)
+        out = subprocess.run(
+            ["env", "-i", f"XDG_CONFIG_HOME={tmp}", str(generator)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        return dict(line.split("=", 1) for line in out.splitlines())
+
+    machine = read("")
+    return {k: v for k, v in read(text).items() if machine.get(k) != v}
+
+
+def test_a_secret_env_name_with_a_newline_is_refused_where_systemd_would_set_another(tmp_path: Path) -> None:
+    """#21: `"A\\nLD_PRELOAD"` became two lines of the EnvironmentFile=, and systemd set LD_PRELOAD."""
+    name, ref = "A\nLD_PRELOAD", {"env": "X"}
+    with pytest.raises(ProfileError) as info:
+        _load(tmp_path, {"extends": "cg_5tok", "secret_env": {name: ref}})
+    assert [p.loc for p in info.value.problems] == [f"secret_env.{name}"]
+    assert "systemd" in info.value.problems[0].message and "\n" not in str(info.value.problems[0])
+    # The line secrets.py would have written for it, as systemd reads it.
+    assert _env_file_reading(secrets._env_line(name, "/tmp/evil.so"), tmp_path) == {
+        "LD_PRELOAD": "/tmp/evil.so"
+    }
+
+
+def test_an_environment_file_export_line_is_one_systemd_drops(tmp_path: Path) -> None:
+    """systemd's parser knows no `export`: `export A=1` names "export A" (refused in
+    service.environment_files: tests/unit/test_real_host_profile.py)."""
+    assert _env_file_reading("export A=1\n  B = 2\n", tmp_path) == {"B": "2"}
 
 
 # --- every shipped profile -----------------------------------------------------------------
