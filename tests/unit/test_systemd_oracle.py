@@ -7,7 +7,8 @@ and stub targets for its default dependencies.
 
 From the dump this reads the executable, argv, environment and working directory. The only
 step systemd leaves to start time is ExecStart='s `$` expansion (replace_env_argv()), which
-`_expand` applies: `$$` becomes `$`, and a `$NAME` or `${NAME}` it would expand fails the test.
+`_expand` applies: `$$` becomes `$`, `${CREDENTIALS_DIRECTORY}` the unit's credentials directory,
+and any other `$NAME` or `${NAME}` it would expand fails the test.
 
 For generated profiles over every free-text field, either the profile is refused with located
 problems, or what systemd reads equals plan.argv, plan.environment and working_directory. And
@@ -41,6 +42,8 @@ UNIT = "sglang.service"
 STUBS = ["sysinit.target", "basic.target", "shutdown.target", "network-online.target", "system.slice"]
 STUBS += ["rescue.target"]
 TEST_MODE = ["--test", "--system", f"--unit={UNIT}", "--no-pager"]
+#: What systemd sets $CREDENTIALS_DIRECTORY to for the unit under test, a system service.
+CREDENTIALS = plan.credentials_dir(UNIT)
 
 
 def _prefix() -> list[str]:
@@ -169,10 +172,9 @@ def _command_line(line: bytes) -> list[str]:
 
 
 def _expand(word: str) -> str:
-    """replace_env_argv() at start: `$$` is `$`; an expansion fails the test (plan means only one:
-    the API key's credential, which systemd expands to the unit's credentials directory)."""
-    if word == plan.CREDENTIAL_ARG:
-        return word
+    """replace_env_argv() at start: `$$` is `$`; `${CREDENTIALS_DIRECTORY}` is the unit's credentials
+    directory (the API key's word, which plan means systemd to expand: whether it is the planned
+    one, at Plan.credential_at, is for the caller to compare); any other expansion fails the test."""
     out, i = [], 0
     if re.match(r"\$[A-Za-z0-9_]", word):
         raise AssertionError(f"systemd would expand the word {word!r} from the environment")
@@ -180,6 +182,9 @@ def _expand(word: str) -> str:
         if word.startswith("$$", i):
             out.append("$")
             i += 2
+        elif word.startswith("${CREDENTIALS_DIRECTORY}", i):
+            out.append(CREDENTIALS)
+            i += len("${CREDENTIALS_DIRECTORY}")
         elif word.startswith("${", i):
             raise AssertionError(f"systemd would expand ${{...}} in {word!r}")
         else:
@@ -193,11 +198,13 @@ def assert_reads_exactly(systemd: Systemd, p: plan.Plan, prof: profile.Profile) 
     assert reading.complaints == [], (reading.complaints, p.unit)
     assert reading.load_state == "loaded", p.unit
     assert reading.executable == prof.server.python, p.unit
-    assert reading.argv == p.argv, p.unit
+    assert reading.argv == p.started_argv(CREDENTIALS), p.unit
     assert reading.environment == p.environment, p.unit
     assert reading.working_directory == prof.service.working_directory, p.unit
     # plan's own reading of a unit (used to compare deployed units) agrees with systemd's.
     assert plan.parse_unit(p.unit) == (p.argv, p.environment)
+    started = plan.parse_unit(p.unit, {"CREDENTIALS_DIRECTORY": CREDENTIALS})
+    assert started == (p.started_argv(CREDENTIALS), p.environment)
     return reading
 
 
@@ -319,6 +326,7 @@ SPECIAL_VALUES = [
     "",
     "  padded\t",
     "all: \\ \" ' % $X ${Y} \t \n \r \x01 \x7f é 😀 ; # ~",
+    plan.CREDENTIAL_ARG,  # a profile's own text, never the word systemd expands
 ]
 
 
@@ -338,6 +346,30 @@ def test_special_characters_read_back_in_every_field(value: str, systemd: System
             doc["server"]["python"] = f"/opt/py{value}"
     prof = _load(tmp_path, doc)
     assert_reads_exactly(systemd, plan.build(prof), prof)
+
+
+def test_the_credential_word_from_a_profile_reaches_sglang_as_written(
+    systemd: Systemd, tmp_path: Path
+) -> None:
+    """#21: only the --config word plan emits is left for systemd to expand, by its place. The same
+    text as served_model_name or in extra_args was written unescaped too, so systemd replaced it
+    with the unit's credentials directory (the server would have read the API key file as its chat
+    template)."""
+    doc = {
+        "extends": "cg_5tok",
+        "server": {
+            "served_model_name": plan.CREDENTIAL_ARG,
+            "extra_args": ["--chat-template", plan.CREDENTIAL_ARG],
+        },
+        "api_key": {"env": "SGLANG_KEY"},
+    }
+    prof = _load(tmp_path, doc)
+    p = plan.build(prof)
+    argv = systemd.read(p.unit).argv
+    assert argv[argv.index("--served-model-name") + 1] == plan.CREDENTIAL_ARG
+    assert argv[argv.index("--chat-template") + 1] == plan.CREDENTIAL_ARG
+    assert argv[argv.index("--config") + 1] == f"{CREDENTIALS}/{plan.CREDENTIAL}"
+    assert_reads_exactly(systemd, p, prof)
 
 
 def _env_file_reading(text: str, tmp: Path) -> dict[str, str]:
@@ -426,7 +458,7 @@ def test_real_host_options_read_back_as_systemd_means_them(systemd: Systemd, tmp
     assert reading.setting("LimitNOFILE") == ["65536"]
     assert reading.setting("Nice") == ["-5"]
     assert reading.setting("CPUAffinity") == ["0-31 64-95"]
-    assert reading.argv[-2:] == ["--config", "${CREDENTIALS_DIRECTORY}/sglang-config.yaml"]
+    assert reading.argv[-2:] == ["--config", f"{CREDENTIALS}/sglang-config.yaml"]
 
 
 @pytest.mark.parametrize(
@@ -498,9 +530,11 @@ def test_container_units_read_back_exactly(kind: str, value: str, systemd: Syste
     reading = systemd.read(p.unit)
     assert reading.complaints == [] and reading.load_state == "loaded", (reading.complaints, p.unit)
     assert reading.executable == container.ENGINES[kind]
-    assert reading.argv == p.exec_argv and reading.argv[-len(p.argv) :] == p.argv
+    started = p.started_argv(CREDENTIALS)
+    assert reading.argv == [*p.engine_argv, *started] and reading.argv[-len(p.argv) :] == started
     assert reading.environment == {}
     assert plan.parse_unit(p.unit) == (p.argv, p.environment)
+    assert plan.parse_unit(p.unit, {"CREDENTIALS_DIRECTORY": CREDENTIALS})[0] == started
     assert p.environment["A"] == value and f"--env=A={value}" in reading.argv
     name = UNIT.removesuffix(".service")
     if kind == "podman":
