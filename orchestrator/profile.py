@@ -115,6 +115,35 @@ def _env_name(name: str) -> str:
     return name
 
 
+#: The longest file name a host derives from service.unit_name is its facts file's temporary copy,
+#: `.<unit>.json.XXXXXXXX` (module_utils write_atomic): 15 bytes more than the name itself, within
+#: NAME_MAX. The others are shorter: <stem>.config.yaml and <stem>.env beside it, the unit file,
+#: /run/credentials/<unit>, the lock <unit>.lock, the container named <stem>.
+UNIT_NAME_LIMIT = systemd_rules.NAME_MAX - len("..json.XXXXXXXX")
+
+
+def _unit_name(name: str) -> str:
+    """A plain service unit's name, as systemd takes it and the host's files named after it can hold it.
+
+    systemd takes `.sglang.service`, but the host's listing of its orchestrator units skips names
+    starting with '.' (module_utils deployed_units: they are write_atomic's temporary files), so
+    such a unit's facts would never be seen: its port, GPUs and neighbours unchecked."""
+    problems = systemd_rules.unit_name_problems(name)
+    if name.startswith("."):
+        problems.append(
+            f"{_short(name)} starts with '.', which the host takes for a temporary file of its own "
+            "(its facts would be skipped); remove the dot"
+        )
+    if not problems and len(name) > UNIT_NAME_LIMIT:
+        problems = [
+            f"is {len(name)} characters long: a file the host names after it (.<unit>.json.XXXXXXXX) "
+            f"would exceed {systemd_rules.NAME_MAX} bytes; use at most {UNIT_NAME_LIMIT}"
+        ]
+    if problems:
+        raise ValueError("; ".join(problems))
+    return name
+
+
 def _gpu_set(value: Any) -> Any:
     """`[4, 5, 6, 7]`, `"4-7"` or `"0-1,6,7"` as a list of nvidia-smi indexes, in the given order
     (CUDA_VISIBLE_DEVICES's order is the server's GPU 0, 1, ...)."""
@@ -259,8 +288,10 @@ class Limits(_Model):
 class Service(_Model):
     """The systemd unit and how long each phase may take."""
 
-    unit_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9:_.@-]+\.service$")] = Field(
-        "sglang.service", description="Name of the systemd unit, ending in .service."
+    unit_name: Annotated[str, AfterValidator(_unit_name)] = Field(
+        "sglang.service",
+        description="Name of the systemd unit, ending in .service: ASCII letters, digits and ':-_.\\', "
+        f"no '@', at most {UNIT_NAME_LIMIT} characters.",
     )
     user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$")] = Field(
         "root", description="User the server runs as."

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import plan, profile, sglang_flags
+from orchestrator import __main__ as main_mod
+from orchestrator import logs_cli, plan, profile, sglang_flags
 from orchestrator.__main__ import cli
 
 
@@ -152,6 +153,22 @@ def test_working_directory_escapes_specifiers_only() -> None:
 
 
 # --- CLI -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["stop", "rollback", "logs"])
+def test_a_unit_name_systemd_cannot_use_is_bad_input(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#21: `--unit` is a unit name as systemd takes it, before any host is asked (or a lab started:
+    without an inventory these commands use the lab's)."""
+
+    def no_hosts(*args: object) -> None:
+        raise AssertionError("the command went on to its hosts")
+
+    for module in (main_mod, logs_cli):
+        for name in ("inventory_or_lab", "inventory_or_running_lab"):
+            monkeypatch.setattr(module, name, no_hosts, raising=False)
+    result = CliRunner().invoke(cli, [command, "--unit", "sglang@.service"])
+    assert result.exit_code == 2, result.output
+    assert "'sglang@.service' names a template ('@')" in result.output
 
 
 def test_render_json_shape() -> None:

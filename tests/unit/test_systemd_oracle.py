@@ -17,6 +17,7 @@ every value a systemd_rules rule refuses is one systemd refuses or changes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -412,6 +413,50 @@ def test_an_environment_file_export_line_is_one_systemd_drops(tmp_path: Path) ->
     """systemd's parser knows no `export`: `export A=1` names "export A" (refused in
     service.environment_files: tests/unit/test_real_host_profile.py)."""
     assert _env_file_reading("export A=1\n  B = 2\n", tmp_path) == {"B": "2"}
+
+
+@pytest.mark.parametrize(
+    ("name", "verify_accepts", "loads"),
+    [
+        ("sglang@.service", True, "Unit name sglang@.service is missing the instance name"),
+        ("@.service", False, None),
+        ("s" * 248 + ".service", False, None),
+    ],
+)
+def test_each_refused_unit_name_is_one_systemd_cannot_run(
+    name: str, verify_accepts: bool, loads: str | None, systemd: Systemd, tmp_path: Path
+) -> None:
+    """#21: the host's `systemd-analyze verify` (sglang_unit's check before it writes) passes a
+    template, which PID 1's own loader then cannot run: `systemd --test` with it as its default unit
+    says so. The others systemd refuses outright (a file name of 256 bytes cannot even be created)."""
+    assert systemd_rules.unit_name_problems(name)
+    path = tmp_path / name
+    with contextlib.suppress(OSError):
+        path.write_text("[Service]\nExecStart=/bin/true\n")
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is missing: systemd is not installed here")
+    verify = subprocess.run([analyze, "verify", str(path)], capture_output=True, text=True, timeout=60)
+    assert (verify.returncode == 0) == verify_accepts, verify.stderr
+    if loads is None:
+        return
+    unit = systemd.unit_dir / name
+    unit.write_text(path.read_text())
+    unit.chmod(0o644)
+    try:
+        test_mode = ["--test", "--system", f"--unit={name}", "--no-pager"]
+        result = subprocess.run(
+            [*systemd.prefix, "env", "-i", f"SYSTEMD_UNIT_PATH={systemd.unit_dir}", str(SYSTEMD), *test_mode],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            timeout=60,
+            check=False,
+        )
+    finally:
+        unit.unlink()
+    block = result.stdout.partition(f"\t-> Unit {name}:\n")[2].split("\n\t-> Unit ")[0]
+    assert loads in result.stderr + block, (result.stderr, block)
 
 
 # --- every shipped profile -----------------------------------------------------------------
