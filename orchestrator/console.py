@@ -200,8 +200,23 @@ def limit_option(
     return click.option("--limit", "-l", metavar="PATTERN", help=help_text)
 
 
+def _unit_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """--unit: a name systemd takes for a unit file of ours (systemd_rules.unit_name_problems)."""
+    from orchestrator import systemd_rules
+
+    problems = systemd_rules.unit_name_problems(value)
+    if problems:
+        raise click.BadParameter("; ".join(problems))
+    return value
+
+
 unit_option = click.option(
-    "--unit", "unit_name", default="sglang.service", show_default=True, help="The systemd unit of the server."
+    "--unit",
+    "unit_name",
+    default="sglang.service",
+    show_default=True,
+    callback=_unit_name,
+    help="The systemd unit of the server.",
 )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -49,6 +49,10 @@ class Plan:
     #: A container runtime's `run` command up to and including the image, which ExecStart= puts
     #: before `argv`; empty on the host runtime. `environment` is then the container's.
     engine_argv: list[str] = field(default_factory=list)
+    #: Where in `argv` the one word is that systemd expands at start (CREDENTIAL_ARG, the API key's
+    #: --config file), when the profile has an API key. Every other word reaches SGLang as written,
+    #: the same text from a profile included.
+    credential_at: int | None = None
 
     @property
     def digest(self) -> str:
@@ -60,18 +64,30 @@ class Plan:
         """ExecStart='s whole command: the engine's `run` and then SGLang's argv, or SGLang's argv."""
         return [*self.engine_argv, *self.argv]
 
+    def started_argv(self, credentials: str | None = None) -> list[str]:
+        """`argv` as SGLang gets it: the credential word as systemd expands it at start, with the
+        unit's credentials directory (`credentials`: what the server's $CREDENTIALS_DIRECTORY says)."""
+        argv = list(self.argv)
+        if self.credential_at is not None:
+            where = credentials if credentials is not None else credentials_dir(self.unit_name)
+            argv[self.credential_at] = f"{where}/{CREDENTIAL}"
+        return argv
+
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"argv": self.argv, "environment": self.environment, "unit": self.unit}
         if self.engine_argv:
             out["engine_argv"] = self.engine_argv
+        if self.credential_at is not None:
+            out["credential_at"] = self.credential_at
         return out
 
 
 # --- argv ---------------------------------------------------------------------------
 
 
-def build_argv(profile: Profile) -> list[str]:
-    """SGLang's command line for the profile, spelled for its SGLang version."""
+def build_argv(profile: Profile, node: Node | None = None) -> tuple[list[str], int | None]:
+    """SGLang's command line for the profile (for one node of a multi-node server, when given),
+    spelled for its SGLang version, and where in it the credential word is (Plan.credential_at)."""
     s = profile.server
     version = s.sglang_version
 
@@ -107,9 +123,13 @@ def build_argv(profile: Profile) -> list[str]:
     if s.enable_metrics:
         argv += opt("enable_metrics")
     argv += _speculative_argv(profile, opt)
+    credential_at = None
     if profile.api_key is not None:
         argv += opt("config", CREDENTIAL_ARG)
-    return argv + list(s.extra_args)
+        credential_at = len(argv) - 1
+    if node is not None:
+        argv += node_argv(profile, node)
+    return argv + list(s.extra_args), credential_at
 
 
 def _speculative_argv(profile: Profile, opt) -> list[str]:
@@ -138,7 +158,8 @@ CREDENTIAL = "sglang-config.yaml"
 #: How the server finds it: systemd expands ${CREDENTIALS_DIRECTORY} in ExecStart= to the
 #: unit's private credentials directory (/run/credentials/<unit>), readable by service.user
 #: only, so a non-root server reads a key its user could never read from /etc/orchestrator.
-#: The one ExecStart= word written unescaped (quote_exec_arg).
+#: The one ExecStart= word written unescaped, at Plan.credential_at: by its place, never by its
+#: text, which a profile may also write (exec_start).
 CREDENTIAL_ARG = f"${{CREDENTIALS_DIRECTORY}}/{CREDENTIAL}"
 
 
@@ -212,20 +233,20 @@ def _escape(text: str, *, dollar: bool) -> str:
 
 
 def quote_exec_arg(arg: str) -> str:
-    """One ExecStart word that systemd hands to the process unchanged, byte for byte.
+    """One ExecStart word that systemd hands to the process unchanged, byte for byte: every `$`
+    is `$$`, whatever the word says (`${CREDENTIALS_DIRECTORY}/...` from a profile included).
 
     Word 0 is an absolute path (validated), so ExecStart's `-@:+!` prefixes never apply.
-    CREDENTIAL_ARG alone is left for systemd to expand (no profile value can be it: `--config`
-    is refused in extra_args).
     """
-    if arg == CREDENTIAL_ARG or (arg and set(arg) <= _SAFE):
+    if arg and set(arg) <= _SAFE:
         return arg
     return f'"{_escape(arg, dollar=True)}"'
 
 
-def exec_start(argv: list[str], engine_argv: Sequence[str] = ()) -> str:
+def exec_start(argv: list[str], engine_argv: Sequence[str] = (), credential_at: int | None = None) -> str:
     """ExecStart's value, one flag and its values per line (systemd joins `\\`-ended lines); a
-    container engine's `run` first, one option per line and the image on its own."""
+    container engine's `run` first, one option per line and the image on its own. The word at
+    `credential_at` of `argv` (Plan.credential_at) alone is written for systemd to expand."""
     lines: list[list[str]] = [[]]
     for i, arg in enumerate(engine_argv):
         if i > 1:
@@ -236,7 +257,11 @@ def exec_start(argv: list[str], engine_argv: Sequence[str] = ()) -> str:
     for i, arg in enumerate(argv):
         if arg.startswith("--") and i > 2:
             lines.append([])
-        lines[-1].append(quote_exec_arg(arg))
+        if i == credential_at:
+            assert arg == CREDENTIAL_ARG, f"word {i} is {arg!r}, not the credential"
+            lines[-1].append(arg)
+        else:
+            lines[-1].append(quote_exec_arg(arg))
     return " \\\n    ".join(" ".join(words) for words in lines)
 
 
@@ -245,13 +270,25 @@ def command_line(words: list[str]) -> str:
     return " ".join(quote_exec_arg(word) for word in words)
 
 
-def unquote_exec(exec_start: str) -> list[str]:
-    """How systemd turns an ExecStart= value into argv: `_unquote`, then `$$` is `$` at start.
+def unquote_exec(exec_start: str, environ: Mapping[str, str] | None = None) -> list[str]:
+    """How systemd turns an ExecStart= value into argv: `_unquote`, then at start `$$` is `$` and
+    `${NAME}` is NAME's value (replace_env_argv()), from `environ` when given (an unset one is
+    empty); without it such a word stays as written, as Plan.argv spells the credential word.
 
     The inverse of `exec_start` for what it emits; tests/unit/test_systemd_oracle.py proves both
     against systemd's own reading.
     """
-    return [word.replace("$$", "$") for word in _unquote(exec_start)]
+
+    def expand(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        return match.group(0) if environ is None else environ.get(match.group(1), "")
+
+    return [_REFERENCE.sub(expand, word) for word in _unquote(exec_start)]
+
+
+#: What replace_env_argv() replaces inside a word: `$$`, and `${NAME}` (plan writes no bare `$NAME`).
+_REFERENCE = re.compile(r"\$\$|\$\{([^}]*)\}")
 
 
 def _unquote(text: str) -> list[str]:
@@ -334,8 +371,10 @@ def render_unit(
     argv: list[str],
     environment: dict[str, str],
     engine: container.Service | None = None,
+    credential_at: int | None = None,
 ) -> str:
-    """The unit text: SGLang's argv on the host, or inside `engine`'s container."""
+    """The unit text: SGLang's argv on the host, or inside `engine`'s container; the word at
+    `credential_at` is left for systemd to expand (Plan.credential_at)."""
     svc = profile.service
     env_file = env_file_path(profile)
     settings = engine or container.Service()
@@ -358,7 +397,7 @@ def render_unit(
             # --env-file), not from systemd: the engine's CLI needs none of them.
             environment_lines=[] if engine else [environment_line(k, v) for k, v in environment.items()],
             exec_start_pre=[command_line(c) for c in settings.start_pre],
-            exec_start=exec_start(argv, settings.run),
+            exec_start=exec_start(argv, settings.run, credential_at),
             exec_stop=[command_line(c) for c in settings.stop],
             exec_stop_post=[command_line(c) for c in settings.stop_post],
             start_timeout_s=svc.start_timeout_s,
@@ -400,11 +439,7 @@ def node_argv(profile: Profile, node: Node) -> list[str]:
 
 def build(profile: Profile, node: Node | None = None) -> Plan:
     """The plan of a validated profile (for one node of a multi-node server, when given)."""
-    argv = build_argv(profile)
-    if node is not None:
-        extra = len(profile.server.extra_args)
-        cut = len(argv) - extra
-        argv = [*argv[:cut], *node_argv(profile, node), *argv[cut:]]
+    argv, credential_at = build_argv(profile, node)
     environment = build_environment(profile)
     engine = _engine(profile, environment, node.nnodes if node else 1)
     return Plan(
@@ -412,13 +447,14 @@ def build(profile: Profile, node: Node | None = None) -> Plan:
         unit_name=profile.service.unit_name,
         argv=argv,
         environment=environment,
-        unit=render_unit(profile, argv, environment, engine),
+        unit=render_unit(profile, argv, environment, engine, credential_at),
         port=profile.server.port,
         secret_path=secret_path(profile) if profile.api_key else None,
         env_file_path=env_file_path(profile),
         user=profile.service.user,
         runtime=profile.runtime.kind,
         engine_argv=engine.run if engine else [],
+        credential_at=credential_at,
     )
 
 
@@ -449,11 +485,12 @@ def dumps(plan: Plan) -> str:
     return json.dumps(plan.to_json(), indent=2)
 
 
-def parse_unit(unit: str) -> tuple[list[str], dict[str, str]]:
+def parse_unit(unit: str, environ: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
     """The argv and environment a unit text gives SGLang (for comparing deployed units); in a
-    container unit, the words after the image and the engine's --env words."""
+    container unit, the words after the image and the engine's --env words. `environ`: what
+    systemd expands in ExecStart= at start (unquote_exec)."""
     match = re.search(r"^ExecStart=(.*?)(?=\n[^ \n]|\Z)", unit, re.S | re.M)
-    argv = unquote_exec(match.group(1)) if match else []
+    argv = unquote_exec(match.group(1), environ) if match else []
     env = {}
     for value in re.findall(r"^Environment=(.*)$", unit, re.M):
         for assignment in _unquote(value):  # Environment= expands no `$`

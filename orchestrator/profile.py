@@ -131,10 +131,42 @@ def _systemd(check: Callable[[str], list[str]]) -> AfterValidator:
 
 
 def _env_name(name: str) -> str:
-    """systemd drops non-ASCII names; rules.check_env words the other bad names (and the same for ASCII)."""
-    problem = None if name.isascii() else systemd_rules.env_name_problem(name)
+    """A variable's name in env or secret_env, both of which reach the server's environment (an
+    Environment= line, or a line of its EnvironmentFile= or the engine's --env-file, where a newline
+    in the name would start another variable): one systemd takes, and not one it sets itself for
+    the unit to rely on."""
+    problem = systemd_rules.env_name_problem(name) or systemd_rules.service_manager_env_problem(name)
     if problem:
         raise ValueError(problem)
+    return name
+
+
+#: The longest file name a host derives from service.unit_name is its facts file's temporary copy,
+#: `.<unit>.json.XXXXXXXX` (module_utils write_atomic): 15 bytes more than the name itself, within
+#: NAME_MAX. The others are shorter: <stem>.config.yaml and <stem>.env beside it, the unit file,
+#: /run/credentials/<unit>, the lock <unit>.lock, the container named <stem>.
+UNIT_NAME_LIMIT = systemd_rules.NAME_MAX - len("..json.XXXXXXXX")
+
+
+def _unit_name(name: str) -> str:
+    """A plain service unit's name, as systemd takes it and the host's files named after it can hold it.
+
+    systemd takes `.sglang.service`, but the host's listing of its orchestrator units skips names
+    starting with '.' (module_utils deployed_units: they are write_atomic's temporary files), so
+    such a unit's facts would never be seen: its port, GPUs and neighbours unchecked."""
+    problems = systemd_rules.unit_name_problems(name)
+    if name.startswith("."):
+        problems.append(
+            f"{_short(name)} starts with '.', which the host takes for a temporary file of its own "
+            "(its facts would be skipped); remove the dot"
+        )
+    if not problems and len(name) > UNIT_NAME_LIMIT:
+        problems = [
+            f"is {len(name)} characters long: a file the host names after it (.<unit>.json.XXXXXXXX) "
+            f"would exceed {systemd_rules.NAME_MAX} bytes; use at most {UNIT_NAME_LIMIT}"
+        ]
+    if problems:
+        raise ValueError("; ".join(problems))
     return name
 
 
@@ -295,8 +327,10 @@ class Limits(_Model):
 class Service(_Model):
     """The systemd unit and how long each phase may take."""
 
-    unit_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9:_.@-]+\.service$")] = Field(
-        "sglang.service", description="Name of the systemd unit, ending in .service."
+    unit_name: Annotated[str, AfterValidator(_unit_name)] = Field(
+        "sglang.service",
+        description="Name of the systemd unit, ending in .service: ASCII letters, digits and ':-_.\\', "
+        f"no '@', at most {UNIT_NAME_LIMIT} characters.",
     )
     user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$")] = Field(
         "root", description="User the server runs as."

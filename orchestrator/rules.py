@@ -529,8 +529,6 @@ def check_env(env: dict[str, str]) -> Iterator[Finding]:
     for name in env:
         if name.startswith("NCCL_"):
             yield (f"env.{name}", "NCCL variables belong under nccl:, where they are checked")
-        elif not name.replace("_", "a").isalnum() or name[0].isdigit():
-            yield (f"env.{name}", "not a valid environment variable name")
         elif name == "CUDA_VISIBLE_DEVICES":
             yield (
                 f"env.{name}",

@@ -123,8 +123,11 @@ def secret_env_names(prof: Profile) -> list[str]:
     return [ref.env for ref in refs if ref is not None and ref.env]
 
 
-#: One assignment line of an environment file, as systemd's load_env_file() reads it.
-_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([^=\s]+)\s*=")
+#: One assignment line of an environment file, as systemd's load_env_file() reads its name
+#: (parse_env_file_internal()): from the first character that is not a space or tab up to the
+#: first '=', less trailing spaces and tabs. It knows no `export`: `export A=1` names "export A",
+#: which systemd drops.
+_ASSIGNMENT = re.compile(r"^[ \t]*([^=]*?)[ \t]*=")
 
 
 def _env_file_text(prof: Profile, index: int) -> str:
@@ -143,7 +146,11 @@ def _env_file_text(prof: Profile, index: int) -> str:
         name = match.group(1)
         problem = systemd_rules.env_name_problem(name)
         if problem:
-            raise InputError(f"{source}: line {number}: {name!r} is {problem}")
+            hint = " (systemd reads no `export`: write NAME=value)" if name.startswith("export") else ""
+            raise InputError(f"{source}: line {number}: {name!r} is {problem}{hint}")
+        problem = systemd_rules.service_manager_env_problem(name)
+        if problem:
+            raise InputError(f"{source}: line {number}: {problem}")
         if name in taken:
             raise InputError(
                 f"{source}: line {number}: {name} is also set by the profile; keep it in one place"

@@ -130,6 +130,76 @@ def env_name_problem(name: str) -> str | None:
     )
 
 
+#: Variables systemd sets for the service itself that the unit relies on, and why: a profile's
+#: Environment= or EnvironmentFile= assignment would override them (exec_child() merges the
+#: manager's own variables first and the unit's after, the later winning).
+#:
+#: The others systemd sets (systemd.exec(5), "Environment Variables Set or Propagated by the
+#: Service Manager") may be set: $HOME, $USER, $LOGNAME and $SHELL are service.user's defaults,
+#: which a site may move ($HOME for caches); the unit never reads $INVOCATION_ID, $JOURNAL_STREAM
+#: or $MAINPID (status and logs take the journal's own _SYSTEMD_INVOCATION_ID field); and
+#: $NOTIFY_SOCKET and $WATCHDOG_* matter only to podman's --sdnotify=conmon, whose environment is
+#: out of a profile's reach (a container unit has no Environment= lines: the variables go to the
+#: container). LD_PRELOAD and the like stay allowed as well: the profile already chooses the
+#: executable, and preloading an allocator (jemalloc) is an ordinary setting.
+SERVICE_MANAGER_ENV = {
+    "CREDENTIALS_DIRECTORY": "systemd sets it to the unit's credentials directory, where ExecStart's "
+    "--config word finds the API key; set there, it would send --config to another file",
+}
+
+
+def service_manager_env_problem(name: str) -> str | None:
+    """An environment variable name systemd sets for the service and the unit relies on."""
+    why = SERVICE_MANAGER_ENV.get(name)
+    return f"{name} cannot be set here: {why}; remove it" if why else None
+
+
+# --- unit names --------------------------------------------------------------------------------------
+
+#: unit_name_is_valid() (unit-name.c): a name shorter than UNIT_NAME_MAX, of VALID_CHARS before the
+#: suffix ('@' aside, which only templates and instances have).
+UNIT_NAME_MAX = 256
+_UNIT_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789:-_.\\")
+
+
+def unit_name_problems(name: str, suffix: str = ".service") -> list[str]:
+    """The name of a unit file orchestrator writes, as systemd 252 reads it: unit_name_is_valid()
+    with UNIT_NAME_PLAIN, and a name systemd finds again.
+
+    - shorter than UNIT_NAME_MAX, ending in the suffix after a non-empty name, of ASCII letters,
+      digits and ':-_.\\' only;
+    - no '@': `x@.service` is a template, which systemd never starts itself ("Unit name x@.service
+      is missing the instance name", while `systemd-analyze verify` accepts the file) and
+      `@.service` is refused outright. An instance (`x@a.service`) could be loaded from its own
+      file, but it also takes every drop-in of its template (`x@.service.d/`, which any package may
+      ship) and no container can be named after it: refused too, one rule for every runtime.
+    """
+    stem = name.removesuffix(suffix)
+    if stem == name or not stem:
+        kind = suffix.lstrip(".")
+        return [f"{_shown(name)} is not a {kind} unit name: write NAME{suffix}, e.g. sglang{suffix}"]
+    problems = []
+    if len(name.encode()) >= UNIT_NAME_MAX:
+        problems.append(
+            f"is {len(name.encode())} bytes long: systemd refuses unit names of {UNIT_NAME_MAX} bytes or more"
+        )
+    if stem.startswith("@"):
+        problems.append(f"{_shown(name)} starts with '@': systemd refuses it; use a name without '@'")
+    elif "@" in stem:
+        what = "a template" if stem.endswith("@") else "an instance of a template"
+        problems.append(
+            f"{_shown(name)} names {what} ('@'), not a unit systemd starts from its own file; "
+            "use a name without '@'"
+        )
+    bad = sorted(set(stem) - _UNIT_NAME_CHARS - {"@"})
+    if bad:
+        problems.append(
+            f"{_shown(name)} has {', '.join(map(repr, bad[:5]))}: systemd takes only ASCII letters, digits "
+            "and ':-_.\\' in a unit name"
+        )
+    return problems
+
+
 # --- [Service] options the profile may set (service.limits, service.extra) ------------------------
 
 #: A resource limit as systemd's config_parse_limit() reads it: a number, a size with a binary

@@ -94,8 +94,12 @@ def _container(host, plan) -> dict:
 
 def test_server_argv_and_environment_match_the_plan(host, plan):
     running, environ, credentials = _server_process(host, plan)
-    # systemd expands the API key's credential word to the unit's own credentials directory.
-    planned = [a.replace("${CREDENTIALS_DIRECTORY}", credentials) for a in plan["argv"]]
+    # systemd expands the API key's credential word (and no other: the same text from a profile
+    # reaches the server as written) to the unit's own credentials directory.
+    planned = list(plan["argv"])
+    if plan.get("credential_at") is not None:
+        at = plan["credential_at"]
+        planned[at] = planned[at].replace("${CREDENTIALS_DIRECTORY}", credentials, 1)
     if running != planned:
         from orchestrator.plan import flags_of
 

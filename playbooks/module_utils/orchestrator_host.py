@@ -119,12 +119,48 @@ def systemctl_show(module: Any, unit: str, props: Iterable[str], *extra_args: st
 
 def cgroup_unit(cgroup_text: str, units: Collection[str]) -> str:
     """Which of `units` a /proc/PID/cgroup text puts the process in (or below): a path
-    component equal to the unit name, so sglang.service is not sglang.service-b. '' for none."""
+    component that is the unit's cgroup name (cg_escape), so sglang.service is not
+    sglang.service-b. '' for none."""
+    names = {cg_escape(unit): unit for unit in units}
     for line in cgroup_text.splitlines():
         for part in line.split(":", 2)[-1].split("/"):
-            if part in units:
-                return part
+            if part in names:
+                return names[part]
     return ""
+
+
+#: cgroup_controller_to_string() of systemd 252's controllers (cgroup-util.c).
+CGROUP_CONTROLLERS = frozenset(
+    [
+        "cpu",
+        "cpuacct",
+        "cpuset",
+        "io",
+        "blkio",
+        "memory",
+        "devices",
+        "pids",
+        "bpf-firewall",
+        "bpf-devices",
+        "bpf-foreign",
+        "bpf-socket-bind",
+        "bpf-restrict-network-interfaces",
+    ]
+)
+
+
+def cg_escape(name: str) -> str:
+    """The name of a unit's cgroup, as systemd's cg_escape() makes it from the unit's: one '_' in
+    front of a name that starts with '_' or '.', is a kernel file's (tasks, ...), or whose part
+    before its last '.' is "cgroup" or a controller's name (`cpu.service` runs in `_cpu.service`)."""
+    if (
+        name[:1] in ("", "_", ".")
+        or name in ("notify_on_release", "release_agent", "tasks")
+        or name.startswith("cgroup.")
+        or name.rpartition(".")[0] in CGROUP_CONTROLLERS
+    ):
+        return f"_{name}"
+    return name
 
 
 def proc_cgroup(pid: int | None) -> str:
@@ -193,6 +229,46 @@ def record_path(paths: dict, unit: str) -> str:
 def lock_path(paths: dict, unit: str) -> str:
     """The deploy lock; lock_dir is on tmpfs, so a reboot ends every deploy and its lock."""
     return os.path.join(paths["lock_dir"], f"{unit}.lock")
+
+
+#: How every unit orchestrator writes begins (templates/sglang.service.j2's `ansible_managed`
+#: line, orchestrator/plan.py MANAGED as a comment; tests/unit/modules prove they agree).
+MANAGED_MARK = b"# Managed by orchestrator:"
+#: What `systemctl show` tells of where a unit comes from (foreign_unit).
+OWNER_PROPS = ("Id", "LoadState", "FragmentPath")
+
+
+def foreign_unit(state: dict[str, str], paths: dict, unit: str) -> str:
+    """Why `unit` is not orchestrator's to overwrite or stop on this host ('' when it is), from
+    `systemctl show`'s OWNER_PROPS of it.
+
+    Ours: a unit systemd does not know, or one it loads from our own file in unit_dir that carries
+    MANAGED_MARK or has our facts (units/<unit>.json, which sglang_unit writes with every unit it
+    installs). A unit file anywhere else (/lib/systemd/system/ssh.service, a generator's, another
+    unit that `unit` is an alias of) would be overridden or shadowed by ours; a file in unit_dir
+    with neither mark nor facts is someone's own. Masked units are foreign_write's."""
+    ours = unit_path(paths, unit)
+    fragment = state.get("FragmentPath", "")
+    if fragment and os.path.normpath(fragment) != os.path.normpath(ours):
+        real = state.get("Id", "")
+        alias = f" as an alias of {real}" if real and real != unit else ""
+        return f"{unit} is not orchestrator's: systemd loads it{alias} from {fragment}"
+    data = read_bytes(ours)
+    if data is not None and not data.startswith(MANAGED_MARK) and not os.path.exists(facts_path(paths, unit)):
+        return (
+            f"{unit} is not orchestrator's: {ours} has no '{MANAGED_MARK.decode()}' line and no facts in "
+            f"{os.path.dirname(facts_path(paths, unit))}"
+        )
+    return ""
+
+
+def foreign_write(state: dict[str, str], paths: dict, unit: str) -> str:
+    """Why orchestrator may not write `unit`'s file ('' when it may): foreign_unit, or masked
+    (a link to /dev/null, which the write would replace: someone wants it never to start)."""
+    if state.get("LoadState") == "masked":
+        where = state.get("FragmentPath") or unit_path(paths, unit)
+        return f"{unit} is masked on this host ({where}): `systemctl unmask {unit}` if it is to run"
+    return foreign_unit(state, paths, unit)
 
 
 def read_bytes(path: str) -> bytes | None:
@@ -1212,7 +1288,8 @@ def _unit_problems(module: Any, unit_name: str, paths: dict, c: dict) -> tuple[l
 
 
 def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> dict:
-    """Everything that can be known before a stop, read-only: SGLang's version and flags (the
+    """Everything that can be known before a stop, read-only: that the unit is ours to replace
+    (foreign_write: not ssh.service, nor a masked one), SGLang's version and flags (the
     host's Python's, or in a container runtime the engine, the image and the image's own SGLang),
     the unit as systemd reads it, the model and drafter (a container gets them mounted read-only
     at the same paths, so the host's files are the container's), our GPU set and its holders
@@ -1221,6 +1298,9 @@ def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> 
     each: {problems, notes, sglang_version, gpus, help_checked, verified_digest}; notes say what
     could not be checked yet (an image to be pulled) without failing."""
     problems, verified = _unit_problems(module, unit_name, paths, checks)
+    foreign = foreign_write(systemctl_show(module, unit_name, OWNER_PROPS), paths, unit_name)
+    if foreign:
+        problems.insert(0, f"{foreign}; a deploy would replace it: choose another service.unit_name")
     notes: list[str] = []
     if checks["engine"]:
         more, version, help_checked, notes = _image_problems(module, unit_name, paths, checks)

@@ -212,7 +212,7 @@ def test_secret_env_may_not_repeat_env(tmp_path: Path) -> None:
 
 def test_environment_files_are_checked_and_copied(tmp_path: Path) -> None:
     env = tmp_path / "site.env"
-    env.write_text("# site settings\nHF_HUB_OFFLINE=1\nexport TRANSFORMERS_CACHE=/data/cache\n")
+    env.write_text("# site settings\nHF_HUB_OFFLINE=1\n  TRANSFORMERS_CACHE = /data/cache\n")
     env.chmod(0o600)
     prof = load(tmp_path, f"extends: cg_5tok\nservice: {{environment_files: [{env}]}}\n")
     assert secrets.secret_env_text(prof) == env.read_text()
@@ -225,6 +225,13 @@ def test_environment_files_are_checked_and_copied(tmp_path: Path) -> None:
         secrets.secret_env_text(prof)
     env.write_text("NCCL_ALGO=Tree\n")
     with pytest.raises(InputError, match="line 1: NCCL_ALGO is also set by the profile"):
+        secrets.secret_env_text(prof)
+    # systemd's parser knows no `export`: the name is "export A", which it drops (test_systemd_oracle).
+    env.write_text("HF_HUB_OFFLINE=1\nexport TRANSFORMERS_CACHE=/data/cache\n")
+    with pytest.raises(InputError, match="line 2: 'export TRANSFORMERS_CACHE' is not a valid environment"):
+        secrets.secret_env_text(prof)
+    env.write_text("CREDENTIALS_DIRECTORY=/tmp\n")
+    with pytest.raises(InputError, match="line 1: CREDENTIALS_DIRECTORY cannot be set here: systemd sets it"):
         secrets.secret_env_text(prof)
 
 

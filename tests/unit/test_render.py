@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import plan, profile, sglang_flags
+from orchestrator import __main__ as main_mod
+from orchestrator import logs_cli, plan, profile, sglang_flags
 from orchestrator.__main__ import cli
 
 
@@ -111,6 +112,31 @@ def test_parse_unit_reads_dollars_as_systemd_does() -> None:
     assert plan.parse_unit(unit) == (["/usr/bin/python3", "a$HOME"], {"A": "a$HOME", "B": "$$"})
 
 
+def test_only_the_planned_credential_word_is_left_for_systemd_to_expand(tmp_path: Path) -> None:
+    """#21: the API key's --config word is written unescaped by its place (Plan.credential_at); the
+    same text from a profile is escaped like every other `$` (tests/unit/test_systemd_oracle.py has
+    systemd's reading). A multi-node rank's words come after it and leave its place alone."""
+    word = plan.CREDENTIAL_ARG
+    path = tmp_path / "p.yml"
+    path.write_text(
+        f"extends: cg_5tok_2node\napi_key: {{env: K}}\n"
+        f"server: {{served_model_name: '{word}', extra_args: [--chat-template, '{word}']}}\n"
+    )
+    p = plan.build(profile.load(str(path)), plan.Node(rank=1, nnodes=2, dist_init_addr="10.0.0.1:5757"))
+    assert [i for i, arg in enumerate(p.argv) if arg == word] == [
+        p.argv.index("--served-model-name") + 1,
+        p.credential_at,
+        len(p.argv) - 1,
+    ]
+    assert p.argv[p.credential_at - 1] == "--config" and p.to_json()["credential_at"] == p.credential_at
+    assert p.unit.count(f' "$${{CREDENTIALS_DIRECTORY}}/{plan.CREDENTIAL}"') == 2
+    assert p.unit.count(f" --config {word} \\\n") == 1
+    started = p.started_argv("/run/credentials/x")
+    assert started[p.credential_at] == f"/run/credentials/x/{plan.CREDENTIAL}" and started.count(word) == 2
+    assert plan.parse_unit(p.unit, {"CREDENTIALS_DIRECTORY": "/run/credentials/x"})[0] == started
+    assert plan.parse_unit(p.unit)[0] == p.argv
+
+
 def test_render_refuses_a_working_directory_that_would_swallow_a_line() -> None:
     """Past validation too: `/srv/sglang\\` would make the next unit line part of WorkingDirectory."""
     good = profile.load("cg_5tok")
@@ -127,6 +153,22 @@ def test_working_directory_escapes_specifiers_only() -> None:
 
 
 # --- CLI -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["stop", "rollback", "logs"])
+def test_a_unit_name_systemd_cannot_use_is_bad_input(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#21: `--unit` is a unit name as systemd takes it, before any host is asked (or a lab started:
+    without an inventory these commands use the lab's)."""
+
+    def no_hosts(*args: object) -> None:
+        raise AssertionError("the command went on to its hosts")
+
+    for module in (main_mod, logs_cli):
+        for name in ("inventory_or_lab", "inventory_or_running_lab"):
+            monkeypatch.setattr(module, name, no_hosts, raising=False)
+    result = CliRunner().invoke(cli, [command, "--unit", "sglang@.service"])
+    assert result.exit_code == 2, result.output
+    assert "'sglang@.service' names a template ('@')" in result.output
 
 
 def test_render_json_shape() -> None:

@@ -7,7 +7,8 @@ and stub targets for its default dependencies.
 
 From the dump this reads the executable, argv, environment and working directory. The only
 step systemd leaves to start time is ExecStart='s `$` expansion (replace_env_argv()), which
-`_expand` applies: `$$` becomes `$`, and a `$NAME` or `${NAME}` it would expand fails the test.
+`_expand` applies: `$$` becomes `$`, `${CREDENTIALS_DIRECTORY}` the unit's credentials directory,
+and any other `$NAME` or `${NAME}` it would expand fails the test.
 
 For generated profiles over every free-text field, either the profile is refused with located
 problems, or what systemd reads equals plan.argv, plan.environment and working_directory. And
@@ -16,6 +17,7 @@ every value a systemd_rules rule refuses is one systemd refuses or changes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -31,7 +33,7 @@ import yaml
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import container, plan, profile, systemd_rules
+from orchestrator import container, plan, profile, secrets, systemd_rules
 from orchestrator.errors import ProfileError
 
 SYSTEMD = Path("/lib/systemd/systemd")
@@ -41,6 +43,8 @@ UNIT = "sglang.service"
 STUBS = ["sysinit.target", "basic.target", "shutdown.target", "network-online.target", "system.slice"]
 STUBS += ["rescue.target"]
 TEST_MODE = ["--test", "--system", f"--unit={UNIT}", "--no-pager"]
+#: What systemd sets $CREDENTIALS_DIRECTORY to for the unit under test, a system service.
+CREDENTIALS = plan.credentials_dir(UNIT)
 
 
 def _prefix() -> list[str]:
@@ -169,10 +173,9 @@ def _command_line(line: bytes) -> list[str]:
 
 
 def _expand(word: str) -> str:
-    """replace_env_argv() at start: `$$` is `$`; an expansion fails the test (plan means only one:
-    the API key's credential, which systemd expands to the unit's credentials directory)."""
-    if word == plan.CREDENTIAL_ARG:
-        return word
+    """replace_env_argv() at start: `$$` is `$`; `${CREDENTIALS_DIRECTORY}` is the unit's credentials
+    directory (the API key's word, which plan means systemd to expand: whether it is the planned
+    one, at Plan.credential_at, is for the caller to compare); any other expansion fails the test."""
     out, i = [], 0
     if re.match(r"\$[A-Za-z0-9_]", word):
         raise AssertionError(f"systemd would expand the word {word!r} from the environment")
@@ -180,6 +183,9 @@ def _expand(word: str) -> str:
         if word.startswith("$$", i):
             out.append("$")
             i += 2
+        elif word.startswith("${CREDENTIALS_DIRECTORY}", i):
+            out.append(CREDENTIALS)
+            i += len("${CREDENTIALS_DIRECTORY}")
         elif word.startswith("${", i):
             raise AssertionError(f"systemd would expand ${{...}} in {word!r}")
         else:
@@ -193,11 +199,13 @@ def assert_reads_exactly(systemd: Systemd, p: plan.Plan, prof: profile.Profile) 
     assert reading.complaints == [], (reading.complaints, p.unit)
     assert reading.load_state == "loaded", p.unit
     assert reading.executable == prof.server.python, p.unit
-    assert reading.argv == p.argv, p.unit
+    assert reading.argv == p.started_argv(CREDENTIALS), p.unit
     assert reading.environment == p.environment, p.unit
     assert reading.working_directory == prof.service.working_directory, p.unit
     # plan's own reading of a unit (used to compare deployed units) agrees with systemd's.
     assert plan.parse_unit(p.unit) == (p.argv, p.environment)
+    started = plan.parse_unit(p.unit, {"CREDENTIALS_DIRECTORY": CREDENTIALS})
+    assert started == (p.started_argv(CREDENTIALS), p.environment)
     return reading
 
 
@@ -260,6 +268,9 @@ REFUSED = [
     ("service.working_directory", "/" + "d/" * 2047 + "d"),
     ("env.NAÏVE", "1"),
     ("env.A\u0661", "1"),
+    ("env.A-B", "1"),
+    ("env.1X", "1"),
+    ("env.", "1"),
 ]
 
 
@@ -316,6 +327,7 @@ SPECIAL_VALUES = [
     "",
     "  padded\t",
     "all: \\ \" ' % $X ${Y} \t \n \r \x01 \x7f é 😀 ; # ~",
+    plan.CREDENTIAL_ARG,  # a profile's own text, never the word systemd expands
 ]
 
 
@@ -336,6 +348,116 @@ def test_special_characters_read_back_in_every_field(value: str, systemd: System
             doc["server"]["python"] = f"/opt/py{value}"
     prof = _load(tmp_path, doc)
     assert_reads_exactly(systemd, plan.build(prof), prof)
+
+
+def test_the_credential_word_from_a_profile_reaches_sglang_as_written(
+    systemd: Systemd, tmp_path: Path
+) -> None:
+    """#21: only the --config word plan emits is left for systemd to expand, by its place. The same
+    text as served_model_name or in extra_args was written unescaped too, so systemd replaced it
+    with the unit's credentials directory (the server would have read the API key file as its chat
+    template)."""
+    doc = {
+        "extends": "cg_5tok",
+        "server": {
+            "served_model_name": plan.CREDENTIAL_ARG,
+            "extra_args": ["--chat-template", plan.CREDENTIAL_ARG],
+        },
+        "api_key": {"env": "SGLANG_KEY"},
+    }
+    prof = _load(tmp_path, doc)
+    p = plan.build(prof)
+    argv = systemd.read(p.unit).argv
+    assert argv[argv.index("--served-model-name") + 1] == plan.CREDENTIAL_ARG
+    assert argv[argv.index("--chat-template") + 1] == plan.CREDENTIAL_ARG
+    assert argv[argv.index("--config") + 1] == f"{CREDENTIALS}/{plan.CREDENTIAL}"
+    assert_reads_exactly(systemd, p, prof)
+
+
+def _env_file_reading(text: str, tmp: Path) -> dict[str, str]:
+    """What systemd's environment-file parser (parse_env_file_internal(), which EnvironmentFile=
+    uses through load_env_file()) makes of `text`: the environment.d generator reads a file with
+    the same parser and prints the variables; those of this machine's own environment.d are left out."""
+    generator = Path("/usr/lib/systemd/user-environment-generators/30-systemd-environment-d-generator")
+    if not generator.exists():
+        pytest.skip(f"{generator} is missing: systemd is not installed here")
+
+    def read(body: str) -> dict[str, str]:
+        (tmp / "environment.d").mkdir(exist_ok=True)
+        (tmp / "environment.d" / "50-test.conf").write_text(body)
+        out = subprocess.run(
+            ["env", "-i", f"XDG_CONFIG_HOME={tmp}", str(generator)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        return dict(line.split("=", 1) for line in out.splitlines())
+
+    machine = read("")
+    return {k: v for k, v in read(text).items() if machine.get(k) != v}
+
+
+def test_a_secret_env_name_with_a_newline_is_refused_where_systemd_would_set_another(tmp_path: Path) -> None:
+    """#21: `"A\\nLD_PRELOAD"` became two lines of the EnvironmentFile=, and systemd set LD_PRELOAD."""
+    name, ref = "A\nLD_PRELOAD", {"env": "X"}
+    with pytest.raises(ProfileError) as info:
+        _load(tmp_path, {"extends": "cg_5tok", "secret_env": {name: ref}})
+    assert [p.loc for p in info.value.problems] == [f"secret_env.{name}"]
+    assert "systemd" in info.value.problems[0].message and "\n" not in str(info.value.problems[0])
+    # The line secrets.py would have written for it, as systemd reads it.
+    assert _env_file_reading(secrets._env_line(name, "/tmp/evil.so"), tmp_path) == {
+        "LD_PRELOAD": "/tmp/evil.so"
+    }
+
+
+def test_an_environment_file_export_line_is_one_systemd_drops(tmp_path: Path) -> None:
+    """systemd's parser knows no `export`: `export A=1` names "export A" (refused in
+    service.environment_files: tests/unit/test_real_host_profile.py)."""
+    assert _env_file_reading("export A=1\n  B = 2\n", tmp_path) == {"B": "2"}
+
+
+@pytest.mark.parametrize(
+    ("name", "verify_accepts", "loads"),
+    [
+        ("sglang@.service", True, "Unit name sglang@.service is missing the instance name"),
+        ("@.service", False, None),
+        ("s" * 248 + ".service", False, None),
+    ],
+)
+def test_each_refused_unit_name_is_one_systemd_cannot_run(
+    name: str, verify_accepts: bool, loads: str | None, systemd: Systemd, tmp_path: Path
+) -> None:
+    """#21: the host's `systemd-analyze verify` (sglang_unit's check before it writes) passes a
+    template, which PID 1's own loader then cannot run: `systemd --test` with it as its default unit
+    says so. The others systemd refuses outright (a file name of 256 bytes cannot even be created)."""
+    assert systemd_rules.unit_name_problems(name)
+    path = tmp_path / name
+    with contextlib.suppress(OSError):
+        path.write_text("[Service]\nExecStart=/bin/true\n")
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is missing: systemd is not installed here")
+    verify = subprocess.run([analyze, "verify", str(path)], capture_output=True, text=True, timeout=60)
+    assert (verify.returncode == 0) == verify_accepts, verify.stderr
+    if loads is None:
+        return
+    unit = systemd.unit_dir / name
+    unit.write_text(path.read_text())
+    unit.chmod(0o644)
+    try:
+        test_mode = ["--test", "--system", f"--unit={name}", "--no-pager"]
+        result = subprocess.run(
+            [*systemd.prefix, "env", "-i", f"SYSTEMD_UNIT_PATH={systemd.unit_dir}", str(SYSTEMD), *test_mode],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            timeout=60,
+            check=False,
+        )
+    finally:
+        unit.unlink()
+    block = result.stdout.partition(f"\t-> Unit {name}:\n")[2].split("\n\t-> Unit ")[0]
+    assert loads in result.stderr + block, (result.stderr, block)
 
 
 # --- every shipped profile -----------------------------------------------------------------
@@ -382,7 +504,7 @@ def test_real_host_options_read_back_as_systemd_means_them(systemd: Systemd, tmp
     assert reading.setting("LimitNOFILE") == ["65536"]
     assert reading.setting("Nice") == ["-5"]
     assert reading.setting("CPUAffinity") == ["0-31 64-95"]
-    assert reading.argv[-2:] == ["--config", "${CREDENTIALS_DIRECTORY}/sglang-config.yaml"]
+    assert reading.argv[-2:] == ["--config", f"{CREDENTIALS}/sglang-config.yaml"]
 
 
 @pytest.mark.parametrize(
@@ -454,9 +576,11 @@ def test_container_units_read_back_exactly(kind: str, value: str, systemd: Syste
     reading = systemd.read(p.unit)
     assert reading.complaints == [] and reading.load_state == "loaded", (reading.complaints, p.unit)
     assert reading.executable == container.ENGINES[kind]
-    assert reading.argv == p.exec_argv and reading.argv[-len(p.argv) :] == p.argv
+    started = p.started_argv(CREDENTIALS)
+    assert reading.argv == [*p.engine_argv, *started] and reading.argv[-len(p.argv) :] == started
     assert reading.environment == {}
     assert plan.parse_unit(p.unit) == (p.argv, p.environment)
+    assert plan.parse_unit(p.unit, {"CREDENTIALS_DIRECTORY": CREDENTIALS})[0] == started
     assert p.environment["A"] == value and f"--env=A={value}" in reading.argv
     name = UNIT.removesuffix(".service")
     if kind == "podman":

@@ -14,6 +14,9 @@ module: sglang_preflight
 short_description: Check SGLang (host or image), model, drafter, GPUs, port and disk before a restart
 description:
   - "Read-only; fails with C(preflight: <problem>; <problem>...) naming every problem found."
+  - "A unit that is not orchestrator's to replace is a problem: systemd loads it from another file
+    (such as /lib/systemd/system/ssh.service), its file in I(paths.unit_dir) has neither
+    orchestrator's header line nor stored facts, or it is masked."
 options:
   unit_name:
     description: Our unit; it may hold the port and the GPUs.

@@ -18,6 +18,9 @@ description:
     or podman container is labelled C(orchestrator.unit) with it (a docker container runs
     under the daemon, outside the unit's cgroup; the unit's ExecStop stops it).
   - A unit that does not exist is already stopped.
+  - "A unit that is not orchestrator's (systemd loads it from another file, such as
+    /lib/systemd/system/ssh.service, or its file in I(paths.unit_dir) has neither orchestrator's
+    header line nor stored facts) is neither stopped nor disabled: the module fails naming it."
   - Then waits until memory.used of the unit's GPUs is at most I(max_used_mib), failing with
     C(GPUs not idle after waiting N s) naming what holds them. Processes outside the unit are
     killed only with I(kill_gpu_holders), and never those of another orchestrator unit.
@@ -115,9 +118,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.orchestrator_host import (
+    OWNER_PROPS,
     PATHS_SPEC,
     cgroup_procs,
     facts_path,
+    foreign_unit,
     idle_message,
     read_json,
     systemctl_show,
@@ -136,7 +141,7 @@ ARGUMENT_SPEC = {
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
     "disable": {"type": "bool", "default": False},
 }
-PROPS = ("LoadState", "ActiveState", "MainPID", "ControlGroup", "UnitFileState")
+PROPS = (*OWNER_PROPS, "ActiveState", "MainPID", "ControlGroup", "UnitFileState")
 RUNNING = ("active", "activating", "deactivating", "reloading")
 
 
@@ -174,6 +179,9 @@ def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     before = systemctl_show(module, p["unit_name"], PROPS)
+    foreign = foreign_unit(before, p["paths"], p["unit_name"])
+    if foreign:
+        module.fail_json(msg=f"{foreign}: orchestrator stops only the units it deployed", changed=False)
     was_active = before.get("ActiveState") in RUNNING
     result = {"changed": was_active, "was_active": was_active, "main_pid": int(before.get("MainPID") or 0)}
     result["stop_s"] = 0.0

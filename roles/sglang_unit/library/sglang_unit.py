@@ -23,6 +23,9 @@ description:
   - Writes C({state_dir}/units/<unit_name>.json) (0600), the I(facts) and the digest of I(content),
     which sglang_probe reads back.
   - Does not reload systemd or restart anything.
+  - "Writes nothing over a unit that is not orchestrator's (systemd loads it from another file,
+    such as /lib/systemd/system/ssh.service, its file in I(paths.unit_dir) has neither
+    orchestrator's header line nor stored facts, or it is masked): fails naming it."
 options:
   unit_name:
     description: The systemd unit name (its file name in I(paths.unit_dir)).
@@ -111,11 +114,14 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.orchestrator_host import (
+    OWNER_PROPS,
     PATHS_SPEC,
     ensure_dir,
     ensure_file,
     facts_path,
+    foreign_write,
     read_bytes,
+    systemctl_show,
     unit_digest,
     unit_path,
     verify_unit,
@@ -138,7 +144,8 @@ ARGUMENT_SPEC = {
 def verified_copy(module: AnsibleModule, p: dict, data: bytes) -> str:
     """A 0644 temporary file holding `data` beside the unit, accepted by systemd-analyze verify
     (unless this run's preflight already verified these bytes: I(verified_digest)). Its name
-    starts with a dot, which systemd's unit search skips."""
+    starts with a dot and no unit refers to it, so systemd starts nothing from it (systemd 252 does
+    load a hidden unit file when asked for it by name: `systemd --test --unit=.x.service`)."""
     unit_dir, name = p["paths"]["unit_dir"], p["unit_name"]
     if p["verified_digest"] and p["verified_digest"] == unit_digest(data):
         stem, suffix = os.path.splitext(name)
@@ -186,6 +193,9 @@ def write_all(module: AnsibleModule, p: dict, digest: str, before: bytes | None)
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
+    foreign = foreign_write(systemctl_show(module, p["unit_name"], OWNER_PROPS), p["paths"], p["unit_name"])
+    if foreign:
+        module.fail_json(msg=f"{foreign}: not writing over it; give this profile another service.unit_name")
     path = unit_path(p["paths"], p["unit_name"])
     digest = unit_digest(p["content"].encode())
     before = read_bytes(path)

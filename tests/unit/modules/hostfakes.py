@@ -23,6 +23,7 @@ from unittest import mock
 import ansible.module_utils
 from ansible.module_utils import basic
 
+from orchestrator import plan
 from orchestrator.paths import MODULE_UTILS_DIR, ROLES_DIR, ROOT
 
 if str(MODULE_UTILS_DIR) not in ansible.module_utils.__path__:
@@ -126,7 +127,7 @@ def store_unit(paths: dict[str, str], unit: str, installed: bool = True, **facts
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{unit}.json").write_text(json.dumps({**facts, "digest": "0123456789abcdef"}))
     if installed:
-        Path(paths["unit_dir"], unit).write_text("[Unit]\n")
+        Path(paths["unit_dir"], unit).write_text(f"{MANAGED}[Unit]\n")
 
 
 def gpu_uuid(index: int) -> str:
@@ -148,6 +149,12 @@ def compute_apps(*rows: tuple[int, str, int, int]) -> str:
 
 def systemctl_show(**props: str) -> tuple[int, str, str]:
     return 0, "".join(f"{k}={v}\n" for k, v in props.items()), ""
+
+
+#: The first line of a unit orchestrator wrote (plan.MANAGED, as templates/sglang.service.j2 puts it).
+MANAGED = f"# {plan.MANAGED}\n"
+#: `systemctl show UNIT --property=Id,LoadState,FragmentPath` of a unit systemd knows nowhere.
+NOT_FOUND = systemctl_show(Id="sglang.service", LoadState="not-found", FragmentPath="")
 
 
 class Engine:

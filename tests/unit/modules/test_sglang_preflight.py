@@ -11,7 +11,17 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.orchestrator_host import argv0, unit_digest
-from hostfakes import Engine, capture, compute_apps, load_module, query_gpu, store_unit
+from hostfakes import (
+    MANAGED,
+    NOT_FOUND,
+    Engine,
+    capture,
+    compute_apps,
+    load_module,
+    query_gpu,
+    store_unit,
+    systemctl_show,
+)
 
 from orchestrator.paths import ROOT
 
@@ -32,6 +42,7 @@ def checks(tmp_path: Path, host) -> dict:
     python.write_text("")
     python.chmod(0o755)
     host.answers["python"] = lambda argv: (0, "0.5.9\n", "") if argv[1] == "-c" else (0, HELP, "")
+    host.answers["systemctl"] = [NOT_FOUND]
     host.smi = [IDLE]
     for name, config in (
         ("target", {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}),
@@ -90,7 +101,7 @@ def test_the_planned_unit_is_verified_by_systemd_before_anything_stops(
 ):
     """A unit systemd-analyze refuses fails the preflight (the old server still runs); an
     accepted one returns its digest, so the write after the stop need not verify it again."""
-    unit = "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server\n"
+    unit = f"{MANAGED}[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server\n"
     seen: list[str] = []
 
     def analyze(argv: list[str]) -> tuple[int, str, str]:
@@ -110,6 +121,21 @@ def test_the_planned_unit_is_verified_by_systemd_before_anything_stops(
     Path(paths["unit_dir"], "sglang.service").write_text(unit)  # installed and running: not checked again
     failed, result = run(run_module, preflight, paths, {**checks, "unit_content": unit})
     assert not failed and result["verified_digest"] == "" and len(seen) == 2
+
+
+def test_a_unit_that_is_not_ours_is_a_problem(preflight, paths, checks, run_module, host):
+    """#21: `service.unit_name: ssh.service` passed preflight; the deploy then stopped ssh and wrote
+    /etc/systemd/system/ssh.service over the package's unit. Named first, with where it comes from."""
+    ssh = {"Id": "ssh.service", "LoadState": "loaded", "FragmentPath": "/lib/systemd/system/ssh.service"}
+    host.answers["systemctl"] = [systemctl_show(**ssh)]
+    failed, result = run_module(preflight, {"unit_name": "ssh.service", "paths": paths, "checks": checks})
+    assert failed and result["problems"] == [
+        "ssh.service is not orchestrator's: systemd loads it from /lib/systemd/system/ssh.service; "
+        "a deploy would replace it: choose another service.unit_name"
+    ]
+    host.answers["systemctl"] = [NOT_FOUND]  # a unit nobody has is ours to write
+    failed, result = run_module(preflight, {"unit_name": "ssh.service", "paths": paths, "checks": checks})
+    assert not failed, result["msg"]
 
 
 def test_every_problem_is_named_at_once(preflight, paths, checks, run_module, host, listener):
@@ -139,8 +165,8 @@ def test_allowed_gpu_holders_are_no_problem(preflight, paths, checks, run_module
 
 
 def test_the_help_check_is_skipped_for_the_unit_already_running(preflight, paths, checks, run_module, host):
-    Path(paths["unit_dir"], "sglang.service").write_text("[Unit]\n")
-    skip = unit_digest(b"[Unit]\n")
+    Path(paths["unit_dir"], "sglang.service").write_text(f"{MANAGED}[Unit]\n")
+    skip = unit_digest(f"{MANAGED}[Unit]\n".encode())
     failed, result = run(run_module, preflight, paths, {**checks, "skip_flags_if_digest": skip})
     assert not failed and result["help_checked"] is False
     assert not any("--help" in call for call in host.ran("python"))
@@ -222,6 +248,8 @@ def test_another_units_port_is_a_problem_naming_it(preflight, paths, checks, run
     state = {"UnitFileState": "enabled", "ActiveState": "inactive"}
 
     def show(argv: list[str]) -> tuple[int, str, str]:
+        if argv[3:] == ["--property=Id,LoadState,FragmentPath"]:
+            return NOT_FOUND
         assert argv[2:] == ["sglang-a.service", "--property=Id,UnitFileState,ActiveState"], argv
         return 0, "Id=sglang-a.service\n" + "".join(f"{k}={v}\n" for k, v in state.items()), ""
 

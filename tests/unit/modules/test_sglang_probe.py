@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.orchestrator_host import lock_path, unit_digest
-from hostfakes import capture, load_module, systemctl_show
+from hostfakes import MANAGED, capture, load_module, systemctl_show
 
-UNIT = "# profile: llama-8b\n[Unit]\nDescription=SGLang\n[Service]\nExecStart=/bin/true\n"
+UNIT = f"{MANAGED}# profile: llama-8b\n[Unit]\nDescription=SGLang\n[Service]\nExecStart=/bin/true\n"
 DIGEST = unit_digest(UNIT.encode())
 ACTIVE = {"LoadState": "loaded", "ActiveState": "active", "MainPID": "4242", "NRestarts": "0"}
 INACTIVE = {"LoadState": "not-found", "ActiveState": "inactive", "MainPID": "0"}
@@ -171,6 +171,29 @@ def test_preflight_problems_fail_the_probe_and_release_the_lock(probe, host, pat
     )
     assert result["preflight"]["gpus"] == 1 and result["digest"] == DIGEST and result["restart_needed"]
     assert not Path(lock_path(paths, "sglang.service")).exists()
+
+
+def test_a_unit_that_is_not_ours_fails_the_probe_before_anything_stops(
+    probe, host, paths, run_module, tmp_path
+):
+    """#21: the deploy's own preflight (under the lock, before the stop) names ssh.service's file."""
+    ssh = {"Id": "ssh.service", "LoadState": "loaded", "FragmentPath": "/lib/systemd/system/ssh.service"}
+    host.answers["systemctl"] = [systemctl_show(**ssh, ActiveState="active", MainPID="612")]
+    host.smi = [(capture("released-query-gpu.csv"), "")]
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    python = tmp_path / "python"
+    python.write_text("")
+    python.chmod(0o755)
+    host.answers["python"] = lambda argv: (0, "0.5.9\n", "") if argv[1] == "-c" else (0, "--model-path\n", "")
+    checks = {"python": str(python), "sglang_version": "0.5.9", "model_path": str(tmp_path / "model")}
+    checks |= {"gpus": [0], "port": 1, "log_dir": str(tmp_path), "min_free_mib": 0}
+    failed, result = run_module(probe, {**probe_args(paths), "unit_name": "ssh.service", "preflight": checks})
+    assert failed and result["locked"] is False and result["restart_needed"]
+    assert result["msg"].startswith(
+        "preflight: ssh.service is not orchestrator's: systemd loads it from /lib/systemd/system/ssh.service"
+    )
+    assert not Path(lock_path(paths, "ssh.service")).exists()
 
 
 def test_no_preflight_when_nothing_changes(probe, host, paths, run_module):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from ansible.module_utils import orchestrator_host
@@ -161,3 +162,43 @@ def test_a_container_that_outlives_its_unit_fails_the_stop(stop, host, paths, ru
         stop, {"paths": paths, "unit_name": "sglang.service", "gpus": [0], "gone_timeout_s": 0.2}
     )
     assert failed and result["msg"] == "sglang.service is stopped but its container (PID [4243]) runs on"
+
+
+#: `systemctl show ssh.service` on a Debian host: a package's unit, running and enabled.
+SSH = {
+    "Id": "ssh.service",
+    "LoadState": "loaded",
+    "FragmentPath": "/lib/systemd/system/ssh.service",
+    "ActiveState": "active",
+    "MainPID": "612",
+    "ControlGroup": "/system.slice/ssh.service",
+    "UnitFileState": "enabled",
+}
+
+
+def test_a_unit_that_is_not_ours_is_neither_stopped_nor_disabled(stop, host, paths, run_module):
+    """#21: `orchestrator stop --unit ssh.service` (or a deploy with --no-preflight) stopped it."""
+    host.answers["systemctl"] = systemctl(SSH, STOPPED)
+    host.smi = [RELEASED]
+    failed, result = run_module(stop, {"paths": paths, "unit_name": "ssh.service", "disable": True})
+    assert failed and result["msg"] == (
+        "ssh.service is not orchestrator's: systemd loads it from /lib/systemd/system/ssh.service: "
+        "orchestrator stops only the units it deployed"
+    )
+    assert all(call[1] == "show" for call in host.ran("systemctl")) and result["changed"] is False
+
+
+def test_a_file_of_someone_elses_in_the_unit_dir_is_not_stopped(stop, host, paths, run_module):
+    """Ours is a unit file with our header line or our facts (the other tests' units have facts or
+    no file at all); this one was written by hand."""
+    Path(paths["unit_dir"], "sglang.service").write_text("[Service]\nExecStart=/opt/other\n")
+    ours = {**RUNNING, "Id": "sglang.service", "FragmentPath": str(Path(paths["unit_dir"], "sglang.service"))}
+    host.answers["systemctl"] = systemctl(ours, STOPPED)
+    failed, result = run_module(stop, {"paths": paths, "unit_name": "sglang.service"})
+    assert failed and "has no '# Managed by orchestrator:' line and no facts" in result["msg"]
+    assert all(call[1] == "show" for call in host.ran("systemctl"))
+    store_unit(paths, "sglang.service", installed=False, gpus=[0])  # our facts: ours after all
+    host.smi = [RELEASED]
+    failed, result = run_module(stop, {"paths": paths, "unit_name": "sglang.service"})
+    assert not failed, result["msg"]
+    assert ["/usr/bin/systemctl", "stop", "sglang.service"] in host.calls

@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.orchestrator_host import unit_digest
-from hostfakes import load_module
+import yaml
+from ansible.module_utils.orchestrator_host import (
+    facts_path,
+    lock_path,
+    record_path,
+    try_lock,
+    unit_digest,
+    write_atomic,
+)
+from hostfakes import MANAGED, NOT_FOUND, load_module, systemctl_show
+
+from orchestrator import plan, profile
 
 pytestmark = pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="needs systemd-analyze")
 
-UNIT = "# profile: llama-8b\n[Unit]\nDescription=SGLang\n[Service]\nExecStart=/bin/true\n"
+UNIT = f"{MANAGED}# profile: llama-8b\n[Unit]\nDescription=SGLang\n[Service]\nExecStart=/bin/true\n"
 FACTS = {
     "profile": "llama-8b",
     "port": 30000,
@@ -25,6 +38,20 @@ FACTS = {
 @pytest.fixture
 def sglang_unit():
     return load_module("sglang_unit", "sglang_unit")
+
+
+@pytest.fixture(autouse=True)
+def systemd(host):
+    """The real systemd-analyze; systemctl (no systemd runs here) answers as systemd does for a unit
+    it knows nowhere, unless a test answers otherwise."""
+
+    def analyze(argv: list[str]) -> tuple[int, str, str]:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        return done.returncode, done.stdout, done.stderr
+
+    host.answers["systemd-analyze"] = analyze
+    host.answers["systemctl"] = [NOT_FOUND]
+    return host
 
 
 @pytest.fixture
@@ -98,3 +125,72 @@ def test_a_changed_mode_or_fact_is_a_change(sglang_unit, args, paths, run_module
 def test_the_secret_never_shows_in_the_result(sglang_unit, args, run_module):
     failed, result = run_module(sglang_unit, args, diff=True)
     assert not failed and "s3cret" not in json.dumps(result)
+
+
+@pytest.mark.parametrize(
+    ("shown", "message"),
+    [
+        (
+            {"Id": "ssh.service", "LoadState": "loaded", "FragmentPath": "/lib/systemd/system/ssh.service"},
+            "ssh.service is not orchestrator's: systemd loads it from /lib/systemd/system/ssh.service",
+        ),
+        (
+            {"Id": "ssh.service", "LoadState": "masked", "FragmentPath": ""},
+            "ssh.service is masked on this host",
+        ),
+    ],
+)
+def test_a_unit_that_is_not_ours_is_not_written(sglang_unit, args, paths, run_module, host, shown, message):
+    """#21: a profile with `unit_name: ssh.service` wrote /etc/systemd/system/ssh.service, which
+    overrides the package's unit (or unmasks a masked one)."""
+    host.answers["systemctl"] = [systemctl_show(**shown)]
+    for check_mode in (True, False):
+        failed, result = run_module(sglang_unit, {**args, "unit_name": "ssh.service"}, check_mode=check_mode)
+        assert failed and result["msg"].startswith(message), result["msg"]
+        assert result["msg"].endswith("not writing over it; give this profile another service.unit_name")
+    assert list(Path(paths["unit_dir"]).iterdir()) == [] and not Path(paths["state_dir"]).exists()
+    assert not Path(args["secret_path"]).exists()
+
+
+def test_a_file_of_someone_elses_in_the_unit_dir_is_left_as_it_is(sglang_unit, args, paths, run_module, host):
+    mine = Path(paths["unit_dir"], "sglang.service")
+    mine.write_text("[Service]\nExecStart=/opt/other\n")
+    host.answers["systemctl"] = [
+        systemctl_show(Id="sglang.service", LoadState="loaded", FragmentPath=str(mine))
+    ]
+    failed, result = run_module(sglang_unit, args)
+    assert failed and "has no '# Managed by orchestrator:' line and no facts" in result["msg"]
+    assert mine.read_text() == "[Service]\nExecStart=/opt/other\n"
+    mine.write_text(UNIT + "# edited by hand\n")  # ours, edited: overwritten, as its header says
+    failed, result = run_module(sglang_unit, args)
+    assert not failed and mine.read_text() == UNIT
+
+
+def test_every_file_named_after_the_longest_unit_name_fits(
+    sglang_unit, paths, run_module, tmp_path, monkeypatch
+):
+    """#21: profile.UNIT_NAME_LIMIT is what a host's file names hold (NAME_MAX): the unit and its
+    verified temporary copy, the secret files plan names after its stem, its facts and their
+    temporary copy, the last-good record, the lock. One character more and the facts cannot be written."""
+    monkeypatch.setenv("K", "key")
+    name = "a" * (profile.UNIT_NAME_LIMIT - len(".service")) + ".service"
+    path = tmp_path / "p.yml"
+    doc = {"extends": "cg_5tok", "service": {"unit_name": name}, "api_key": {"env": "K"}}
+    path.write_text(yaml.safe_dump({**doc, "secret_env": {"HF_TOKEN": {"env": "K"}}}))
+    p = plan.build(profile.load(str(path)))
+    secret = Path(paths["state_dir"], Path(p.secret_path).name)
+    env = Path(paths["state_dir"], Path(p.env_file_path).name)
+    args = {"unit_name": name, "paths": paths, "content": p.unit, "facts": FACTS, "secret_path": str(secret)}
+    failed, result = run_module(
+        sglang_unit, {**args, "secret_content": "k", "env_path": str(env), "env_content": "e"}
+    )
+    assert not failed, result["msg"]
+    assert Path(paths["unit_dir"], name).is_file() and secret.is_file() and env.is_file()
+    assert Path(facts_path(paths, name)).is_file()
+    os.makedirs(os.path.dirname(record_path(paths, name)))
+    write_atomic(record_path(paths, name), b"{}", 0o600)
+    assert try_lock(lock_path(paths, name), {"run_id": "r1"}) is None
+    longer = "a" + name
+    with pytest.raises(OSError) as info:
+        write_atomic(facts_path(paths, longer), b"{}", 0o600)
+    assert info.value.errno == errno.ENAMETOOLONG
