@@ -105,6 +105,26 @@ options:
         type: list
         elements: str
         default: []
+      run_words:
+        description:
+          - "The unit's C(ENGINE run) command after the verb, one word each, as systemd runs it; empty
+            skips this check. The engine's own C(create) (never started, removed at once) judges
+            every option before the stop: a refusal is a problem, with the engine's message and the
+            options it names. It gets a name and label of its own, no C(-d), C(--replace) or pull;
+            podman creates it over an empty root file system, docker from the image."
+          - "Each C(--device) host path and each I(mounts) source under /dev is resolved on this
+            host: one that leads to an NVIDIA device node (a link, a directory holding one) is a
+            problem; GPUs reach the container from the unit's own GPU words only."
+        type: list
+        elements: str
+        default: []
+      secret_files:
+        description:
+          - The unit's secret files (its C(--config) mount's source, its C(--env-file)), given to
+            that C(create) as empty files in their place.
+        type: list
+        elements: str
+        default: []
 attributes:
   check_mode:
     support: full
