@@ -23,10 +23,11 @@ import re
 
 # --- the image -----------------------------------------------------------------------------
 
-# The grammar of github.com/distribution/reference (regexp.go), which both engines parse with.
+# The grammar of github.com/distribution/reference (regexp.go), which both engines parse with,
+# as podman 4.3.1's copy of it (containers/image docker/reference) has it: no IPv6 registry.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_DOMAIN = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
+_DOMAIN = rf"{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?"
 _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"  # reference's [\w][\w.-]{0,127}, with Go's ASCII \w
 _DIGEST = r"sha256:[0-9a-f]{64}"
 _REFERENCE = re.compile(
@@ -67,6 +68,8 @@ def image_problem(ref: str) -> str | None:
         )
     match = _REFERENCE.fullmatch(ref)
     if match is None:
+        if ref.startswith("["):
+            return f"{_shown(ref)}: podman 4.3 takes no IPv6 registry address: name the registry by host name"
         if "@" in ref and not re.search(rf"@{_DIGEST}\Z", ref, re.ASCII):
             return f"{_shown(ref)}: the digest must be sha256: and 64 lowercase hex digits"
         return (
@@ -246,8 +249,9 @@ _DEVICE_MODE = re.compile(r"(?!.*(.).*\1)[rwm]{1,3}", re.ASCII)
 
 def device_problem(value: str) -> str | None:
     """A --device HOST[:CONTAINER][:MODE] value (already of OPTIONS' characters) as both engines
-    split it: a second part that is a mode is the mode, else the path in the container. Each path
-    is judged cleaned, and neither may be an NVIDIA device."""
+    split it: a second part that is a mode is the mode, else the path in the container. Neither
+    path may be an NVIDIA device once cleaned, and each must be written clean: docker's client
+    cleans some forms, podman none."""
     parts = value.split(":")
     has_mode = len(parts) == 3 or (len(parts) == 2 and not parts[1].startswith("/"))
     mode, paths = (parts[-1], parts[:-1]) if has_mode else (None, parts)
@@ -262,6 +266,8 @@ def device_problem(value: str) -> str | None:
         dotdot = _dotdot_problem(path)
         if dotdot:
             return f"--device {dotdot}"
+        if clean != path:  # podman opens it as written: `/dev/null/` is "not a directory"
+            return f"--device {_shown(path)}{where} is {clean} to docker, as written to podman: write {clean}"
     return None
 
 
@@ -294,7 +300,7 @@ OPTIONS: dict[str, tuple[str | None, str]] = {
         "apparmor=PROFILE, label=disable, label=type:TYPE (user, role, level), no-new-privileges, "
         "seccomp=unconfined or seccomp=/PATH.json",
     ),
-    "--pids-limit": (r"-1|[1-9][0-9]{0,9}", "-1 (no limit) or a positive count"),
+    "--pids-limit": (r"-1|[1-9][0-9]{0,9}", "-1 (no limit) or a positive count"),  # bound: PID_MAX_LIMIT
     "--ulimit": (
         rf"(?:{_ULIMIT})=(?:-1|[0-9]{{1,19}})(?::(?:-1|[0-9]{{1,19}}))?",
         f"NAME=SOFT[:HARD] with NAME one of {_ULIMIT.replace('|', ', ')} and -1 for unlimited",
@@ -324,6 +330,9 @@ OWNED_OPTIONS = {
     "--label": "the unit",
     "--entrypoint": "server.python (the command is SGLang's argv)",
 }
+#: The kernel's PID_MAX_LIMIT (64-bit): pids.max refuses more ("Invalid argument" when the container
+#: starts), and podman parses --pids-limit into an int32 ("value out of range" past 2^31-1).
+PID_MAX_LIMIT = 4 * 1024 * 1024
 #: --ulimit names that service.limits already sets for the container.
 OWNED_ULIMITS = {"memlock": "service.limits.memlock", "nofile": "service.limits.nofile"}
 
@@ -353,6 +362,10 @@ def run_option(option: str) -> tuple[str, str | None]:
     problem = device_problem(value) if name == "--device" else None
     if name == "--ulimit":
         problem = _ulimit_option_problem(value)
+    if name == "--pids-limit" and int(value) > PID_MAX_LIMIT:
+        problem = (
+            f"--pids-limit {value} is above the kernel's largest pids.max, {PID_MAX_LIMIT}: give less, or -1"
+        )
     if problem:
         raise ValueError(problem)
     return name, value
