@@ -81,9 +81,19 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         subprocess.run([str(wrapper), "rm", "--all", "--force"], capture_output=True, check=False)
 
 
-@pytest.fixture
-def docker() -> str:
-    binary = shutil.which("docker")
+#: The docker CLI on PATH, and Debian's /usr/bin one (20.10, the lab's) when that is another.
+DOCKERS = list(
+    {
+        os.path.realpath(b): b
+        for b in (shutil.which("docker"), "/usr/bin/docker")
+        if b and os.access(b, os.X_OK)
+    }.values()
+)
+
+
+@pytest.fixture(params=DOCKERS or [None], ids=lambda b: b or "no-docker")
+def docker(request: pytest.FixtureRequest) -> str:
+    binary = request.param
     if binary is None:
         pytest.skip("no docker CLI here: apt-get install docker.io (scripts/setup.sh does)")
     if subprocess.run([binary, "version"], capture_output=True).returncode == 0:
@@ -215,8 +225,8 @@ def test_docker_without_its_daemon_has_no_containers_and_is_named_by_preflight(
 # --- the engine's own parse of the unit's run command, before the stop ---------------------------
 
 
-def _create_checks(tmp_path: Path, options: list[str]) -> dict[str, Any]:
-    """hostplan's PreflightChecks of a podman profile of UNIT (the `created` fixture's, whose
+def _create_checks(tmp_path: Path, options: list[str], kind: str = "podman") -> dict[str, Any]:
+    """hostplan's PreflightChecks of a `kind` profile of UNIT (the `created` fixture's, whose
     container stands for the running server's), with an API key's --config mount and a secret
     --env-file, neither written yet."""
     for name in ("model", "drafter"):
@@ -228,7 +238,7 @@ def _create_checks(tmp_path: Path, options: list[str]) -> dict[str, Any]:
         "api_key": {"env": "SGLANG_KEY"},
         "secret_env": {"HF_TOKEN": {"env": "HF_TOKEN"}},
         "service": {"unit_name": UNIT},
-        "runtime": {"kind": "podman", "image": ABSENT, "pull": "never", "options": options},
+        "runtime": {"kind": kind, "image": ABSENT, "pull": "never", "options": options},
     }
     (tmp_path / "p.yml").write_text(yaml.safe_dump(doc))
     prof = profile.load(str(tmp_path / "p.yml"))
@@ -415,19 +425,12 @@ def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str
         server.server_close()
 
 
-def _docker_checks(tmp_path: Path) -> dict[str, Any]:
-    c = _create_checks(tmp_path, ["--ulimit=core=0"])
-    words = [w.replace("/usr/bin/podman", "/usr/bin/docker") for w in c["run_words"]]
-    podman_only = ("--replace", "-d", "--sdnotify=conmon", "--cgroups=split", "--log-driver=passthrough")
-    return {**c, "engine": "docker", "run_words": [w for w in words if w not in podman_only]}
-
-
 def test_docker_create_asks_for_a_container_of_its_own_and_removes_it(
     docker: str, daemon: dict[str, Any], tmp_path: Path
 ) -> None:
     """What the docker client sends for preflight's create (the daemon verifies every setting of
     it, so refusals come back before the stop), then its removal by the same name."""
-    c = _docker_checks(tmp_path)
+    c = _create_checks(tmp_path, ["--ulimit=core=0"], "docker")
     module = RealModule({"docker": docker})
     assert oh._created_problems(module, docker, c, "0" * 64) == []
     (post, path, body), (delete, removed, _) = daemon["requests"]
