@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Callable
 
 # --- the image -----------------------------------------------------------------------------
 
@@ -359,16 +360,17 @@ def run_option(option: str) -> tuple[str, str | None]:
         raise ValueError(f"--ulimit {limit} is set by {OWNED_ULIMITS[limit]}, not runtime.options")
     if not re.fullmatch(pattern, value, re.ASCII):
         raise ValueError(f"{name} {value[:40]!r} is not {wanted}")
-    problem = device_problem(value) if name == "--device" else None
-    if name == "--ulimit":
-        problem = _ulimit_option_problem(value)
-    if name == "--pids-limit" and int(value) > PID_MAX_LIMIT:
-        problem = (
-            f"--pids-limit {value} is above the kernel's largest pids.max, {PID_MAX_LIMIT}: give less, or -1"
-        )
+    check = _VALUE_CHECKS.get(name)
+    problem = check(value) if check else None
     if problem:
         raise ValueError(problem)
     return name, value
+
+
+def _pids_limit_problem(value: str) -> str | None:
+    if int(value) <= PID_MAX_LIMIT:
+        return None
+    return f"--pids-limit {value} is above the kernel's largest pids.max, {PID_MAX_LIMIT}: give less, or -1"
 
 
 def _ulimit_option_problem(value: str) -> str | None:
@@ -388,3 +390,11 @@ def _soft_within_hard(value: str) -> bool:
     if not hard or hard == "-1":
         return True
     return soft != "-1" and int(soft) <= int(hard)
+
+
+#: What the engines take of a value beyond OPTIONS' pattern, for the options that say more.
+_VALUE_CHECKS: dict[str, Callable[[str], str | None]] = {
+    "--device": device_problem,
+    "--ulimit": _ulimit_option_problem,
+    "--pids-limit": _pids_limit_problem,
+}

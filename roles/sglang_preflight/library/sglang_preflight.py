@@ -14,6 +14,8 @@ module: sglang_preflight
 short_description: Check SGLang (host or image), model, drafter, GPUs, port and disk before a restart
 description:
   - "Read-only; fails with C(preflight: <problem>; <problem>...) naming every problem found."
+  - "With a container I(engine), the containers it makes to ask the image and the engine (C(run --rm),
+    C(create) then C(rm)) are never left behind, and the C(create) is never started."
 options:
   unit_name:
     description: Our unit; it may hold the port and the GPUs.
