@@ -1072,7 +1072,8 @@ def _image_problems(
     image, problems, notes = _inspect_image(module, exe, c)
     if c["run_words"]:
         problems += _created_problems(module, exe, c, image.get("id", ""))
-    problems += device_problems(c["run_words"], c["mounts"], nvidia_majors(_proc_devices()))
+    majors = nvidia_majors(_proc_devices())
+    problems += device_problems(c["run_words"], c["mounts"], majors, missing=c["engine"] == "docker")
     if not image:
         return problems, "", False, notes
     cache_file = image_cache_path(paths, image["id"])
@@ -1273,14 +1274,20 @@ def nvidia_nodes(path: str, majors: set[int], walk: bool = True) -> list[str]:
     return sorted(found)
 
 
-def device_problems(run_words: list[str], sources: list[str], majors: set[int]) -> list[str]:
+def device_problems(
+    run_words: list[str], sources: list[str], majors: set[int], missing: bool = False
+) -> list[str]:
     """What the container would get of NVIDIA's devices beside server.gpus, through links and
     directories the control machine cannot see: a --device host path (`/dev/gpu0` a link to
-    nvidia0), or a mount source under /dev (its directories walked; a model cache elsewhere is not)."""
+    nvidia0), or a mount source under /dev (its directories walked; a model cache elsewhere is
+    not). With `missing`, a --device host path this host lacks too: docker's daemon looks at
+    devices only when the container starts, after the stop (podman's create says so itself)."""
     problems = []
     for word in run_words:
         host = word.partition("=")[2].partition(":")[0] if word.startswith("--device=") else ""
         nodes = nvidia_nodes(host, majors) if host.startswith("/") else []
+        if missing and host.startswith("/") and not os.path.exists(host):
+            problems.append(f"{word}: {host} does not exist on this host: drop it from runtime.options")
         if nodes:
             problems.append(
                 f"{word} gives the container {', '.join(nodes[:4])} on this host, NVIDIA's: GPUs reach "

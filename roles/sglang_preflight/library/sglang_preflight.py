@@ -116,7 +116,8 @@ options:
             podman creates it over an empty root file system, docker from the image."
           - "Each C(--device) host path and each I(mounts) source under /dev is resolved on this
             host: one that leads to an NVIDIA device node (a link, a directory holding one) is a
-            problem; GPUs reach the container from the unit's own GPU words only."
+            problem; GPUs reach the container from the unit's own GPU words only. With docker, whose
+            daemon opens devices only at start, a C(--device) this host lacks is one too."
         type: list
         elements: str
         default: []

@@ -363,6 +363,11 @@ def test_a_device_or_mount_that_leads_to_a_gpu_node_is_named(tmp_path: Path) -> 
     )
     assert "/dev/null" in oh.nvidia_nodes(str(tmp_path / "devices"), majors)
     assert oh.device_problems(words, [str(tmp_path / "devices")], oh.nvidia_majors("")) == []
+    # docker's daemon opens a device only at start: one this host lacks is named here.
+    assert oh.device_problems(words, [], oh.nvidia_majors(""), missing=True) == [
+        "--device=/dev/orchestrator-absent: /dev/orchestrator-absent does not exist on this host: drop it "
+        "from runtime.options"
+    ]
 
 
 @pytest.fixture
