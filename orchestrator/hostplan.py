@@ -100,6 +100,12 @@ class PreflightChecks(_Record):
     #: The unit's engine options a throw-away container of the image needs on the host too
     #: (container.probe_options: network, cgroups, ulimits).
     run_options: list[str] = []
+    #: The unit's whole `run` command after the verb, as systemd runs it (run_words): the engine's
+    #: own `create` judges every option before the stop, starting nothing.
+    run_words: list[str] = []
+    #: The unit's secret files (the --config mount's source, the --env-file): that `create` gets
+    #: empty ones in their place (they may not be written yet, and no secret goes into it).
+    secret_files: list[str] = []
 
 
 class GatewayPlan(_Record):
@@ -301,12 +307,13 @@ def preflight_checks(prof: Profile, plan: Plan, gpus: list[int], kill_holders: b
         allow_gpu_holders=kill_holders,
         unit_content=plan.unit,
         user=prof.service.user,
-        **_runtime_checks(prof),
+        **_runtime_checks(prof, plan),
     )
 
 
-def _runtime_checks(prof: Profile) -> dict[str, Any]:
-    """PreflightChecks' engine, image, pull and mounts of a container runtime; none on the host."""
+def _runtime_checks(prof: Profile, plan: Plan) -> dict[str, Any]:
+    """PreflightChecks' engine, image, pull, mounts and run command of a container runtime; none
+    on the host."""
     rt = prof.runtime
     if not rt.container:
         return {}
@@ -316,7 +323,16 @@ def _runtime_checks(prof: Profile) -> dict[str, Any]:
         "pull": rt.pull,
         "mounts": [m.source for m in rt.mounts],
         "run_options": container.probe_options(prof),
+        "run_words": run_words(plan),
+        "secret_files": [path for path in (plan.secret_path, plan.env_file_path) if path],
     }
+
+
+def run_words(plan: Plan) -> list[str]:
+    """The words of the unit's `ENGINE run` after the verb, as systemd hands them over: the one
+    word it expands, ${CREDENTIALS_DIRECTORY}/..., expanded (plan.credentials_dir)."""
+    expanded = f"{plan_mod.credentials_dir(plan.unit_name)}/{plan_mod.CREDENTIAL}"
+    return [expanded if w == plan_mod.CREDENTIAL_ARG else w for w in plan.exec_argv[2:]]
 
 
 def lock(run_id: str, profile: str, ttl_s: float, wait_s: float) -> LockSpec:

@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 
 import jinja2
 
-from orchestrator import container, sglang_flags, systemd_rules
+from orchestrator import container, container_rules, sglang_flags, systemd_rules
 from orchestrator.paths import TEMPLATES_DIR
 from orchestrator.profile import Profile, model_mounts
 
@@ -465,8 +465,10 @@ def _engine(profile: Profile, environment: dict[str, str], nnodes: int) -> conta
     argv inside the container is the host runtime's word for word."""
     if not profile.runtime.container:
         return None
-    paths = dict.fromkeys(path for _, path in model_mounts(profile))  # the drafter may be the model
-    mounts = [(path, path, True) for path in paths]
+    paths: dict[str, str] = {}  # the drafter may be the model, written alike or not (`/m`, `/m/`)
+    for _, path in model_mounts(profile):
+        paths.setdefault(container_rules.clean_path(path), path)
+    mounts = [(path, path, True) for path in paths.values()]
     mounts += [(m.source, m.target, m.read_only) for m in profile.runtime.mounts]
     if profile.api_key is not None:
         mounts.append(

@@ -435,12 +435,13 @@ def _run_option(option: str) -> str:
 
 
 MountPath = Annotated[AbsPath, _checked(container_rules.mount_path_problem)]
+MountSource = Annotated[AbsPath, _checked(container_rules.mount_source_problem)]
 
 
 class Mount(_Model):
     """A host path the container sees (`--volume SOURCE:TARGET[:ro]`)."""
 
-    source: MountPath = Field(description="Absolute path on the host (no ':' or ',').")
+    source: MountSource = Field(description="Absolute path on the host (no ':' or ',', not under /dev).")
     target: MountPath = Field(description="Absolute path inside the container (no ':' or ',').")
     read_only: bool = Field(
         True, description="Mount it read-only (the default); false for a directory the server writes."
@@ -887,6 +888,10 @@ def _container_service_findings(profile: Profile) -> Iterator[rules.Finding]:
             "a container's open files cannot be unlimited (the kernel caps them at fs.nr_open); "
             "give a number such as 1048576",
         )
+    for name in ("memlock", "nofile"):
+        problem = container_rules.ulimit_problem(getattr(svc.limits, name))
+        if problem:
+            yield (f"service.limits.{name}", problem)
 
 
 def model_mounts(profile: Profile) -> list[tuple[str, str]]:
@@ -899,15 +904,16 @@ def model_mounts(profile: Profile) -> list[tuple[str, str]]:
 
 
 def _container_path_findings(profile: Profile) -> Iterator[rules.Finding]:
-    """Model and drafter are mounted at their own paths; no mount may land on the same target."""
+    """Model and drafter are mounted at their own paths; no mount may land on the same target
+    as the engines clean it (`/data/m/.` is `/data/m`)."""
     targets: dict[str, str] = {}
     for loc, path in model_mounts(profile):
-        problem = container_rules.mount_path_problem(path)
+        problem = container_rules.mount_source_problem(path)
         if problem:
             yield (loc, f"is mounted into the container at its own path: {problem}")
-        targets.setdefault(path.rstrip("/"), loc)
+        targets.setdefault(container_rules.clean_path(path), loc)
     for i, mount in enumerate(profile.runtime.mounts):
-        target = mount.target.rstrip("/")
+        target = container_rules.clean_path(mount.target)
         if target in targets:
             yield (f"runtime.mounts.{i}.target", f"{mount.target} is already mounted by {targets[target]}")
         targets.setdefault(target, f"runtime.mounts.{i}")

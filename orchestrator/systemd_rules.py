@@ -252,7 +252,7 @@ OWNED_DIRECTIVES = {
 
 def limit_problem(value: str) -> str | None:
     """A LimitMEMLOCK=/LimitNOFILE= value systemd reads as a limit (config_parse_limit)."""
-    if _LIMIT_RE.match(value):
+    if _LIMIT_RE.fullmatch(value):
         return None
     return f"{_shown(value)} is not a limit: use infinity, a number, or a size such as 64G"
 

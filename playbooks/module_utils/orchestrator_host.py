@@ -18,6 +18,7 @@ import pwd
 import re
 import shutil
 import signal
+import stat
 import tempfile
 import time
 import urllib.error
@@ -71,6 +72,8 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
     "pull": {"type": "str", "default": "missing", "choices": ["never", "missing", "always"]},
     "mounts": {"type": "list", "elements": "str", "default": []},
     "run_options": {"type": "list", "elements": "str", "default": []},
+    "run_words": {"type": "list", "elements": "str", "default": []},
+    "secret_files": {"type": "list", "elements": "str", "default": []},
 }
 
 
@@ -1143,6 +1146,10 @@ def _image_problems(
     if problem:
         return [problem], "", False, []
     image, problems, notes = _inspect_image(module, exe, c)
+    if c["run_words"]:
+        problems += _created_problems(module, exe, c, image.get("id", ""))
+    majors = nvidia_majors(_proc_devices())
+    problems += device_problems(c["run_words"], c["mounts"], majors, missing=c["engine"] == "docker")
     if not image:
         return problems, "", False, notes
     cache_file = image_cache_path(paths, image["id"])
@@ -1151,7 +1158,8 @@ def _image_problems(
     if not version:
         rc, out, err = _in_image(module, exe, image["id"], c, [python, "-c", _VERSION_CODE])
         if rc != 0:
-            return [f"SGLang is not importable by {python} in image {ref}: {_tail(out, err)}"], "", False, []
+            problems.append(f"SGLang is not importable by {python} in image {ref}: {_tail(out, err)}")
+            return problems, "", False, []
         version = out.strip()
     if version != c["sglang_version"]:
         problems.append(
@@ -1178,6 +1186,206 @@ def _image_problems(
         os.makedirs(os.path.dirname(cache_file), mode=0o700, exist_ok=True)
         write_atomic(cache_file, json.dumps(learnt, sort_keys=True).encode(), 0o600)
     return problems, version, help_checked, notes
+
+
+# --- the engine's own reading of the unit's run command -----------------------------------------
+
+#: The label a preflight container carries in place of CONTAINER_LABEL, so that nothing that
+#: looks for the unit's container (GPU and port owners, verify) takes it for that.
+PREFLIGHT_LABEL = "orchestrator.preflight"
+#: `run` words that a `create` beside the running server leaves out: -d (create starts nothing)
+#: and podman's --replace, which would remove the running server's container of that name.
+_RUN_ONLY = ("-d", "--replace")
+
+
+def create_words(run_words: list[str], name: str, image: list[str], replaced: dict[str, str]) -> list[str]:
+    """The unit's `run` words (after `ENGINE run`, as systemd runs them) as the words of a
+    `create` that judges every option and leaves the unit's own things alone: its own `name`
+    and label, never a pull, `image` in place of the image, and each host path in `replaced`
+    (the secret files, sources that are missing) swapped as a --volume source or --env-file.
+    Everything else, SGLang's argv after the image included, is the unit's word for word."""
+    at = next(i for i, w in enumerate(run_words) if not w.startswith("-"))
+    words = []
+    for word in run_words[:at]:
+        flag, _, value = word.partition("=")
+        source, colon, rest = value.partition(":")
+        if word in _RUN_ONLY:
+            continue
+        if flag == "--name":
+            word = f"--name={name}"
+        elif flag == "--label" and value.startswith(CONTAINER_LABEL + "="):
+            word = f"--label={PREFLIGHT_LABEL}={value.partition('=')[2]}"
+        elif flag == "--pull":
+            word = "--pull=never"
+        elif flag == "--env-file" and value in replaced:
+            word = f"--env-file={replaced[value]}"
+        elif flag == "--volume" and colon and source in replaced:
+            word = f"--volume={replaced[source]}:{rest}"
+        words.append(word)
+    return [*words, *image, *run_words[at + 1 :]]
+
+
+def engine_message(out: str, err: str) -> str:
+    """The engine's one line about a refusal: podman's `Error: ...`, docker's `docker: Error
+    response from daemon: ...` (before its `See 'docker create --help'.`)."""
+    lines = [line.strip() for line in (err or out).splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("See '", "Run '"))] or ["no output"]
+    message = lines[-1]
+    for prefix in ("docker: ", "Error: ", "Error response from daemon: "):
+        message = message.removeprefix(prefix)
+    return message[:300]
+
+
+def refused_words(message: str, words: list[str]) -> list[str]:
+    """The unit's options an engine's refusal is about: those whose value it quotes whole, else
+    those with a part (between ':', '=' or ',') that is a word of it: a mode (`invalid device
+    mode: mmm`), a path, compared as the engines clean it (`"/data/m": duplicate mount
+    destination` for `--volume=/a:/data/m/.`)."""
+    options = [w for w in words if w.startswith("--") and "=" in w]
+    named = [
+        w
+        for w in options
+        if re.search(rf"(?:^|[\s\"'(]){re.escape(w.partition('=')[2])}(?:$|[\s\"'),:;])", message)
+    ]
+    if named:
+        return named
+    said = {_cleaned(t.strip("\"'.,:;()")) for t in message.split()}
+    return [w for w in options if said & {_cleaned(p) for p in re.split("[:=,]", w.partition("=")[2])}]
+
+
+def _cleaned(part: str) -> str:
+    return os.path.normpath(part) if part.startswith("/") else part
+
+
+def _created_problems(module: Any, exe: str, c: dict, image_id: str) -> list[str]:
+    """The engine's own parse of the whole run command before the stop: `create` (never
+    started) of the unit's words as create_words makes them, then `rm`, whatever happened.
+    podman creates over an empty root file system in the image's place (`--rootfs`: no copy of
+    the image's layers, which the vfs driver would make); docker, which has no such option,
+    from the image (absent: it verifies every option before it says "No such image"). The
+    secret files are empty ones here, so no secret reaches a container's stored config. In check
+    mode too, as the throw-away `run --rm`: nothing of it outlives the check."""
+    run_words, engine = c["run_words"], c["engine"]
+    base = next((w.partition("=")[2] for w in run_words if w.startswith("--name=")), "orchestrator")
+    name = f"{base}-preflight-{os.urandom(6).hex()}"  # never the server's container, nor another preflight's
+    folder = tempfile.mkdtemp(prefix="orchestrator-create-")
+    try:
+        replaced = {}
+        for i, path in enumerate(c["secret_files"]):
+            replaced[path] = os.path.join(folder, f"secret-{i}")
+            os.close(os.open(replaced[path], os.O_WRONLY | os.O_CREAT, 0o600))
+        for word in run_words:
+            source = word.partition("=")[2].partition(":")[0] if word.startswith("--volume=") else ""
+            if source and source not in replaced and not os.path.exists(source):
+                replaced[source] = tempfile.mkdtemp(dir=folder)  # named missing by its own check
+        if engine == "podman":
+            os.mkdir(os.path.join(folder, "rootfs"))
+            image = ["--rootfs", os.path.join(folder, "rootfs")]
+        else:
+            image = [image_id or c["image"]]
+        words = create_words(run_words, name, image, replaced)
+        rc, out, err = module.run_command([exe, "create", *words])
+    finally:
+        module.run_command([exe, "rm", "-f", *(["--ignore"] if engine == "podman" else []), name])
+        shutil.rmtree(folder, ignore_errors=True)
+    if rc == 0 or (engine == "docker" and not image_id and "No such image" in err):
+        return []
+    message = engine_message(out, err)
+    named = refused_words(message, words)
+    where = f" ({', '.join(named)})" if named else ""
+    return [
+        f"{engine} refuses the unit's run command: {message}{where}, said by its own `{engine} create` "
+        "before the stop: fix the profile's value"
+    ]
+
+
+#: /proc/devices names NVIDIA's drivers' character majors: nvidia (195: GPUs and nvidiactl),
+#: nvidia-uvm, nvidia-caps, nvidia-nvswitch..., all but 195 allocated at load time.
+NVIDIA_MAJOR = 195
+
+
+def nvidia_majors(proc_devices: str) -> set[int]:
+    """The character-device majors of NVIDIA's drivers in /proc/devices' text; 195 always."""
+    majors, char = {NVIDIA_MAJOR}, False
+    for line in proc_devices.splitlines():
+        if line.endswith(":"):
+            char = line == "Character devices:"
+            continue
+        number, _, driver = line.strip().partition(" ")
+        if char and driver.startswith("nvidia") and number.isdecimal():
+            majors.add(int(number))
+    return majors
+
+
+#: How many entries of a directory are looked through for an NVIDIA device node.
+DEVICE_WALK_LIMIT = 10000
+
+
+def nvidia_nodes(path: str, majors: set[int], walk: bool = True) -> list[str]:
+    """NVIDIA device nodes `path` gives a container, as the engines resolve it: the node its
+    links lead to, or with `walk` every node of the directory they lead to (the engines hand a
+    directory's nodes over, its links not followed). [] when it is none or cannot be read."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return []
+    if stat.S_ISCHR(st.st_mode):
+        return [real] if os.major(st.st_rdev) in majors else []
+    if not (walk and stat.S_ISDIR(st.st_mode)):
+        return []
+    found, seen = [], 0
+    for top, dirs, files in os.walk(real):
+        for entry in (*dirs, *files):
+            seen += 1
+            if seen > DEVICE_WALK_LIMIT:
+                return [*found, f"{real} (more than {DEVICE_WALK_LIMIT} entries, not all looked at)"]
+            full = os.path.join(top, entry)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) in majors:
+                found.append(full)
+    return sorted(found)
+
+
+def device_problems(
+    run_words: list[str], sources: list[str], majors: set[int], missing: bool = False
+) -> list[str]:
+    """What the container would get of NVIDIA's devices beside server.gpus, through links and
+    directories the control machine cannot see: a --device host path (`/dev/gpu0` a link to
+    nvidia0), or a mount source under /dev (its directories walked; a model cache elsewhere is
+    not). With `missing`, a --device host path this host lacks too: docker's daemon looks at
+    devices only when the container starts, after the stop (podman's create says so itself)."""
+    problems = []
+    for word in run_words:
+        host = word.partition("=")[2].partition(":")[0] if word.startswith("--device=") else ""
+        nodes = nvidia_nodes(host, majors) if host.startswith("/") else []
+        if missing and host.startswith("/") and not os.path.exists(host):
+            problems.append(f"{word}: {host} does not exist on this host: drop it from runtime.options")
+        if nodes:
+            problems.append(
+                f"{word} gives the container {', '.join(nodes[:4])} on this host, NVIDIA's: GPUs reach "
+                "the container from server.gpus only; drop it from runtime.options"
+            )
+    for source in sources:
+        real = os.path.realpath(source)
+        nodes = nvidia_nodes(source, majors, walk=real == "/dev" or real.startswith("/dev/"))
+        if nodes:
+            problems.append(
+                f"runtime.mounts source {source} gives the container {', '.join(nodes[:4])} on this host, "
+                "NVIDIA's: GPUs reach the container from server.gpus only; mount no device paths"
+            )
+    return problems
+
+
+def _proc_devices() -> str:
+    try:
+        with open("/proc/devices") as fh:
+            return fh.read()
+    except OSError:
+        return ""
 
 
 def mount_problems(sources: list[str]) -> list[str]:

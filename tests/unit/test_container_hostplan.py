@@ -14,8 +14,8 @@ from orchestrator import hostplan, plan, profile
 IMAGE = "docker.io/lmsysorg/sglang:v0.5.9@sha256:" + "0123456789abcdef" * 4
 
 
-def _checks(tmp_path: Path, runtime: dict | None) -> hostplan.PreflightChecks:
-    doc = {"extends": "cg_5tok", **({"runtime": runtime} if runtime else {})}
+def _checks(tmp_path: Path, runtime: dict | None, **more: object) -> hostplan.PreflightChecks:
+    doc = {"extends": "cg_5tok", **({"runtime": runtime} if runtime else {}), **more}
     (tmp_path / "p.yml").write_text(yaml.safe_dump(doc))
     prof = profile.load(str(tmp_path / "p.yml"))
     built = plan.build(prof)
@@ -33,6 +33,20 @@ def test_a_container_profile_checks_its_engine_and_image(tmp_path: Path, kind: s
     assert in_image.model_path == on_host.model_path and in_image.draft_model_path == on_host.draft_model_path
 
 
+@pytest.mark.parametrize("kind", ["docker", "podman"])
+def test_the_whole_run_command_goes_to_the_engines_own_create(tmp_path: Path, kind: str) -> None:
+    """The unit's words after `ENGINE run`, with systemd's one expansion (the --config word), and
+    the secret files that create gets empty stand-ins for."""
+    runtime = {"kind": kind, "image": IMAGE}
+    checks = _checks(tmp_path, runtime, api_key={"env": "K"}, secret_env={"HF_TOKEN": {"env": "T"}})
+    built = plan.build(profile.load(str(tmp_path / "p.yml")))
+    assert built.exec_argv[1] == "run" and checks.run_words[:-2] == built.exec_argv[2:-2]
+    assert built.exec_argv[-2:] == ["--config", plan.CREDENTIAL_ARG]
+    assert checks.run_words[-2:] == ["--config", "/run/credentials/sglang.service/sglang-config.yaml"]
+    assert checks.secret_files == ["/etc/orchestrator/sglang.config.yaml", "/etc/orchestrator/sglang.env"]
+
+
 def test_the_host_runtime_sends_no_engine(tmp_path: Path) -> None:
     checks = _checks(tmp_path, None)
     assert (checks.engine, checks.image, checks.pull, checks.mounts) == ("", "", "missing", [])
+    assert (checks.run_words, checks.secret_files) == ([], [])

@@ -165,6 +165,11 @@ def test_model_drafter_mounts_and_the_api_key(tmp_path: Path) -> None:
     same["speculative"] = {"draft_model_path": "/data/models/Kimi-K2.5"}
     volumes = [w for w in plan.build(_load(tmp_path, same, "same")).engine_argv if w.startswith("--volume=")]
     assert volumes == ["--volume=/data/models/Kimi-K2.5:/data/models/Kimi-K2.5:ro"]
+    # Written otherwise, it is still one mount point to the engines (podman: "duplicate mount
+    # destination"), so it is mounted once, as the model path is written.
+    same["speculative"] = {"draft_model_path": "/data/models//Kimi-K2.5/."}
+    volumes = [w for w in plan.build(_load(tmp_path, same, "same")).engine_argv if w.startswith("--volume=")]
+    assert volumes == ["--volume=/data/models/Kimi-K2.5:/data/models/Kimi-K2.5:ro"]
 
 
 def test_limits_and_options_become_run_options(tmp_path: Path) -> None:

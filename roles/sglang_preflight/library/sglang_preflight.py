@@ -17,6 +17,8 @@ description:
   - "A unit that is not orchestrator's to replace is a problem: systemd loads it from another file
     (such as /lib/systemd/system/ssh.service), its file in I(paths.unit_dir) has neither
     orchestrator's header line nor stored facts, or it is masked."
+  - "With a container I(engine), the containers it makes to ask the image and the engine (C(run --rm),
+    C(create) then C(rm)) are never left behind, and the C(create) is never started."
 options:
   unit_name:
     description: Our unit; it may hold the port and the GPUs.
@@ -105,6 +107,27 @@ options:
         description:
           - "The unit's engine options a throw-away container of the image also needs on this host
             (network, cgroups, ulimits), one word each."
+        type: list
+        elements: str
+        default: []
+      run_words:
+        description:
+          - "The unit's C(ENGINE run) command after the verb, one word each, as systemd runs it; empty
+            skips this check. The engine's own C(create) (never started, removed at once) judges
+            every option before the stop: a refusal is a problem, with the engine's message and the
+            options it names. It gets a name and label of its own, no C(-d), C(--replace) or pull;
+            podman creates it over an empty root file system, docker from the image."
+          - "Each C(--device) host path and each I(mounts) source under /dev is resolved on this
+            host: one that leads to an NVIDIA device node (a link, a directory holding one) is a
+            problem; GPUs reach the container from the unit's own GPU words only. With docker, whose
+            daemon opens devices only at start, a C(--device) this host lacks is one too."
+        type: list
+        elements: str
+        default: []
+      secret_files:
+        description:
+          - The unit's secret files (its C(--config) mount's source, its C(--env-file)), given to
+            that C(create) as empty files in their place.
         type: list
         elements: str
         default: []

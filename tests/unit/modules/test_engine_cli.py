@@ -10,17 +10,24 @@ which the modules take for an engine with no containers, and preflight names.
 
 from __future__ import annotations
 
+import http.server
+import json
+import os
 import shutil
+import socketserver
 import subprocess
+import threading
 import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from ansible.module_utils import orchestrator_host as oh
+from hostfakes import capture
 
-from orchestrator import container, profile
+from orchestrator import container, hostplan, profile
 from orchestrator import plan as plan_mod
 from orchestrator.hostplan import unit_facts
 from orchestrator.verify import test_deployment as checks
@@ -28,6 +35,7 @@ from orchestrator.verify.run import plan_json
 
 ABSENT = "localhost/orchestrator-test/absent:1"
 UNIT = "sglang-b.service"
+NAME = "sglang-b"
 
 
 class RealModule:
@@ -73,9 +81,19 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         subprocess.run([str(wrapper), "rm", "--all", "--force"], capture_output=True, check=False)
 
 
-@pytest.fixture
-def docker() -> str:
-    binary = shutil.which("docker")
+#: The docker CLI on PATH, and Debian's /usr/bin one (20.10, the lab's) when that is another.
+DOCKERS = list(
+    {
+        os.path.realpath(b): b
+        for b in (shutil.which("docker"), "/usr/bin/docker")
+        if b and os.access(b, os.X_OK)
+    }.values()
+)
+
+
+@pytest.fixture(params=DOCKERS or [None], ids=lambda b: b or "no-docker")
+def docker(request: pytest.FixtureRequest) -> str:
+    binary = request.param
     if binary is None:
         pytest.skip("no docker CLI here: apt-get install docker.io (scripts/setup.sh does)")
     if subprocess.run([binary, "version"], capture_output=True).returncode == 0:
@@ -202,3 +220,239 @@ def test_docker_without_its_daemon_has_no_containers_and_is_named_by_preflight(
     ):
         rc, out, err = module.run_command(argv)
         assert rc != 0 and "Cannot connect to the Docker daemon" in out + err, (argv, out + err)
+
+
+# --- the engine's own parse of the unit's run command, before the stop ---------------------------
+
+
+def _create_checks(tmp_path: Path, options: list[str], kind: str = "podman") -> dict[str, Any]:
+    """hostplan's PreflightChecks of a `kind` profile of UNIT (the `created` fixture's, whose
+    container stands for the running server's), with an API key's --config mount and a secret
+    --env-file, neither written yet."""
+    for name in ("model", "drafter"):
+        (tmp_path / name).mkdir(exist_ok=True)
+    doc = {
+        "extends": "cg_5tok",
+        "server": {"model_path": str(tmp_path / "model"), "gpus": "4-7", "tp_size": 4},
+        "speculative": {"draft_model_path": str(tmp_path / "drafter")},
+        "api_key": {"env": "SGLANG_KEY"},
+        "secret_env": {"HF_TOKEN": {"env": "HF_TOKEN"}},
+        "service": {"unit_name": UNIT},
+        "runtime": {"kind": kind, "image": ABSENT, "pull": "never", "options": options},
+    }
+    (tmp_path / "p.yml").write_text(yaml.safe_dump(doc))
+    prof = profile.load(str(tmp_path / "p.yml"))
+    return hostplan.preflight_checks(prof, plan_mod.build(prof), [4, 5, 6, 7], False).model_dump()
+
+
+def _containers(podman: str) -> list[tuple[str, str]]:
+    listed = subprocess.run(
+        [podman, "ps", "-a", "--format", "json"], capture_output=True, text=True, check=True
+    )
+    return sorted((row["Id"], row["Names"][0]) for row in json.loads(listed.stdout or "[]"))
+
+
+def test_podman_create_judges_the_run_command_beside_the_servers_container(
+    podman: str, created: dict[str, Any], tmp_path: Path
+) -> None:
+    """The unit's words, less -d and --replace (which would remove the server's container
+    `sglang-b`), under a name and label of its own, never pulling, over an empty root file
+    system, the secret files empty ones of its own: podman accepts them, and the container is
+    removed again; the server's is untouched."""
+    before = _containers(podman)
+    assert [name for _, name in before] == ["sglang-b"]
+    c = _create_checks(tmp_path, ["--ulimit=core=0", "--device=/dev/null:/dev/orchestrator-null:rw"])
+    assert c["secret_files"] == [f"/etc/orchestrator/{NAME}.config.yaml", f"/etc/orchestrator/{NAME}.env"]
+    module = RealModule({"podman": podman})
+    assert oh._created_problems(module, podman, c, "") == []
+    (create, rc, _, err), (remove, *_) = module.calls
+    assert rc == 0, err
+    unit_words = c["run_words"]
+    assert {"-d", "--replace"} <= set(unit_words) and not {"-d", "--replace"} & set(create)
+    [name] = [w.removeprefix("--name=") for w in create if w.startswith("--name=")]
+    assert name.startswith(f"{NAME}-preflight-") and remove == [podman, "rm", "-f", "--ignore", name]
+    assert f"--label=orchestrator.preflight={UNIT}" in create and "--pull=never" in create
+    rootfs = create.index("--rootfs")
+    assert create[rootfs + 2 :] == unit_words[unit_words.index(ABSENT) + 1 :]  # SGLang's argv as is
+    # systemd's expansion of the --config word; the secret files' empty stand-ins, gone again.
+    assert create[-2:] == ["--config", f"/run/credentials/{UNIT}/sglang-config.yaml"]
+    [env_file] = [w.removeprefix("--env-file=") for w in create if w.startswith("--env-file=")]
+    [key] = [w for w in create if w.endswith(f":/run/credentials/{UNIT}/sglang-config.yaml:ro")]
+    key_file = key.removeprefix("--volume=").partition(":")[0]
+    assert os.path.dirname(env_file) == os.path.dirname(key_file) != "/etc/orchestrator"
+    assert not os.path.exists(os.path.dirname(env_file))
+    assert _containers(podman) == before
+
+
+def test_a_value_only_the_engine_refuses_is_a_preflight_problem_naming_it(
+    podman: str, tmp_path: Path, paths: dict[str, str]
+) -> None:
+    """A --device the host lacks passes every rule of the control machine; podman's create
+    refuses it before the stop, and preflight says so with podman's words and the option.
+    Nothing is left behind."""
+    c = {**_create_checks(tmp_path, ["--device=/dev/orchestrator-absent"]), "python": "python3"}
+    module = RealModule({"podman": podman})
+    problems, version, help_checked, notes = oh._image_problems(module, UNIT, paths, c)
+    assert problems == [
+        f"image {ABSENT} is not on this host and runtime.pull is never: pull it (podman pull {ABSENT}) or "
+        "set runtime.pull: missing",
+        "podman refuses the unit's run command: stat /dev/orchestrator-absent: no such file or directory "
+        "(--device=/dev/orchestrator-absent), said by its own `podman create` before the stop: fix the "
+        "profile's value",
+    ]
+    assert (version, help_checked, notes) == ("", False, [])
+    assert not [name for _, name in _containers(podman) if "-preflight-" in name]
+
+
+@pytest.mark.parametrize(
+    ("err", "option"),
+    [
+        (
+            'Error: ulimit option "core=9999999999999999999" requires name=SOFT:HARD, failed to be parsed: '
+            'strconv.ParseInt: parsing "9999999999999999999": value out of range',
+            "--ulimit=core=9999999999999999999",
+        ),
+        ("Error: invalid device mode: mmm", "--device=/dev/null:mmm"),
+        ('Error: "/data/m": duplicate mount destination', "--volume=/scratch/a:/data/m/."),
+        (
+            'docker: Error response from daemon: invalid mount config for type "bind": bind source path does '
+            "not exist: /scratch/a\n\nRun 'docker create --help' for more information\n",
+            "--volume=/scratch/a:/data/m/.",
+        ),
+    ],
+)
+def test_the_refused_option_is_named_from_the_engines_message(err: str, option: str) -> None:
+    """As podman 4.3.1 and docker word them (the first three seen here, with the real podman)."""
+    words = ["--name=x", "--network=host", "--volume=/data/models/k:/data/models/k:ro", option, "IMAGE"]
+    message = oh.engine_message("", err)
+    assert "\n" not in message and not message.startswith(("Error", "docker:"))
+    assert oh.refused_words(message, words) == [option]
+
+
+# --- NVIDIA's devices behind links the control machine cannot see --------------------------------
+
+
+def test_nvidia_majors_are_read_from_proc_devices() -> None:
+    assert oh.nvidia_majors(capture("proc-devices-h200.txt")) == {195, 238, 239, 240, 241, 242}
+    assert oh.nvidia_majors("Character devices:\n  1 mem\n\nBlock devices:\n195 nvidia-ish\n") == {195}
+
+
+def test_a_device_or_mount_that_leads_to_a_gpu_node_is_named(tmp_path: Path) -> None:
+    """/dev/null's major (1, mem) stands in for NVIDIA's here: a --device link to it, or to a
+    directory holding it (the engines hand over a directory's nodes, not its links), and a mount
+    source that leads into /dev. A model directory outside /dev is not walked."""
+    majors = {os.major(os.stat("/dev/null").st_rdev)}
+    (tmp_path / "gpu0").symlink_to("/dev/null")
+    (tmp_path / "devices").symlink_to("/dev")
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "gpu0").symlink_to("/dev/null")
+    words = [
+        f"--device={tmp_path}/gpu0:/dev/x:rw",
+        f"--device={tmp_path}/links",
+        "--device=nvidia.com/gpu=4",
+        "--device=/dev/orchestrator-absent",
+    ]
+    problems = oh.device_problems(words, [str(tmp_path / "devices"), str(tmp_path / "links")], majors)
+    assert problems[0] == (
+        f"--device={tmp_path}/gpu0:/dev/x:rw gives the container /dev/null on this host, NVIDIA's: GPUs "
+        "reach the container from server.gpus only; drop it from runtime.options"
+    )
+    assert len(problems) == 2 and problems[1].startswith(f"runtime.mounts source {tmp_path}/devices gives ")
+    assert problems[1].endswith(
+        "on this host, NVIDIA's: GPUs reach the container from server.gpus only; mount no device paths"
+    )
+    assert "/dev/null" in oh.nvidia_nodes(str(tmp_path / "devices"), majors)
+    assert oh.device_problems(words, [str(tmp_path / "devices")], oh.nvidia_majors("")) == []
+    # docker's daemon opens a device only at start: one this host lacks is named here.
+    assert oh.device_problems(words, [], oh.nvidia_majors(""), missing=True) == [
+        "--device=/dev/orchestrator-absent: /dev/orchestrator-absent does not exist on this host: drop it "
+        "from runtime.options"
+    ]
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """A unix socket that the docker client takes for its daemon (DOCKER_HOST): it records each
+    request and answers a create with `create` ((status, body), 201 and an ID unless a test sets
+    it), a removal with 204. Nothing runs."""
+    seen: dict[str, Any] = {"requests": [], "create": (201, {"Id": "f00d" * 16, "Warnings": []})}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def address_string(self) -> str:
+            return "test"
+
+        def _answer(self, code: int, body: Any) -> None:
+            data = json.dumps(body).encode() if code != 204 else b""
+            self.send_response(code)
+            for name, value in (
+                ("Api-Version", "1.41"),
+                ("Ostype", "linux"),
+                ("Content-Type", "application/json"),
+            ):
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+        def do_HEAD(self) -> None:  # the client's /_ping
+            self._answer(200, "OK")
+
+        def do_GET(self) -> None:
+            self._answer(200 if self.path.endswith("/_ping") else 404, {"message": "not recorded"})
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen["requests"].append(("POST", self.path, json.loads(body or b"null")))
+            self._answer(*seen["create"])
+
+        def do_DELETE(self) -> None:
+            seen["requests"].append(("DELETE", self.path, None))
+            self._answer(204, None)
+
+    class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+        daemon_threads = True
+
+    socket = tmp_path / "docker.sock"
+    server = Server(str(socket), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{socket}")
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker-config"))
+    try:
+        yield seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_docker_create_asks_for_a_container_of_its_own_and_removes_it(
+    docker: str, daemon: dict[str, Any], tmp_path: Path
+) -> None:
+    """What the docker client sends for preflight's create (the daemon verifies every setting of
+    it, so refusals come back before the stop), then its removal by the same name."""
+    c = _create_checks(tmp_path, ["--ulimit=core=0"], "docker")
+    module = RealModule({"docker": docker})
+    assert oh._created_problems(module, docker, c, "0" * 64) == []
+    (post, path, body), (delete, removed, _) = daemon["requests"]
+    name = path.partition("?name=")[2]
+    assert (post, delete) == ("POST", "DELETE") and name.startswith(f"{NAME}-preflight-")
+    assert removed.endswith(f"/containers/{name}?force=1")
+    assert body["Image"] == "0" * 64 and body["Labels"] == {"orchestrator.preflight": UNIT}
+    assert body["Cmd"] == c["run_words"][c["run_words"].index(ABSENT) + 1 :]
+    assert {"Name": "core", "Hard": 0, "Soft": 0} in body["HostConfig"]["Ulimits"]
+    assert not any("/etc/orchestrator/" in bind for bind in body["HostConfig"]["Binds"])
+    daemon["requests"].clear()
+    daemon["create"] = (
+        400,
+        {"message": 'invalid mount config for type "bind": bind source path does not exist'},
+    )
+    [problem] = oh._created_problems(module, docker, c, "0" * 64)
+    assert problem.startswith('docker refuses the unit\'s run command: invalid mount config for type "bind"')
+    assert [r[0] for r in daemon["requests"]] == ["POST", "DELETE"]  # removed even so
+    daemon["create"] = (404, {"message": f"No such image: {ABSENT}"})  # the daemon checked the rest first
+    assert oh._created_problems(module, docker, c, "") == []
