@@ -368,7 +368,7 @@ def render_unit(
             environment_files=[env_file] if env_file and not engine else [],
             credentials=[f"{CREDENTIAL}:{secret_path(profile)}"] if profile.api_key else [],
             restart=svc.restart,
-            restart_sec=_scalar(svc.restart_sec).removesuffix(".0"),
+            restart_sec=systemd_rules.seconds(svc.restart_sec),
             start_limit_burst=svc.start_limit_burst,
             start_limit_interval_s=svc.start_limit_interval_s,
             limits={"LimitMEMLOCK": svc.limits.memlock, "LimitNOFILE": svc.limits.nofile},

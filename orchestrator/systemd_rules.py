@@ -15,6 +15,8 @@ Environment= assignments, which keeps spaces, quotes, `%`, `$` and control chara
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from decimal import ROUND_DOWN, Decimal
 
 #: Bytes of one path component and of a whole path with its NUL (path_is_valid() ->
 #: path_find_first_component(): NAME_MAX, PATH_MAX).
@@ -130,38 +132,229 @@ def env_name_problem(name: str) -> str | None:
     )
 
 
+# --- numbers as systemd 252 reads them --------------------------------------------------------
+
+UINT64_MAX = 2**64 - 1
+#: parse_time() refuses a count of seconds this large or larger (`(usec_t) l >= USEC_INFINITY /
+#: multiplier`: ERANGE, "Failed to parse ... ignoring").
+SECONDS_LIMIT = UINT64_MAX // 10**6
+#: cpu_set_add(): a CPU (or NUMA node) index from 8192 on fails the line ("Cannot add CPU").
+CPU_INDEX_LIMIT = 8192
+#: What parse_size(..., 1024) multiplies a suffix by (it also takes "B", fractions and sums such
+#: as "1G512M", which service.extra does not).
+SIZE_SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50, "E": 2**60}
+
+_DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)")
+_SIZE = re.compile(r"([0-9]+)([KMGTPE]?)")
+#: parse_permyriad(): a whole percentage or one with one or two decimals (safe_atoi() reads the
+#: whole part, so a leading zero is octal there too).
+_PERCENT = re.compile(r"([0-9]+)(?:\.([0-9]{1,2}))?%")
+
+
+def c_integer(text: str, *, unsigned: bool = False) -> int | None:
+    """The integer systemd's safe_atoi() (`unsigned`: safe_atou(), safe_atou64()) reads in `text`,
+    or None where it refuses it.
+
+    Both parse in base 0 after mangle_base(): `0x` is hex, `0b` binary, `0o` and a bare leading
+    `0` octal, so `010` is 8 and `019` is refused ("Invalid argument"); strtol() skips leading
+    whitespace and takes one sign, and the unsigned ones refuse a '-' on anything but 0.
+    """
+    s = text.lstrip(_WHITESPACE)
+    base = 0
+    if s[:2] in ("0b", "0B", "0o", "0O"):
+        base, s = (2 if s[1] in "bB" else 8), s[2:]
+    s = s.lstrip(" \t\n\v\f\r")
+    sign = s[:1] if s[:1] in ("+", "-") else ""
+    body = s[len(sign) :]
+    if base == 0:
+        if re.match(r"0[xX][0-9a-fA-F]", body):
+            base, body = 16, body[2:]
+        else:
+            base = 8 if body.startswith("0") else 10
+    if not body or not set(body.lower()) <= set("0123456789abcdef"[:base]):
+        return None
+    value = -int(body, base) if sign == "-" else int(body, base)
+    return None if unsigned and value < 0 else value
+
+
+def _integer_problem(value: str, low: int, high: int, wanted: str, *, unsigned: bool = False) -> str | None:
+    """An integer systemd reads with safe_atoi()/safe_atou64(), which must mean its decimal reading."""
+    if _DECIMAL.fullmatch(value):
+        return None if low <= int(value) <= high else f"{value} is not {wanted}"
+    read = c_integer(value, unsigned=unsigned)
+    decimal = int(value) if re.fullmatch(r"-?[0-9]+", value) else None
+    if read is not None and low <= read <= high:
+        if decimal is not None:
+            return (
+                f"systemd reads {_shown(value)} as octal {read}, not {decimal}: write {read}, or "
+                f"{decimal} without the leading zero"
+            )
+        return f"systemd reads {_shown(value)} as {read}: write {read}"
+    if decimal is not None and low <= decimal <= high:
+        return (
+            f"systemd refuses {_shown(value)} (a leading zero means octal to it) and would ignore the "
+            f"line: write {decimal}"
+        )
+    return f"{_shown(value)} is not {wanted}"
+
+
+def _size(value: str) -> int | None:
+    """The bytes parse_size(value, 1024) reads (a plain decimal count, K to E suffixes)."""
+    match = _SIZE.fullmatch(value)
+    return int(match[1]) * SIZE_SUFFIXES[match[2]] if match else None
+
+
+def _percent_problem(value: str, wanted: str, *, zero: bool) -> str | None:
+    """parse_permyriad(): at most 100%, with at most two decimals; `zero`: whether 0% is taken."""
+    match = _PERCENT.fullmatch(value)
+    if not match:
+        return f"{_shown(value)} is not {wanted}"
+    problem = _integer_problem(match[1], 0, 2**31 - 1, "a percentage")
+    if problem:
+        return problem
+    permyriad = int(match[1]) * 100 + int((match[2] or "0").ljust(2, "0"))
+    if permyriad > 10000:
+        return f"{value} is over 100%, which systemd refuses (it would ignore the line)"
+    if permyriad == 0 and not zero:
+        return "0% is no memory at all, which systemd refuses (it would ignore the line)"
+    return None
+
+
+def cpu_list_problem(value: str, wanted: str) -> str | None:
+    """CPUAffinity=, NUMAMask= (parse_cpu_set_full()): words split at whitespace and ',', each an
+    index or a range (parse_range(): safe_atou(), base 0, so `010` is CPU 8). A range that counts
+    down is dropped with only a warning ("Range '5-2' is invalid, 5 > 2, ignoring"); an index from
+    CPU_INDEX_LIMIT on fails the whole line (cpu_set_add(): "Cannot add CPU")."""
+    words = re.split(r"[ ,]", value)
+    if not all(re.fullmatch(r"[0-9]+(-[0-9]+)?", word) for word in words):
+        return f"{_shown(value)} is not {wanted}"
+    for word in words:
+        bounds = word.split("-")
+        for number in bounds:
+            problem = _integer_problem(number, 0, UINT64_MAX, "an index", unsigned=True)
+            if problem:
+                return problem
+        low, high = int(bounds[0]), int(bounds[-1])
+        if high >= CPU_INDEX_LIMIT:
+            return (
+                f"{high} is beyond systemd's last index, {CPU_INDEX_LIMIT - 1} (cpu_set_add()): it would "
+                "drop the whole line"
+            )
+        if low > high:
+            return (
+                f"range {word!r} counts down, which systemd ignores with only a warning "
+                f"('Range is invalid'): write {high}-{low}"
+            )
+    return None
+
+
 # --- [Service] options the profile may set (service.limits, service.extra) ------------------------
 
-#: A resource limit as systemd's config_parse_limit() reads it: a number, a size with a binary
-#: suffix (K, M, G, T: 1024-based for the byte limits) or `infinity`.
-_LIMIT_RE = re.compile(r"^(infinity|[0-9]+[KMGT]?)$")
 
-#: Directives a site may add under service.extra, each with the values systemd 252 takes
-#: (systemd.exec(5), systemd.resource-control(5)); anything else is refused here rather than
-#: by systemd-analyze on the host after the server was stopped.
-_CPU_LIST = r"[0-9]+(-[0-9]+)?([ ,][0-9]+(-[0-9]+)?)*"
-EXTRA_DIRECTIVES: dict[str, tuple[str, str]] = {
-    "CPUAffinity": (_CPU_LIST, "CPU indexes and ranges, e.g. '0-31,64-95'"),
-    "NUMAPolicy": (
-        "default|preferred|bind|interleave|local",
-        "default, preferred, bind, interleave or local",
+def _memory(value: str) -> str | None:
+    """MemoryMax=, MemoryHigh= (config_parse_memory_limit()): infinity, a percentage of RAM
+    (parse_permyriad(), above 0%), or a size (parse_size()) from 1 byte to below UINT64_MAX;
+    anything else is ignored with a warning ("Invalid memory limit", "out of range")."""
+    wanted = "a size such as 512G, a percentage such as 90%, or infinity"
+    if value == "infinity":
+        return None
+    if value.endswith("%"):
+        return _percent_problem(value, wanted, zero=False)
+    size = _size(value)
+    if size is None:
+        return f"{_shown(value)} is not {wanted}"
+    if not 0 < size < UINT64_MAX:
+        return f"{value} is out of the range systemd takes (1 byte to 16E less one) and would be ignored"
+    return None
+
+
+def _tasks(value: str) -> str | None:
+    """TasksMax= (config_parse_tasks_max()): infinity, a percentage of the kernel's limit
+    (parse_permyriad()), or a count (safe_atou64(), base 0) from 1 to below UINT64_MAX."""
+    wanted = "a count, a percentage such as 50%, or infinity"
+    if value == "infinity":
+        return None
+    if value.endswith("%"):
+        return _percent_problem(value, wanted, zero=True)
+    if not re.fullmatch(r"[0-9]+", value):
+        return f"{_shown(value)} is not {wanted}"
+    return _integer_problem(value, 1, UINT64_MAX - 1, "a count from 1 (systemd ignores 0)", unsigned=True)
+
+
+def _rlimit_size(value: str) -> str | None:
+    """A byte limit (rlimit_parse_size(): infinity, or parse_size() below RLIM_INFINITY)."""
+    size = None if value == "infinity" else _size(value)
+    if value != "infinity" and (size is None or size >= UINT64_MAX):
+        return f"{_shown(value)} is not a size such as 0, 8M or 64G (at most 16E less one), or infinity"
+    return None
+
+
+def _rlimit_count(value: str) -> str | None:
+    """A count limit such as LimitNOFILE= (rlimit_parse_u64(): infinity, or safe_atou64() below
+    RLIM_INFINITY; no size suffix: `1G` is "Failed to parse resource value, ignoring")."""
+    if value == "infinity":
+        return None
+    if not re.fullmatch(r"[0-9]+", value):
+        return f"{_shown(value)} is not a count such as 65536 (no size suffix), or infinity"
+    return _integer_problem(value, 0, UINT64_MAX - 1, "a count below 2^64 - 1", unsigned=True)
+
+
+def _seconds_text(value: str) -> str | None:
+    """TimeoutAbortSec= (parse_sec()): infinity, or whole seconds below SECONDS_LIMIT (base 10)."""
+    if value == "infinity":
+        return None
+    if not re.fullmatch(r"[0-9]+", value) or int(value) >= SECONDS_LIMIT:
+        return f"{_shown(value)} is not whole seconds below {SECONDS_LIMIT}, or infinity"
+    return None
+
+
+def _umask(value: str) -> str | None:
+    """UMask= (parse_mode(): octal, up to 07777): three octal digits, with or without a leading 0,
+    so that what systemd reads is the mask written (the YAML number 0777 would arrive as 511)."""
+    return None if re.fullmatch("0?[0-7]{3}", value) else f"{_shown(value)} is not an octal mask such as 0027"
+
+
+def _one_of(*words: str) -> Callable[[str], str | None]:
+    """A value from a string table (ioprio_class_from_string(), sched_policy_from_string(), ...)."""
+
+    def check(value: str) -> str | None:
+        return None if value in words else f"{_shown(value)} is not {', '.join(words[:-1])} or {words[-1]}"
+
+    return check
+
+
+def _integer(low: int, high: int, *, unsigned: bool = False) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        return _integer_problem(value, low, high, f"an integer from {low} to {high}", unsigned=unsigned)
+
+    return check
+
+
+#: Directives a site may add under service.extra, each with the check of what systemd 252 does
+#: with its value (systemd.exec(5), systemd.resource-control(5)): a value it would refuse, ignore
+#: or read otherwise is refused here rather than found out on the host after the server stopped.
+EXTRA_DIRECTIVES: dict[str, Callable[[str], str | None]] = {
+    "CPUAffinity": lambda v: cpu_list_problem(v, "CPU indexes and ranges, e.g. '0-31,64-95'"),
+    "NUMAPolicy": _one_of("default", "preferred", "bind", "interleave", "local"),
+    "NUMAMask": lambda v: (
+        None if v == "all" else cpu_list_problem(v, "NUMA node indexes and ranges, e.g. '0-1', or 'all'")
     ),
-    "NUMAMask": (_CPU_LIST + "|all", "NUMA node indexes and ranges, e.g. '0-1', or 'all'"),
-    "Nice": ("-?[0-9]+", "an integer from -20 to 19"),
-    "OOMScoreAdjust": ("-?[0-9]+", "an integer from -1000 to 1000"),
-    "IOSchedulingClass": ("realtime|best-effort|idle|none", "realtime, best-effort, idle or none"),
-    "IOSchedulingPriority": ("[0-7]", "an integer from 0 to 7"),
-    "CPUSchedulingPolicy": ("other|batch|idle|fifo|rr", "other, batch, idle, fifo or rr"),
-    "CPUWeight": ("idle|[0-9]+", "1 to 10000, or idle"),
-    "MemoryMax": ("infinity|[0-9]+[KMGT]?|[0-9]+%", "a size such as 512G, a percentage, or infinity"),
-    "MemoryHigh": ("infinity|[0-9]+[KMGT]?|[0-9]+%", "a size such as 512G, a percentage, or infinity"),
-    "TasksMax": ("infinity|[0-9]+|[0-9]+%", "a count, a percentage, or infinity"),
-    "LimitCORE": ("infinity|[0-9]+[KMGT]?", "a size such as 0 or 4G, or infinity"),
-    "LimitSTACK": ("infinity|[0-9]+[KMGT]?", "a size such as 8M, or infinity"),
-    "UMask": ("0?[0-7]{3}", "an octal mask such as 0027"),
-    "TimeoutAbortSec": ("infinity|[0-9]+", "seconds, or infinity"),
+    # parse_nice(), parse_oom_score_adjust(), ioprio_parse_priority(): safe_atoi() and a range.
+    "Nice": _integer(-20, 19),
+    "OOMScoreAdjust": _integer(-1000, 1000),
+    "IOSchedulingClass": _one_of("realtime", "best-effort", "idle", "none"),
+    "IOSchedulingPriority": _integer(0, 7),
+    "CPUSchedulingPolicy": _one_of("other", "batch", "idle", "fifo", "rr"),
+    # cg_cpu_weight_parse(): idle, or safe_atou64() from CGROUP_WEIGHT_MIN to CGROUP_WEIGHT_MAX.
+    "CPUWeight": lambda v: None if v == "idle" else _integer(1, 10000, unsigned=True)(v),
+    "MemoryMax": _memory,
+    "MemoryHigh": _memory,
+    "TasksMax": _tasks,
+    "LimitCORE": _rlimit_size,
+    "LimitSTACK": _rlimit_size,
+    "UMask": _umask,
+    "TimeoutAbortSec": _seconds_text,
 }
-_RANGES = {"Nice": (-20, 19), "OOMScoreAdjust": (-1000, 1000), "CPUWeight": (1, 10000)}
 #: Directives the profile sets through its own fields: service.extra may not say them again.
 OWNED_DIRECTIVES = {
     "Type": "the unit type is fixed",
@@ -178,13 +371,13 @@ OWNED_DIRECTIVES = {
     "TimeoutStopSec": "service.stop_timeout_s",
     "LoadCredential": "api_key",
 }
+#: service.limits: what config_parse_rlimit() takes for each.
+LIMITS = {"LimitMEMLOCK": _rlimit_size, "LimitNOFILE": _rlimit_count}
 
 
-def limit_problem(value: str) -> str | None:
-    """A LimitMEMLOCK=/LimitNOFILE= value systemd reads as a limit (config_parse_limit)."""
-    if _LIMIT_RE.match(value):
-        return None
-    return f"{_shown(value)} is not a limit: use infinity, a number, or a size such as 64G"
+def limit_problem(directive: str, value: str) -> str | None:
+    """A service.limits value (LimitMEMLOCK=, LimitNOFILE=) as config_parse_rlimit() reads it."""
+    return LIMITS[directive](value)
 
 
 def extra_problem(name: str, value: str) -> str | None:
@@ -200,10 +393,29 @@ def extra_problem(name: str, value: str) -> str | None:
         return (
             f"{_shown(value)}: one value on one line, without '=' (a newline would start a second directive)"
         )
-    pattern, wanted = EXTRA_DIRECTIVES[name]
-    if not re.fullmatch(pattern, value):
-        return f"{_shown(value)} is not {wanted}"
-    low, high = _RANGES.get(name, (None, None))
-    if low is not None and value.lstrip("-").isdigit() and not low <= int(value) <= high:
-        return f"{value} is not {wanted}"
-    return None
+    return EXTRA_DIRECTIVES[name](value)
+
+
+# --- seconds (service.restart_sec) --------------------------------------------------------------
+
+_MICROSECOND = Decimal("0.000001")
+
+
+def seconds(value: float) -> str:
+    """A number of seconds as parse_sec() reads it: plain decimals, never an exponent (`1e-05` is
+    "Failed to parse sec value, ignoring")."""
+    text = format(Decimal(repr(float(value))).normalize(), "f")
+    return text
+
+
+def seconds_problem(value: float) -> str | None:
+    """parse_time() counts whole microseconds and drops any further digit without a word, so a
+    finer value would silently be another one."""
+    exact = Decimal(repr(float(value)))
+    kept = exact.quantize(_MICROSECOND, rounding=ROUND_DOWN)
+    if exact == kept:
+        return None
+    return (
+        f"{seconds(value)} s is finer than systemd's microsecond: it would read "
+        f"{format(kept.normalize(), 'f')} s; write that, or a value in whole microseconds"
+    )

@@ -163,7 +163,7 @@ def test_limits(tmp_path: Path, value: object, ok: bool) -> None:
     if ok:
         assert f"\nLimitMEMLOCK={value}\n" in plan.build(load(tmp_path, text)).unit
     else:
-        assert any("service.limits.memlock" in f and "is not a limit" in f for f in problems(tmp_path, text))
+        assert any("service.limits.memlock" in f and "is not a size" in f for f in problems(tmp_path, text))
 
 
 # --- secrets ------------------------------------------------------------------------------------
