@@ -419,3 +419,83 @@ def seconds_problem(value: float) -> str | None:
         f"{seconds(value)} s is finer than systemd's microsecond: it would read "
         f"{format(kept.normalize(), 'f')} s; write that, or a value in whole microseconds"
     )
+
+
+# --- what can reach the process -----------------------------------------------------------------
+
+#: MAX_ARG_STRLEN (linux/binfmts.h, 32 pages): execve() refuses any one argument or environment
+#: string longer than this, its NUL included, with E2BIG; the unit starts and fails at once.
+MAX_ARG_STRLEN = 32 * 4096
+#: LONG_LINE_MAX (src/basic/fileio.h): config_parse() refuses a line of this many bytes or more
+#: (read_line(): "Line too long") and continuation lines joined to more than this ("Continuation
+#: line too long"); the whole unit then fails to load, "No buffer space available".
+LONG_LINE_MAX = 1024 * 1024
+#: execve()'s room for argv and the environment (fs/exec.c bprm_stack_limits()): a quarter of the
+#: stack limit, at most 3/4 of _STK_LIM and at least ARG_MAX (32 pages). A service's stack limit is
+#: the kernel's 8 MiB unless LimitSTACK= says otherwise.
+DEFAULT_STACK = 8 * 1024 * 1024
+#: Room kept for what systemd adds to the environment (PATH, INVOCATION_ID, JOURNAL_STREAM, HOME,
+#: CREDENTIALS_DIRECTORY, ...) and the unit's EnvironmentFile=, which the plan does not hold.
+EXEC_HEADROOM = 16 * 1024
+
+
+def argument_problem(text: str, what: str) -> str | None:
+    """One argv word or `NAME=value` environment string against MAX_ARG_STRLEN."""
+    size = len(text.encode(errors="surrogateescape")) + 1
+    if size <= MAX_ARG_STRLEN:
+        return None
+    return (
+        f"makes {what} of {size} bytes with its NUL, over the kernel's MAX_ARG_STRLEN of {MAX_ARG_STRLEN} "
+        "(128 KiB): execve() would fail with E2BIG; shorten it"
+    )
+
+
+def unit_lines(unit: str) -> list[tuple[int, str, int, int]]:
+    """Each line of a unit as config_parse() reads it: (number of its first physical line, its
+    directive, bytes of the joined line, bytes of its longest physical line). A physical line
+    ending in an odd count of backslashes continues on the next."""
+    lines: list[tuple[int, str, int, int]] = []
+    first: tuple[int, str] | None = None
+    joined = longest = 0
+    for number, line in enumerate(unit.split("\n"), 1):
+        first = first or (number, line)
+        size = len(line.encode(errors="surrogateescape"))
+        joined, longest = joined + size, max(longest, size)
+        if (len(line) - len(line.rstrip("\\"))) % 2:
+            continue
+        lines.append((first[0], first[1].partition("=")[0].strip(), joined, longest))
+        first, joined, longest = None, 0, 0
+    return lines
+
+
+def line_problem(directive: str, joined: int, longest: int) -> str | None:
+    """A unit line against LONG_LINE_MAX: physical lines below it, a continued one at most it."""
+    if longest < LONG_LINE_MAX and joined <= LONG_LINE_MAX:
+        return None
+    return (
+        f"makes the unit's {directive}= line {max(joined, longest)} bytes long, over systemd's LONG_LINE_MAX "
+        f"of {LONG_LINE_MAX} (1 MiB): systemd would refuse the whole unit ('No buffer space available'); "
+        "shorten it"
+    )
+
+
+def exec_room(stack: str | None) -> int:
+    """Bytes execve() takes for argv and environment under LimitSTACK= `stack` (None: not set)."""
+    size = DEFAULT_STACK if stack is None else _size(stack)
+    if stack == "infinity" or size is None:
+        size = UINT64_MAX
+    return max(min(8 * 1024 * 1024 // 4 * 3, size // 4), MAX_ARG_STRLEN)
+
+
+def exec_size_problem(argv: list[str], environ: list[str], room: int) -> str | None:
+    """argv and environment strings with their NULs and pointers (and the executable's path,
+    which execve() copies too) against `room`, less EXEC_HEADROOM."""
+    strings = [argv[0], *argv, *environ]
+    size = sum(len(s.encode(errors="surrogateescape")) + 1 for s in strings) + 8 * (len(argv) + len(environ))
+    if size <= room - EXEC_HEADROOM:
+        return None
+    return (
+        f"makes the server's arguments and environment {size} bytes, over what execve() takes: {room} "
+        f"bytes (a quarter of the stack limit, at most 6 MiB), less {EXEC_HEADROOM} kept for what "
+        "systemd adds; it would fail with E2BIG: shorten the largest values"
+    )
