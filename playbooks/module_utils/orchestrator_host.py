@@ -171,6 +171,23 @@ def argv0(pid: int | None) -> str | None:
 # --- the unit, its files and the deploy lock ---------------------------------------------------
 
 
+#: What systemd says of a unit line whose setting it drops, or cannot read, while it loads the
+#: unit all the same: `systemd-analyze verify` exits 0 and the unit starts without the setting
+#: ("Range '5-2' is invalid, 5 > 2, ignoring.", "Failed to parse sec value, ignoring: 1e-05",
+#: "Invalid memory limit '101%', ignoring", "Cannot add CPU 8192 to set"). A warning that keeps
+#: the setting ("Special user nobody configured, this is not safe!") is not one.
+LOST_SETTING = re.compile(r"ignoring|[Ff]ailed to|[Ii]nvalid|[Cc]annot|[Cc]an't|too long|out of range|Bad ")
+
+
+def unit_complaints(output: str, path: str) -> list[tuple[int, str]]:
+    """(line, message) of each line of systemd's `output` (systemd-analyze verify, systemd --test)
+    that says a setting of the unit file at `path` was lost; complaints about other files (the
+    units it depends on) and about the unit as a whole (an executable missing here) are left out.
+    systemd numbers a continued line by its last physical line."""
+    located = re.compile(rf"^{re.escape(path)}:(\d+): (.*)$", re.M)
+    return [(int(m[1]), m[2]) for m in located.finditer(output) if LOST_SETTING.search(m[2])]
+
+
 def unit_digest(data: bytes) -> str:
     """Identifies a unit text; the same rule as orchestrator/plan.py Plan.digest."""
     return hashlib.sha256(data).hexdigest()[:16]
@@ -1172,8 +1189,9 @@ def _gpu_problems(module: Any, unit_name: str, units: dict[str, dict], c: dict) 
 def verify_unit(module: Any, unit_name: str, data: bytes, folder: str | None = None) -> tuple[str, str]:
     """(path, complaint) of `systemd-analyze verify` on the unit text, written as a 0644 file
     named like the unit (systemd-analyze needs the suffix) in `folder`, else in a private
-    temporary directory. The complaint is "" when systemd accepts it; the file is left for the
-    caller (to rename into place), removed with its private directory otherwise."""
+    temporary directory. The complaint is "" when systemd accepts it and uses every setting
+    (a non-zero exit, or a line it ignores: unit_complaints); the file is left for the caller
+    (to rename into place), removed with its private directory otherwise."""
     private = folder is None
     folder = folder or tempfile.mkdtemp(prefix="orchestrator-verify-")
     stem, suffix = os.path.splitext(unit_name)
@@ -1187,8 +1205,12 @@ def verify_unit(module: Any, unit_name: str, data: bytes, folder: str | None = N
         fh.write(data)
     analyze = module.get_bin_path("systemd-analyze", required=True)
     rc, out, err = module.run_command([analyze, "verify", path])
-    complaint = "" if rc == 0 else (out + err).replace(path, unit_name).strip()
-    complaint = complaint.replace(os.path.basename(path), unit_name)
+    if rc == 0:  # loaded, but a setting systemd ignores is an error too: the unit would run without it
+        lost = unit_complaints(out + err, path)
+        complaint = "; ".join(f"{unit_name}:{line}: {message}" for line, message in lost)
+    else:
+        complaint = (out + err).replace(path, unit_name).strip()
+        complaint = complaint.replace(os.path.basename(path), unit_name)
     if private:
         shutil.rmtree(folder, ignore_errors=True)
     elif complaint:
