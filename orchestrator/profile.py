@@ -324,6 +324,8 @@ class Service(_Model):
             for name, value in self.extra.items()
             if (problem := systemd_rules.extra_problem(name, value))
         ]
+        if not problems:
+            problems = systemd_rules.extra_combination_problems(dict(self.extra))
         if problems:
             raise ValueError("extra: " + "; ".join(problems))
         return self

@@ -248,6 +248,14 @@ def cpu_list_problem(value: str, wanted: str) -> str | None:
     return None
 
 
+def _indexes(value: str) -> set[int]:
+    """The indexes of a CPU list cpu_list_problem() passed (none for "all", which is the host's)."""
+    if value == "all":
+        return set()
+    bounds = [word.split("-") for word in re.split(r"[ ,]", value)]
+    return {i for b in bounds for i in range(int(b[0]), int(b[-1]) + 1)}
+
+
 # --- [Service] options the profile may set (service.limits, service.extra) ------------------------
 
 
@@ -394,6 +402,35 @@ def extra_problem(name: str, value: str) -> str | None:
             f"{_shown(value)}: one value on one line, without '=' (a newline would start a second directive)"
         )
     return EXTRA_DIRECTIVES[name](value)
+
+
+def extra_combination_problems(extra: dict[str, str]) -> list[str]:
+    """service.extra directives that are each valid but change or break each other.
+
+    - IOSchedulingClass=none is best-effort at priority 4 to systemd (ioprio_normalize()), which
+      replaces an IOSchedulingPriority= on an earlier line without a word;
+    - numa_policy_is_valid(), which the server's start runs (apply_numa_policy(): "Failed to set
+      NUMA memory policy", the unit fails): bind and interleave need a NUMAMask=; preferred, which
+      a NUMAMask= without NUMAPolicy= means, takes exactly one node; and the kernel's
+      set_mempolicy() refuses a mask with default or local (EINVAL).
+    """
+    problems = []
+    if extra.get("IOSchedulingClass") == "none" and "IOSchedulingPriority" in extra:
+        problems.append(
+            "IOSchedulingClass: none is best-effort at priority 4 to systemd, which drops "
+            "IOSchedulingPriority when it comes first: write best-effort, or drop IOSchedulingPriority"
+        )
+    policy, mask = extra.get("NUMAPolicy"), extra.get("NUMAMask")
+    if policy in ("bind", "interleave") and mask is None:
+        problems.append(f"NUMAPolicy: {policy} needs a NUMAMask (the server would fail to start)")
+    if mask is not None and policy in ("default", "local"):
+        problems.append(f"NUMAMask: NUMAPolicy {policy} takes no mask (the server would fail to start)")
+    if mask is not None and policy in (None, "preferred") and len(_indexes(mask)) != 1:
+        problems.append(
+            "NUMAMask: NUMAPolicy preferred (what a NUMAMask alone means) takes exactly one node, "
+            "e.g. NUMAMask: '1' (the server would fail to start); or set NUMAPolicy: bind"
+        )
+    return problems
 
 
 # --- seconds (service.restart_sec) --------------------------------------------------------------
