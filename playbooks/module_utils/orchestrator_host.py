@@ -171,12 +171,13 @@ def argv0(pid: int | None) -> str | None:
 # --- the unit, its files and the deploy lock ---------------------------------------------------
 
 
-#: What systemd says of a unit line whose setting it drops, or cannot read, while it loads the
-#: unit all the same: `systemd-analyze verify` exits 0 and the unit starts without the setting
-#: ("Range '5-2' is invalid, 5 > 2, ignoring.", "Failed to parse sec value, ignoring: 1e-05",
-#: "Invalid memory limit '101%', ignoring", "Cannot add CPU 8192 to set"). A warning that keeps
-#: the setting ("Special user nobody configured, this is not safe!") is not one.
-LOST_SETTING = re.compile(r"ignoring|[Ff]ailed to|[Ii]nvalid|[Cc]annot|[Cc]an't|too long|out of range|Bad ")
+#: What systemd says of a unit line whose setting it drops, cannot read or reads otherwise, while
+#: it loads the unit all the same: `systemd-analyze verify` exits 0 and the unit starts without
+#: the setting ("Range '5-2' is invalid, 5 > 2, ignoring.", "Failed to parse sec value, ignoring:
+#: 1e-05", "Invalid memory limit '101%', ignoring", "Cannot add CPU 8192 to set", "Ignoring unknown
+#: escape sequences"). A warning that keeps the setting ("Special user nobody configured, this is
+#: not safe!") is not one.
+LOST_SETTING = re.compile(r"ignoring|failed to|invalid|cannot|can't|too long|out of range|bad ", re.I)
 
 
 def unit_complaints(output: str, path: str) -> list[tuple[int, str]]:
