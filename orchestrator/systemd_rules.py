@@ -178,11 +178,13 @@ def c_integer(text: str, *, unsigned: bool = False) -> int | None:
 
 
 def _integer_problem(value: str, low: int, high: int, wanted: str, *, unsigned: bool = False) -> str | None:
-    """An integer systemd reads with safe_atoi()/safe_atou64(), which must mean its decimal reading."""
-    if _DECIMAL.fullmatch(value):
-        return None if low <= int(value) <= high else f"{value} is not {wanted}"
+    """An integer systemd reads with safe_atoi()/safe_atou64(): it must read the decimal number
+    written, within [low, high]. A leading zero is octal to systemd: `07` is 7 either way, `010`
+    has two readings (8 and 10), and `019` is refused."""
     read = c_integer(value, unsigned=unsigned)
-    decimal = int(value) if re.fullmatch(r"-?[0-9]+", value) else None
+    decimal = int(value) if re.fullmatch(r"[+-]?[0-9]+", value) else None
+    if read is not None and read == decimal:
+        return None if low <= read <= high else f"{value} is not {wanted}"
     if read is not None and low <= read <= high:
         if decimal is not None:
             return (
