@@ -281,14 +281,12 @@ def _memory(value: str) -> str | None:
 def _tasks(value: str) -> str | None:
     """TasksMax= (config_parse_tasks_max()): infinity, a percentage of the kernel's limit
     (parse_permyriad()), or a count (safe_atou64(), base 0) from 1 to below UINT64_MAX."""
-    wanted = "a count, a percentage such as 50%, or infinity"
+    wanted = "a count from 1, a percentage such as 50%, or infinity"
     if value == "infinity":
         return None
     if value.endswith("%"):
         return _percent_problem(value, wanted, zero=True)
-    if not re.fullmatch(r"[0-9]+", value):
-        return f"{_shown(value)} is not {wanted}"
-    return _integer_problem(value, 1, UINT64_MAX - 1, "a count from 1 (systemd ignores 0)", unsigned=True)
+    return _integer_problem(value, 1, UINT64_MAX - 1, wanted, unsigned=True)
 
 
 def _rlimit_size(value: str) -> str | None:
@@ -304,24 +302,26 @@ def _rlimit_count(value: str) -> str | None:
     RLIM_INFINITY; no size suffix: `1G` is "Failed to parse resource value, ignoring")."""
     if value == "infinity":
         return None
-    if not re.fullmatch(r"[0-9]+", value):
-        return f"{_shown(value)} is not a count such as 65536 (no size suffix), or infinity"
-    return _integer_problem(value, 0, UINT64_MAX - 1, "a count below 2^64 - 1", unsigned=True)
+    wanted = "a count such as 65536 (no size suffix, below 2^64 - 1), or infinity"
+    return _integer_problem(value, 0, UINT64_MAX - 1, wanted, unsigned=True)
 
 
 def _seconds_text(value: str) -> str | None:
-    """TimeoutAbortSec= (parse_sec()): infinity, or whole seconds below SECONDS_LIMIT (base 10)."""
+    """TimeoutAbortSec= (parse_sec()): infinity, or whole seconds below SECONDS_LIMIT (strtoll(),
+    base 10: a leading zero is no octal here)."""
     if value == "infinity":
         return None
-    if not re.fullmatch(r"[0-9]+", value) or int(value) >= SECONDS_LIMIT:
+    if not re.fullmatch(r"\+?[0-9]+", value) or int(value) >= SECONDS_LIMIT:
         return f"{_shown(value)} is not whole seconds below {SECONDS_LIMIT}, or infinity"
     return None
 
 
 def _umask(value: str) -> str | None:
-    """UMask= (parse_mode(): octal, up to 07777): three octal digits, with or without a leading 0,
-    so that what systemd reads is the mask written (the YAML number 0777 would arrive as 511)."""
-    return None if re.fullmatch("0?[0-7]{3}", value) else f"{_shown(value)} is not an octal mask such as 0027"
+    """UMask= (parse_mode(): safe_atou_full() in base 8, no sign, up to 07777): octal digits, as
+    systemd.exec(5) says; `27` is 0027."""
+    if re.fullmatch("[0-7]+", value) and int(value, 8) <= 0o7777:
+        return None
+    return f"{_shown(value)} is not an octal mask such as 0027 (at most 07777)"
 
 
 def _one_of(*words: str) -> Callable[[str], str | None]:
