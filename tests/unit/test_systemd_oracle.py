@@ -12,12 +12,20 @@ step systemd leaves to start time is ExecStart='s `$` expansion (replace_env_arg
 For generated profiles over every free-text field, either the profile is refused with located
 problems, or what systemd reads equals plan.argv, plan.environment and working_directory. And
 every value a systemd_rules rule refuses is one systemd refuses or changes.
+
+The same for the [Service] settings a profile gives (service.extra's allow-list, service.limits,
+service.restart_sec): refused with a located problem, or read back with no complaint and as
+written, as the dump shows it; and what cannot reach the process at all (a word or variable over
+MAX_ARG_STRLEN, a unit line over LONG_LINE_MAX, all of argv and environment over what execve()
+takes) is refused where the kernel or systemd itself refuses it, and no earlier.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -853,6 +861,102 @@ def test_systemd_analyze_verify_accepts_container_units(kind: str, tmp_path: Pat
         [analyze, "verify", str(path)], capture_output=True, text=True, cwd=tmp_path, timeout=60
     )
     assert "Failed to parse kill mode" in result.stderr, result.stderr
+
+
+# --- values that cannot reach the process (#21) --------------------------------------------------
+
+
+def _merged(doc: dict[str, Any]) -> profile.Profile:
+    """cg_5tok with `doc` merged in, validated without YAML (these values are large)."""
+    base, _ = profile.load_raw("cg_5tok")
+    return profile.validate(profile.merge(base, {k: v for k, v in doc.items() if k != "extends"}))
+
+
+def _execve(argv: list[str], env: dict[str, str]) -> OSError | None:
+    """The kernel's verdict on argv's words (after argv[0]) and `env`: execve() of /bin/true with
+    them, under the 8 MiB stack limit a service gets."""
+    _, hard = resource.getrlimit(resource.RLIMIT_STACK)
+
+    def stack() -> None:
+        resource.setrlimit(resource.RLIMIT_STACK, (systemd_rules.DEFAULT_STACK, hard))
+
+    try:
+        subprocess.run(["/bin/true", *argv[1:]], env=env, preexec_fn=stack, check=True)
+    except OSError as exc:
+        return exc
+    return None
+
+
+def _refusal(prof: profile.Profile) -> list[tuple[str, str]]:
+    with pytest.raises(ProfileError) as info:
+        plan.build(prof)
+    for problem in info.value.problems:
+        assert "\n" not in str(problem) and problem.message.endswith(("shorten it", "largest values"))
+    return [(p.loc, p.message) for p in info.value.problems]
+
+
+def test_an_argument_over_max_arg_strlen_is_refused_as_execve_refuses_it(systemd: Systemd) -> None:
+    """A word of 128 KiB with its NUL reaches the server; one byte more and execve() fails (E2BIG)."""
+    limit = systemd_rules.MAX_ARG_STRLEN
+    fits = _merged({"server": {"extra_args": ["--chat-template", "x" * (limit - 1)]}})
+    p = plan.build(fits)
+    assert _execve(p.argv, {}) is None
+    assert_reads_exactly(systemd, p, fits)
+    [(loc, message)] = _refusal(_merged({"server": {"extra_args": ["--chat-template", "x" * limit]}}))
+    assert loc == "server.extra_args[1]" and "MAX_ARG_STRLEN of 131072" in message
+    assert getattr(_execve([*p.argv[:-1], "x" * limit], {}), "errno", None) == errno.E2BIG
+
+
+def test_an_environment_string_over_max_arg_strlen_is_refused_as_execve_refuses_it(systemd: Systemd) -> None:
+    limit = systemd_rules.MAX_ARG_STRLEN
+    fits = _merged({"env": {"A": "x" * (limit - 3)}})  # A=, the value, NUL
+    p = plan.build(fits)
+    assert _execve(p.argv, p.environment) is None
+    assert_reads_exactly(systemd, p, fits)
+    [(loc, message)] = _refusal(_merged({"env": {"A": "x" * (limit - 2)}}))
+    assert loc == "env.A" and "an environment string of 131073 bytes" in message
+    assert getattr(_execve(p.argv, {"A": "x" * (limit - 2)}), "errno", None) == errno.E2BIG
+
+
+def test_a_unit_line_over_long_line_max_is_refused_as_systemd_refuses_the_unit(
+    systemd: Systemd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container's environment is words of its ExecStart=, whose continued lines systemd joins and
+    reads up to LONG_LINE_MAX bytes: exactly that loads, one byte more fails the whole unit."""
+    doc = _container_doc("docker", "plain")
+    env = {f"E{i}": "v" * 120_000 for i in range(8)}
+
+    def with_padding(n: int) -> profile.Profile:
+        return _merged({**doc, "env": {**env, "P": "p" * n}})
+
+    def exec_start(p: plan.Plan) -> int:
+        return next(j for _, d, j, _ in systemd_rules.unit_lines(p.unit) if d == "ExecStart")
+
+    pad = 1 + systemd_rules.LONG_LINE_MAX - exec_start(plan.build(with_padding(1)))
+    fits = plan.build(with_padding(pad))
+    assert exec_start(fits) == systemd_rules.LONG_LINE_MAX
+    reading = systemd.read(fits.unit)
+    assert (reading.load_state, reading.complaints) == ("loaded", [])
+    assert reading.argv == fits.exec_argv
+    [(loc, message)] = _refusal(with_padding(pad + 1))
+    assert loc.startswith("env.E") and "LONG_LINE_MAX of 1048576" in message
+    monkeypatch.setattr(plan, "size_findings", lambda *_: [])  # the same unit, past the rule
+    reading = systemd.read(plan.build(with_padding(pad + 1)).unit)
+    assert reading.load_state != "loaded"
+    assert any("No buffer space available" in c for c in reading.complaints), reading.complaints
+
+
+def test_arguments_and_environment_over_what_execve_takes_are_refused_as_it_refuses_them() -> None:
+    """Each variable fits, all of them do not: argv and environment share a quarter of the stack."""
+    value = "v" * 110_000
+    fits = _merged({"env": {f"E{i}": value for i in range(18)}})
+    p = plan.build(fits)
+    assert _execve(p.argv, p.environment) is None
+    over = _merged({"env": {f"E{i}": value for i in range(20)}})
+    [(loc, message)] = _refusal(over)
+    assert loc.startswith("env.E") and "execve() takes" in message
+    env = {**p.environment, **over.env}
+    assert getattr(_execve(p.argv, env), "errno", None) == errno.E2BIG
 
 
 # --- generated profiles ----------------------------------------------------------------------
