@@ -20,12 +20,12 @@ import shutil
 import signal
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+# ansible's arg_spec and urllib are imported where they are used: the control machine loads this
+# file for its parsers (orchestrator/paths.module_utils; systemd_check on every render), and the
+# two would double the time that takes.
 
 # --- option specs shared by several modules ------------------------------------------------
 
@@ -77,6 +77,8 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
 def validate_suboptions(module: Any, name: str, spec: dict[str, dict[str, Any]], value: dict) -> dict:
     """`value` checked against `spec`, defaults filled in. For a dict option where {} means
     "none": Ansible would reject {} against required suboptions, so they are checked here."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
     result = ArgumentSpecValidator(spec).validate(value)
     if result.error_messages:
         module.fail_json(msg=f"{name}: {'; '.join(result.error_messages)}")
@@ -738,6 +740,9 @@ def idle_message(report: dict, release_timeout_s: float, allow_unit: str = "") -
 
 def health_status(url: str, timeout: float) -> int | None:
     """The HTTP status of `url`; None when nothing answered (refused, timed out)."""
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.status
