@@ -144,7 +144,6 @@ CPU_INDEX_LIMIT = 8192
 #: as "1G512M", which service.extra does not).
 SIZE_SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50, "E": 2**60}
 
-_DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)")
 _SIZE = re.compile(r"([0-9]+)([KMGTPE]?)")
 #: parse_permyriad(): a whole percentage or one with one or two decimals (safe_atoi() reads the
 #: whole part, so a leading zero is octal there too).
