@@ -1,12 +1,15 @@
 """What systemd 252 refuses or silently changes in a unit's values, checked on the control machine.
 
 A unit that systemd refuses is only found out on the host, after the running server was
-stopped; a value that systemd changes starts a server other than the profile says. Each rule
-is a pure function of one profile value and returns its problems (none when systemd reads the
-value back unchanged), worded with the fix. Each cites the systemd 252 code it follows;
+stopped; a value that systemd changes or ignores with only a warning starts a server other than
+the profile says. Each rule is a pure function of a profile value (or of a few service.extra
+directives together, or of the plan's words and unit text for the sizes that cannot reach the
+process) and returns its problems (none when systemd reads the value back unchanged), worded
+with the fix. Each cites the systemd 252 (or kernel) code it follows;
 tests/unit/test_systemd_oracle.py loads rendered units with the real systemd to prove both
 directions: a value these rules pass reads back exactly, and a value they refuse is one
-systemd refuses or changes.
+systemd refuses or changes. Where systemd-analyze is installed, systemd_check.py asks it about
+the whole unit as well.
 
 Only values that cannot be quoted need rules: `plan` quotes ExecStart= words and
 Environment= assignments, which keeps spaces, quotes, `%`, `$` and control characters intact.
@@ -442,8 +445,7 @@ _MICROSECOND = Decimal("0.000001")
 def seconds(value: float) -> str:
     """A number of seconds as parse_sec() reads it: plain decimals, never an exponent (`1e-05` is
     "Failed to parse sec value, ignoring")."""
-    text = format(Decimal(repr(float(value))).normalize(), "f")
-    return text
+    return format(Decimal(repr(float(value))).normalize(), "f")
 
 
 def seconds_problem(value: float) -> str | None:
