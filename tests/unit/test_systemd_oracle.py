@@ -498,8 +498,8 @@ def _misread(reading: Reading, unit: str, directive: str, value: str) -> bool:
     return meant is not None and reading.setting(DUMP_NAME.get(directive, directive)) != [meant]
 
 
-def _service_doc(settings: dict[str, str], restart_sec: float | None = None) -> dict[str, Any]:
-    service: dict[str, Any] = {"restart": "on-failure"}
+def _service_doc(settings: dict[str, str], restart_sec: float | None = None, **fields: int) -> dict[str, Any]:
+    service: dict[str, Any] = {"restart": "on-failure", **fields}
     limits = {LIMIT_FIELDS[d]: v for d, v in settings.items() if d in LIMIT_FIELDS}
     extra = {d: v for d, v in settings.items() if d not in LIMIT_FIELDS}
     service |= {"limits": limits} if limits else {}
@@ -636,7 +636,8 @@ def test_io_scheduling_class_none_drops_an_earlier_priority(systemd: Systemd) ->
     assert reading.complaints == [] and reading.setting("IOPriority") == ["4"]
 
 
-# Generated [Service] settings: every allow-listed directive, service.limits and restart_sec.
+# Generated [Service] settings: every allow-listed directive, service.limits, restart_sec and the
+# start and stop timeouts.
 def _spelled(n: int, how: str) -> str:
     """`n` as written in a profile: plainly, with leading zeros, a sign, or in hex."""
     sign = "-" if n < 0 else ""
@@ -697,6 +698,14 @@ assert set(SETTING_VALUES) == {*systemd_rules.EXTRA_DIRECTIVES, *LIMIT_FIELDS}, 
 service_settings = st.dictionaries(
     st.sampled_from(sorted(SETTING_VALUES)), st.just(""), min_size=1, max_size=7
 ).flatmap(lambda keys: st.fixed_dictionaries({k: SETTING_VALUES[k] | odd for k in keys}))
+#: The unit's other numbers: TimeoutStartSec=, TimeoutStopSec= (whole seconds up to INT_MAX).
+timeouts = st.fixed_dictionaries(
+    {},
+    optional={
+        name: st.one_of(st.integers(1, 2**31 - 1), st.sampled_from([1, 59, 60, 3600, 2**31 - 1]))
+        for name in ("start_timeout_s", "stop_timeout_s")
+    },
+)
 restart_secs = st.one_of(
     st.none(),
     st.floats(0, 3600),
@@ -720,12 +729,17 @@ def _refused(problems: list[Any], settings: dict[str, str]) -> set[str]:
     return names
 
 
-@given(settings_=service_settings, restart_sec=restart_secs)
+@given(settings_=service_settings, restart_sec=restart_secs, fields=timeouts)
 @example(
     settings_={"CPUAffinity": "5-2", "MemoryMax": "101%", "TasksMax": "200%", "Nice": "019"},
     restart_sec=1e-05,
+    fields={},
 )
-@example(settings_={"LimitNOFILE": "1G", "UMask": "0777", "CPUWeight": "010"}, restart_sec=1e-07)
+@example(
+    settings_={"LimitNOFILE": "1G", "UMask": "0777", "CPUWeight": "010"},
+    restart_sec=1e-07,
+    fields={"start_timeout_s": 2**31 - 1, "stop_timeout_s": 2**31 - 1},
+)
 @settings(
     max_examples=int(os.environ.get("ORACLE_SERVICE_EXAMPLES", "20")),
     deadline=None,
@@ -734,7 +748,7 @@ def _refused(problems: list[Any], settings: dict[str, str]) -> set[str]:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 def test_systemd_reads_service_settings_as_the_profile_says(
-    settings_: dict[str, str], restart_sec: float | None, systemd: Systemd
+    settings_: dict[str, str], restart_sec: float | None, fields: dict[str, int], systemd: Systemd
 ) -> None:
     """Either a setting is refused with a located one-line problem, or systemd reads it with no
     complaint and as written (the dump's value, where it does not depend on this machine); and
@@ -743,7 +757,7 @@ def test_systemd_reads_service_settings_as_the_profile_says(
     with tempfile.TemporaryDirectory() as tmp:
         while True:
             try:
-                prof = _load(Path(tmp), _service_doc(accepted, restart_sec))
+                prof = _load(Path(tmp), _service_doc(accepted, restart_sec, **fields))
                 break
             except ProfileError as exc:
                 for name in _refused(exc.problems, accepted):
@@ -760,6 +774,8 @@ def test_systemd_reads_service_settings_as_the_profile_says(
             assert reading.setting(DUMP_NAME.get(directive, directive)) == [meant], (directive, value)
     if restart_sec is not None:
         assert reading.setting("RestartSec") == [_timespan(int(Decimal(repr(float(restart_sec))) * USEC))]
+    for name, directive in (("start_timeout_s", "TimeoutStartSec"), ("stop_timeout_s", "TimeoutStopSec")):
+        assert reading.setting(directive) == [_timespan(getattr(prof.service, name) * USEC)]
     alone = {d: v for d, v in refused.items() if systemd_rules.EXTRA_DIRECTIVES.get(d, lambda v: "x")(v)}
     alone |= {d: v for d, v in refused.items() if d in LIMIT_FIELDS}
     if alone:
