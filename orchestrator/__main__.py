@@ -15,7 +15,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from orchestrator import console, sglang_flags
+from orchestrator import console, sglang_flags, systemd_check
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.console import (
@@ -247,17 +247,22 @@ def validate(profile_ref: str | None) -> None:
     """Validate one profile, or every profile `profiles` lists when none is given."""
     refs = [profile_ref] if profile_ref is not None else list(profile_mod.every())
     problems = []
+    skipped = ""
     for ref in refs:
         try:
             prof = profile_mod.load(ref)
+            plan = plan_mod.build(prof)
+            verdict = systemd_check.require(prof, [plan])  # systemd's own reading, where it is here
         except InputError as exc:  # ProfileError, or a file that does not load (bad YAML)
             problems += exc.problems if isinstance(exc, ProfileError) else [Problem("error", "", str(exc))]
             continue
-        plan = plan_mod.build(prof)
+        skipped = verdict.skipped
         label = ref if ref.startswith(profile_mod.EXAMPLE) else prof.name
         out.print(f"ok: {shown(label)} ({_spec_summary(prof)}, digest {plan.digest})")
         for note in profile_mod.notes(prof):
             click.echo(f"note: {shown(label)}: {shown(note)}", err=True)
+    if skipped:
+        click.echo(f"note: {shown(skipped)}", err=True)
     if problems:
         raise ProfileError(problems)
 
@@ -279,9 +284,12 @@ def render(profile_ref: str, as_json: bool, against: str | None) -> None:
     """Print the systemd unit the profile renders to, byte for byte what a host gets."""
     prof = profile_mod.load(profile_ref)
     notes = [sglang_flags.help_note(prof.server.sglang_version), *profile_mod.notes(prof)]
+    plan = plan_mod.build(prof)
+    verdict = systemd_check.require(prof, [plan])
+    if verdict.skipped:
+        notes.append(verdict.skipped)
     for note in filter(None, notes):  # on stderr: stdout stays the unit's exact bytes
         click.echo(f"note: {shown(note)}", err=True)
-    plan = plan_mod.build(prof)
     if against:
         other = plan_mod.build(profile_mod.load(against))
         changes = plan_mod.flag_changes(other.unit, plan.unit)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from orchestrator import facts as facts_mod
 from orchestrator import gateway as gateway_mod
-from orchestrator import hostplan
+from orchestrator import hostplan, systemd_check
 from orchestrator import inventory as inventory_mod
 from orchestrator.errors import InputError
 from orchestrator.hostplan import GatewayPlan, HostPlan, Placement, PlayVars, placements
@@ -111,6 +111,7 @@ def deploy(
         )
     if not where:
         raise inventory_mod.no_match(inventory, options.limit)
+    systemd_check.require(prof, [p.plan for p in where.values()])  # systemd's reading, before any host
     orch = play_vars(prof, where, options, run_id)
     drained = {h: p.gateway for h, p in orch.hosts.items() if p.gateway is not None}
     keys = gateway_mod.api_keys(inventory, drained)

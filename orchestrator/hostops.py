@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import facts as facts_mod
+from orchestrator import systemd_check
 from orchestrator.hostplan import PlayVars, Target, for_profile, placements
 from orchestrator.logs import accept_from_log
 from orchestrator.profile import Profile
@@ -165,7 +166,9 @@ def preflight(prof: Profile, inventory: Path, limit: str | None = None) -> list[
     """Every read-only check a deploy of this profile makes before stopping anything, on every host
     (a multi-node rank: its own flags and its share of the GPUs). The --help check always runs."""
     hosts = {}
-    for name, p in placements(prof, inventory, limit).items():
+    where = placements(prof, inventory, limit)
+    systemd_check.require(prof, [p.plan for p in where.values()])  # systemd's reading, before any host
+    for name, p in where.items():
         hp = for_profile(prof, p.plan, p.facts)
         checks = hp.preflight.model_copy(update={"skip_flags_if_digest": ""}) if hp.preflight else None
         hosts[name] = hp.model_copy(update={"preflight": checks})

@@ -17,6 +17,7 @@ from pathlib import PurePosixPath
 import jinja2
 
 from orchestrator import container, container_rules, sglang_flags, systemd_rules
+from orchestrator.errors import Problem, ProfileError
 from orchestrator.paths import TEMPLATES_DIR
 from orchestrator.profile import Profile, model_mounts
 
@@ -407,7 +408,7 @@ def render_unit(
             environment_files=[env_file] if env_file and not engine else [],
             credentials=[f"{CREDENTIAL}:{secret_path(profile)}"] if profile.api_key else [],
             restart=svc.restart,
-            restart_sec=_scalar(svc.restart_sec).removesuffix(".0"),
+            restart_sec=systemd_rules.seconds(svc.restart_sec),
             start_limit_burst=svc.start_limit_burst,
             start_limit_interval_s=svc.start_limit_interval_s,
             limits={"LimitMEMLOCK": svc.limits.memlock, "LimitNOFILE": svc.limits.nofile},
@@ -442,7 +443,7 @@ def build(profile: Profile, node: Node | None = None) -> Plan:
     argv, credential_at = build_argv(profile, node)
     environment = build_environment(profile)
     engine = _engine(profile, environment, node.nnodes if node else 1)
-    return Plan(
+    plan = Plan(
         profile=profile.name,
         unit_name=profile.service.unit_name,
         argv=argv,
@@ -456,6 +457,59 @@ def build(profile: Profile, node: Node | None = None) -> Plan:
         engine_argv=engine.run if engine else [],
         credential_at=credential_at,
     )
+    problems = size_findings(profile, plan)
+    if problems:
+        raise ProfileError([Problem(profile.name, loc, message) for loc, message in problems])
+    return plan
+
+
+def size_findings(profile: Profile, plan: Plan) -> list[tuple[str, str]]:
+    """What cannot reach the server, located at the profile field that makes it so: an argument
+    or environment string over MAX_ARG_STRLEN, a unit line over systemd's LONG_LINE_MAX, argv and
+    environment together over what execve() takes. Judged on the plan's own words and unit text,
+    so every field that reaches them is covered, with its quoting and escapes."""
+    found: list[tuple[list[str], str]] = []  # (the words at fault, problem)
+    for word in plan.exec_argv:
+        problem = systemd_rules.argument_problem(word, "an argument")
+        if problem:
+            found.append(([word], problem))
+    environ = [f"{name}={value}" for name, value in plan.environment.items()]
+    for text in environ:
+        problem = systemd_rules.argument_problem(text, "an environment string")
+        if problem:
+            found.append(([text], problem))
+    for first, directive, joined, longest in systemd_rules.unit_lines(plan.unit):
+        problem = systemd_rules.line_problem(directive, joined, longest)
+        if problem:
+            line = plan.unit.split("\n", first)[first - 1]
+            named = [e for e in environ if line.startswith(f'Environment="{e.partition("=")[0]}=')]
+            found.append((named[:1] or (plan.exec_argv if directive == "ExecStart" else []), problem))
+    room = systemd_rules.exec_room(profile.service.extra.get("LimitSTACK"))
+    # SGLang's Python, on the host or in the container; and a container engine's CLI.
+    for argv, env in [(plan.argv, environ), *([(plan.exec_argv, [])] if plan.engine_argv else [])]:
+        problem = systemd_rules.exec_size_problem(argv, env, room)
+        if problem:
+            found.append(([*argv, *env], problem))
+            break
+    if not found:
+        return []
+    values = _values(profile.model_dump())
+    return list(dict.fromkeys((_owner(values, words), problem) for words, problem in found))
+
+
+def _values(data: object, loc: str = "") -> list[tuple[str, str]]:
+    """(field, text) of every string in a dumped profile: `env.NAME`, `server.extra_args[2]`."""
+    if isinstance(data, dict):
+        return [v for key, value in data.items() for v in _values(value, f"{loc}.{key}" if loc else key)]
+    if isinstance(data, list):
+        return [v for i, value in enumerate(data) for v in _values(value, f"{loc}[{i}]")]
+    return [(loc, data)] if isinstance(data, str) and data else []
+
+
+def _owner(values: list[tuple[str, str]], words: list[str]) -> str:
+    """The field whose value is the largest part of `words` ("" for none)."""
+    held = [(len(text), loc) for loc, text in values if any(text in word for word in words)]
+    return max(held)[1] if held else ""
 
 
 def _engine(profile: Profile, environment: dict[str, str], nnodes: int) -> container.Service | None:

@@ -224,14 +224,27 @@ def _limit(value: Any) -> Any:
     return value
 
 
-def _checked_limit(value: str) -> str:
-    problem = systemd_rules.limit_problem(value)
+def _checked_limit(directive: str) -> AfterValidator:
+    """A service.limits value as systemd's config_parse_rlimit() reads it for `directive`."""
+
+    def validate(value: str) -> str:
+        problem = systemd_rules.limit_problem(directive, value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(validate)
+
+
+def _seconds(value: float) -> float:
+    problem = systemd_rules.seconds_problem(value)
     if problem:
         raise ValueError(problem)
     return value
 
 
-Limit = Annotated[str, BeforeValidator(_limit), AfterValidator(_checked_limit)]
+SizeLimit = Annotated[str, BeforeValidator(_limit), _checked_limit("LimitMEMLOCK")]
+CountLimit = Annotated[str, BeforeValidator(_limit), _checked_limit("LimitNOFILE")]
 
 EnvValue = Annotated[str, BeforeValidator(_env_scalar)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
@@ -317,11 +330,13 @@ class Speculative(_Model):
 class Limits(_Model):
     """Resource limits of the server process (systemd Limit*=)."""
 
-    memlock: Limit = Field(
+    memlock: SizeLimit = Field(
         "infinity",
         description="LimitMEMLOCK=: NCCL over InfiniBand/RoCE registers memory; the default 8 MiB fails.",
     )
-    nofile: Limit = Field("1048576", description="LimitNOFILE=: open files (sockets of many clients).")
+    nofile: CountLimit = Field(
+        "1048576", description="LimitNOFILE=: open files (sockets of many clients), a count without suffix."
+    )
 
 
 class Service(_Model):
@@ -353,7 +368,9 @@ class Service(_Model):
         description="systemd Restart=: no, or on-failure to bring a crashed server back (a deploy "
         "still fails when the server dies while it waits for health).",
     )
-    restart_sec: Number = Field(10, ge=0, le=3600, description="systemd RestartSec= (on-failure).")
+    restart_sec: Annotated[Number, AfterValidator(_seconds)] = Field(
+        10, ge=0, le=3600, description="systemd RestartSec= (on-failure), in whole microseconds at most."
+    )
     start_limit_burst: Int = Field(
         3, ge=1, le=1000, description="Restarts within start_limit_interval_s before systemd gives up."
     )
@@ -380,6 +397,8 @@ class Service(_Model):
             for name, value in self.extra.items()
             if (problem := systemd_rules.extra_problem(name, value))
         ]
+        if not problems:
+            problems = systemd_rules.extra_combination_problems(dict(self.extra))
         if problems:
             raise ValueError("extra: " + "; ".join(problems))
         return self

@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator import bench as bench_mod
 from orchestrator import deploy as deploy_mod
-from orchestrator import ledger
+from orchestrator import ledger, systemd_check
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.errors import InputError, Interrupted, OrchestratorError
@@ -86,13 +86,13 @@ class SweepReport:
 
 
 def load_profiles(refs: Sequence[str]) -> dict[str, profile_mod.Profile]:
-    """Every profile loaded and planned once, before any host is touched: reference -> Profile, in
-    order, each once."""
+    """Every profile loaded, planned and its unit read by systemd here once, before any host is
+    touched: reference -> Profile, in order, each once."""
     loaded: dict[str, profile_mod.Profile] = {}
     for ref in refs:
         if ref not in loaded:
             loaded[ref] = profile_mod.load(ref)
-            plan_mod.build(loaded[ref])
+            systemd_check.require(loaded[ref], [plan_mod.build(loaded[ref])])
     if not loaded:
         raise InputError("give at least one profile to sweep")
     return loaded

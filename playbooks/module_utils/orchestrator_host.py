@@ -21,12 +21,12 @@ import signal
 import stat
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+# ansible's arg_spec and urllib are imported where they are used: the control machine loads this
+# file for its parsers (orchestrator/paths.module_utils; systemd_check on every render), and the
+# two would double the time that takes.
 
 # --- option specs shared by several modules ------------------------------------------------
 
@@ -80,6 +80,8 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
 def validate_suboptions(module: Any, name: str, spec: dict[str, dict[str, Any]], value: dict) -> dict:
     """`value` checked against `spec`, defaults filled in. For a dict option where {} means
     "none": Ansible would reject {} against required suboptions, so they are checked here."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
     result = ArgumentSpecValidator(spec).validate(value)
     if result.error_messages:
         module.fail_json(msg=f"{name}: {'; '.join(result.error_messages)}")
@@ -208,6 +210,24 @@ def argv0(pid: int | None) -> str | None:
 
 
 # --- the unit, its files and the deploy lock ---------------------------------------------------
+
+
+#: What systemd says of a unit line whose setting it drops, cannot read or reads otherwise, while
+#: it loads the unit all the same: `systemd-analyze verify` exits 0 and the unit starts without
+#: the setting ("Range '5-2' is invalid, 5 > 2, ignoring.", "Failed to parse sec value, ignoring:
+#: 1e-05", "Invalid memory limit '101%', ignoring", "Cannot add CPU 8192 to set", "Ignoring unknown
+#: escape sequences"). A warning that keeps the setting ("Special user nobody configured, this is
+#: not safe!") is not one.
+LOST_SETTING = re.compile(r"ignoring|failed to|invalid|cannot|can't|too long|out of range|bad ", re.I)
+
+
+def unit_complaints(output: str, path: str) -> list[tuple[int, str]]:
+    """(line, message) of each line of systemd's `output` (systemd-analyze verify, systemd --test)
+    that says a setting of the unit file at `path` was lost; complaints about other files (the
+    units it depends on) and about the unit as a whole (an executable missing here) are left out.
+    systemd numbers a continued line by its last physical line."""
+    located = re.compile(rf"^{re.escape(path)}:(\d+): (.*)$", re.M)
+    return [(int(m[1]), m[2]) for m in located.finditer(output) if LOST_SETTING.search(m[2])]
 
 
 def unit_digest(data: bytes) -> str:
@@ -799,6 +819,9 @@ def idle_message(report: dict, release_timeout_s: float, allow_unit: str = "") -
 
 def health_status(url: str, timeout: float) -> int | None:
     """The HTTP status of `url`; None when nothing answered (refused, timed out)."""
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.status
@@ -1456,8 +1479,9 @@ def _gpu_problems(module: Any, unit_name: str, units: dict[str, dict], c: dict) 
 def verify_unit(module: Any, unit_name: str, data: bytes, folder: str | None = None) -> tuple[str, str]:
     """(path, complaint) of `systemd-analyze verify` on the unit text, written as a 0644 file
     named like the unit (systemd-analyze needs the suffix) in `folder`, else in a private
-    temporary directory. The complaint is "" when systemd accepts it; the file is left for the
-    caller (to rename into place), removed with its private directory otherwise."""
+    temporary directory. The complaint is "" when systemd accepts it and uses every setting
+    (a non-zero exit, or a line it ignores: unit_complaints); the file is left for the caller
+    (to rename into place), removed with its private directory otherwise."""
     private = folder is None
     folder = folder or tempfile.mkdtemp(prefix="orchestrator-verify-")
     stem, suffix = os.path.splitext(unit_name)
@@ -1471,8 +1495,12 @@ def verify_unit(module: Any, unit_name: str, data: bytes, folder: str | None = N
         fh.write(data)
     analyze = module.get_bin_path("systemd-analyze", required=True)
     rc, out, err = module.run_command([analyze, "verify", path])
-    complaint = "" if rc == 0 else (out + err).replace(path, unit_name).strip()
-    complaint = complaint.replace(os.path.basename(path), unit_name)
+    if rc == 0:  # loaded, but a setting systemd ignores is an error too: the unit would run without it
+        lost = unit_complaints(out + err, path)
+        complaint = "; ".join(f"{unit_name}:{line}: {message}" for line, message in lost)
+    else:
+        complaint = (out + err).replace(path, unit_name).strip()
+        complaint = complaint.replace(os.path.basename(path), unit_name)
     if private:
         shutil.rmtree(folder, ignore_errors=True)
     elif complaint:

@@ -152,9 +152,11 @@ def test_extra_directives_come_from_an_allow_list(tmp_path: Path, extra: dict, e
 
 def test_allowed_extra_directives_render_as_written(tmp_path: Path) -> None:
     prof = load(
-        tmp_path, "extends: cg_5tok\nservice: {extra: {CPUAffinity: '0-31', Nice: -5, NUMAPolicy: bind}}\n"
+        tmp_path,
+        "extends: cg_5tok\n"
+        "service: {extra: {CPUAffinity: '0-31', Nice: -5, NUMAPolicy: bind, NUMAMask: '0'}}\n",
     )
-    assert "\nCPUAffinity=0-31\nNice=-5\nNUMAPolicy=bind\n" in plan.build(prof).unit
+    assert "\nCPUAffinity=0-31\nNice=-5\nNUMAPolicy=bind\nNUMAMask=0\n" in plan.build(prof).unit
 
 
 @pytest.mark.parametrize(("value", "ok"), [("infinity", True), (65536, True), ("64G", True), ("lots", False)])
@@ -163,7 +165,7 @@ def test_limits(tmp_path: Path, value: object, ok: bool) -> None:
     if ok:
         assert f"\nLimitMEMLOCK={value}\n" in plan.build(load(tmp_path, text)).unit
     else:
-        assert any("service.limits.memlock" in f and "is not a limit" in f for f in problems(tmp_path, text))
+        assert any("service.limits.memlock" in f and "is not a size" in f for f in problems(tmp_path, text))
 
 
 # --- secrets ------------------------------------------------------------------------------------

@@ -13,18 +13,27 @@ and any other `$NAME` or `${NAME}` it would expand fails the test.
 For generated profiles over every free-text field, either the profile is refused with located
 problems, or what systemd reads equals plan.argv, plan.environment and working_directory. And
 every value a systemd_rules rule refuses is one systemd refuses or changes.
+
+The same for the [Service] settings a profile gives (service.extra's allow-list, service.limits,
+service.restart_sec): refused with a located problem, or read back with no complaint and as
+written, as the dump shows it; and what cannot reach the process at all (a word or variable over
+MAX_ARG_STRLEN, a unit line over LONG_LINE_MAX, all of argv and environment over what execve()
+takes) is refused where the kernel or systemd itself refuses it, and no earlier.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
+import resource
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -507,25 +516,400 @@ def test_real_host_options_read_back_as_systemd_means_them(systemd: Systemd, tmp
     assert reading.argv[-2:] == ["--config", f"{CREDENTIALS}/sglang-config.yaml"]
 
 
-@pytest.mark.parametrize(
-    ("directive", "value"),
-    [("Nice", "-21"), ("OOMScoreAdjust", "1001"), ("IOSchedulingPriority", "8"), ("CPUAffinity", "0-x")],
-)
-def test_each_refused_extra_value_is_one_systemd_refuses(
-    directive: str, value: str, systemd: Systemd
+# --- [Service] settings as systemd reads them (#21: what systemd ignores or reads otherwise) ------
+
+#: service.limits' fields, by the directive each renders.
+LIMIT_FIELDS = {"LimitNOFILE": "nofile", "LimitMEMLOCK": "memlock"}
+#: Where the dump prints a setting under another name than its directive's.
+DUMP_NAME = {"IOSchedulingPriority": "IOPriority"}
+SIZES = {"MemoryMax", "MemoryHigh", "LimitCORE", "LimitSTACK", "LimitMEMLOCK"}
+KEYWORDS = {"NUMAPolicy", "IOSchedulingClass", "CPUSchedulingPolicy"}
+USEC = 10**6
+_SPANS = [
+    ("y", 31557600 * USEC),
+    ("month", 2629800 * USEC),
+    ("w", 604800 * USEC),
+    ("d", 86400 * USEC),
+    ("h", 3600 * USEC),
+    ("min", 60 * USEC),
+    ("s", USEC),
+    ("ms", 1000),
+    ("us", 1),
+]
+
+
+def _timespan(usec: int, accuracy: int = USEC) -> str:
+    """format_timespan() (src/basic/time-util.c), as the dump prints RestartSec= and TimeoutAbortSec=
+    (to the second: a smaller span shows its first unit only)."""
+    if usec >= 2**64 - 1:
+        return "infinity"
+    parts: list[str] = []
+    for suffix, size in _SPANS:
+        if usec <= 0 or (usec < accuracy and parts):
+            break
+        if usec < size:
+            continue
+        whole, rest = divmod(usec, size)
+        digits = len(str(size)) - len(str(accuracy))  # the dot notation, under a minute
+        if usec < 60 * USEC and rest and digits > 0:
+            parts.append(f"{whole}.{rest // accuracy:0{digits}d}{suffix}")
+            break
+        parts.append(f"{whole}{suffix}")
+        usec = rest
+    return " ".join(parts) or "0"
+
+
+def _ranges(indexes: list[int]) -> str:
+    """cpu_set_to_range_string(): sorted runs, `a-b` or `a`, joined by spaces."""
+    runs: list[list[int]] = []
+    for i in sorted(set(indexes)):
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return " ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+
+
+def _meaning(directive: str, value: str) -> str | None:
+    """What the dump shows for `value` read as written: decimal numbers, 1024-based sizes, the
+    words systemd.exec(5) and systemd.resource-control(5) document. None where that depends on this
+    machine (percentages, NUMAMask=all) or the value is no plain spelling of one."""
+    if value != value.strip() or value.endswith("%") or value == "all":
+        return None
+    if value == "infinity":
+        return "infinity" if directive == "TimeoutAbortSec" else str(2**64 - 1)
+    if directive in KEYWORDS:  # IOSchedulingClass=none: the kernel's default class, best-effort
+        return "best-effort" if (directive, value) == ("IOSchedulingClass", "none") else value
+    if (directive, value) == ("CPUWeight", "idle"):
+        return "0"
+    if directive in ("CPUAffinity", "NUMAMask"):
+        if not re.fullmatch(r"[0-9]{1,5}(-[0-9]{1,5})?([ ,][0-9]{1,5}(-[0-9]{1,5})?)*", value):
+            return None
+        bounds = [[int(n) for n in word.split("-")] for word in re.split("[ ,]", value)]
+        return _ranges([i for b in bounds for i in range(b[0], b[-1] + 1)])
+    if directive in SIZES:
+        size = re.fullmatch(r"([0-9]+)([KMGTPE]?)", value)
+        return str(int(size[1]) * 1024 ** (" KMGTPE".index(size[2] or " "))) if size else None
+    if directive == "UMask":
+        return f"{int(value, 8):04o}" if re.fullmatch("[0-7]{1,4}", value) else None
+    if not re.fullmatch(r"[+-]?[0-9]+", value):
+        return None
+    return _timespan(int(value) * USEC) if directive == "TimeoutAbortSec" else str(int(value))
+
+
+def _unit_with(settings: dict[str, str]) -> str:
+    """cg_5tok's unit with `settings` written raw, past validation: a directive the unit has is
+    replaced where it stands, any other added at the end of [Service]."""
+    unit = plan.build(profile.load("cg_5tok")).unit
+    for directive, value in settings.items():
+        if f"\n{directive}=" in unit:
+            unit = re.sub(rf"^{directive}=.*$", f"{directive}={value}", unit, count=1, flags=re.M)
+        else:
+            unit = unit.replace("SyslogIdentifier=", f"{directive}={value}\nSyslogIdentifier=")
+    return unit
+
+
+def _line(unit: str, directive: str) -> int:
+    return unit[: unit.index(f"\n{directive}=") + 1].count("\n") + 1
+
+
+def _misread(reading: Reading, unit: str, directive: str, value: str) -> bool:
+    """systemd complains about the line, or reads another value than the one written."""
+    if any(f"{UNIT}:{_line(unit, directive)}: " in c for c in reading.complaints):
+        return True
+    meant = _meaning(directive, value)
+    return meant is not None and reading.setting(DUMP_NAME.get(directive, directive)) != [meant]
+
+
+def _service_doc(settings: dict[str, str], restart_sec: float | None = None, **fields: int) -> dict[str, Any]:
+    service: dict[str, Any] = {"restart": "on-failure", **fields}
+    limits = {LIMIT_FIELDS[d]: v for d, v in settings.items() if d in LIMIT_FIELDS}
+    extra = {d: v for d, v in settings.items() if d not in LIMIT_FIELDS}
+    service |= {"limits": limits} if limits else {}
+    service |= {"extra": extra} if extra else {}
+    service |= {"restart_sec": restart_sec} if restart_sec is not None else {}
+    return {"extends": "cg_5tok", "service": service}
+
+
+#: Values systemd ignores with only a warning (the unit starts without them) or reads as another
+#: number: a leading zero is octal to safe_atoi()/safe_atou64(), a range may not count down, a
+#: percentage stops at 100%, a count takes no suffix, sizes and counts stop below 2^64 - 1.
+REFUSED_SETTINGS = [
+    ("CPUAffinity", "5-2"),
+    ("CPUAffinity", "0-3,9-4"),
+    ("CPUAffinity", "010"),
+    ("CPUAffinity", "08"),
+    ("CPUAffinity", "8192"),
+    ("CPUAffinity", "0-x"),
+    ("NUMAMask", "1-0"),
+    ("NUMAMask", "010"),
+    ("Nice", "019"),
+    ("Nice", "010"),
+    ("Nice", "-010"),
+    ("Nice", "-21"),
+    ("OOMScoreAdjust", "1001"),
+    ("OOMScoreAdjust", "-0100"),
+    ("IOSchedulingPriority", "8"),
+    ("IOSchedulingPriority", "010"),
+    ("CPUWeight", "010"),
+    ("CPUWeight", "0"),
+    ("CPUWeight", "10001"),
+    ("MemoryMax", "101%"),
+    ("MemoryMax", "0"),
+    ("MemoryMax", "0%"),
+    ("MemoryMax", "16E"),
+    ("MemoryHigh", "100.5%"),
+    ("TasksMax", "200%"),
+    ("TasksMax", "0"),
+    ("TasksMax", "010"),
+    ("TasksMax", str(2**64 - 1)),
+    ("LimitCORE", "16E"),
+    ("LimitSTACK", "16E"),
+    ("TimeoutAbortSec", "18446744073709"),  # parse_time(): USEC_INFINITY / USEC_PER_SEC
+    ("LimitNOFILE", "1G"),
+    ("LimitNOFILE", "010"),
+    ("LimitNOFILE", str(2**64 - 1)),
+    ("LimitMEMLOCK", "16E"),
+]
+
+
+@pytest.mark.parametrize(("directive", "value"), REFUSED_SETTINGS, ids=lambda v: str(v)[:24])
+def test_service_values_systemd_ignores_or_changes_are_profile_errors(
+    directive: str, value: str, tmp_path: Path
 ) -> None:
-    """The allow-list's ranges are systemd's: it ignores such a line (with a complaint)."""
-    assert systemd_rules.extra_problem(directive, value)
-    unit = plan.build(profile.load("cg_5tok")).unit.replace(
-        "SyslogIdentifier=", f"{directive}={value}\nSyslogIdentifier="
-    )
+    with pytest.raises(ProfileError) as info:
+        _load(tmp_path, _service_doc({directive: value}))
+    [problem] = info.value.problems
+    if directive in LIMIT_FIELDS:
+        assert problem.loc == f"service.limits.{LIMIT_FIELDS[directive]}", problem
+    else:
+        assert (problem.loc, problem.message.split(": ")[:2]) == ("service", ["extra", directive]), problem
+    assert "\n" not in str(problem)
+
+
+def _rounds(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
+    """The pairs in as few units as hold each directive once (one systemd run per unit)."""
+    rounds: list[dict[str, str]] = []
+    for directive, value in pairs:
+        free = next((r for r in rounds if directive not in r), None)
+        if free is None:
+            rounds.append(free := {})
+        free[directive] = value
+    return rounds
+
+
+@pytest.mark.parametrize("settings_", _rounds(REFUSED_SETTINGS), ids=lambda r: ",".join(r.values())[:40])
+def test_each_refused_service_value_is_one_systemd_ignores_or_changes(
+    settings_: dict[str, str], systemd: Systemd
+) -> None:
+    """The same values in a unit past validation: systemd complains about the line, or reads
+    another value than the one written (`010` as 8)."""
+    unit = _unit_with(settings_)
     reading = systemd.read(unit)
-    assert any(
-        f":{unit.count(chr(10), 0, unit.index(directive + '=')) + 1}: " in c for c in reading.complaints
-    ), (
-        "systemd took the line silently",
-        reading.complaints,
+    assert reading.load_state == "loaded"
+    for directive, value in settings_.items():
+        assert _misread(reading, unit, directive, value), (
+            f"systemd reads {directive}={value} as written: the rule refuses too much",
+            reading.setting(DUMP_NAME.get(directive, directive)),
+        )
+
+
+@pytest.mark.parametrize("value", [1e-05, 0.000123, 2.5])
+def test_restart_sec_reaches_systemd_as_a_decimal(value: float, systemd: Systemd, tmp_path: Path) -> None:
+    """`restart_sec: 1.0e-05` was rendered RestartSec=1e-05: "Failed to parse sec value, ignoring"."""
+    prof = _load(tmp_path, _service_doc({}, restart_sec=value))
+    p = plan.build(prof)
+    reading = assert_reads_exactly(systemd, p, prof)
+    assert "e" not in re.search(r"^RestartSec=(.*)$", p.unit, re.M)[1]
+    assert reading.setting("RestartSec") == [_timespan(int(Decimal(repr(float(value))) * USEC))]
+
+
+@pytest.mark.parametrize("value", [1e-07, 1.5e-06, 2.5e-07])
+def test_restart_sec_finer_than_a_microsecond_is_refused_as_systemd_would_cut_it(
+    value: float, systemd: Systemd, tmp_path: Path
+) -> None:
+    with pytest.raises(ProfileError) as info:
+        _load(tmp_path, _service_doc({}, restart_sec=value))
+    assert [p.loc for p in info.value.problems] == ["service.restart_sec"]
+    written = Decimal(repr(value)) * USEC  # microseconds, not a whole number of them
+    reading = systemd.read(_unit_with({"RestartSec": systemd_rules.seconds(value)}))
+    assert reading.complaints == [] and reading.setting("RestartSec") == [_timespan(int(written))] != [
+        f"{written}us"
+    ]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"IOSchedulingPriority": "7", "IOSchedulingClass": "none"},  # read as best-effort 4
+        {"NUMAPolicy": "bind"},  # no mask: set_mempolicy() fails, the server does not start
+        {"NUMAMask": "0-1"},  # preferred, which takes one node
+        {"NUMAPolicy": "local", "NUMAMask": "0"},
+    ],
+)
+def test_extra_directives_that_undo_each_other_are_refused(extra: dict[str, str], tmp_path: Path) -> None:
+    with pytest.raises(ProfileError) as info:
+        _load(tmp_path, _service_doc(extra))
+    [problem] = info.value.problems
+    assert problem.loc == "service" and problem.message.startswith(f"extra: {next(iter(extra))[:4]}")
+
+
+def test_io_scheduling_class_none_drops_an_earlier_priority(systemd: Systemd) -> None:
+    reading = systemd.read(_unit_with({"IOSchedulingPriority": "7", "IOSchedulingClass": "none"}))
+    assert reading.complaints == [] and reading.setting("IOPriority") == ["4"]
+
+
+# Generated [Service] settings: every allow-listed directive, service.limits, restart_sec and the
+# start and stop timeouts.
+def _spelled(n: int, how: str) -> str:
+    """`n` as written in a profile: plainly, with leading zeros, a sign, or in hex."""
+    sign = "-" if n < 0 else ""
+    return {"plain": str(n), "zero": f"{sign}0{abs(n)}", "zeros": f"{sign}00{abs(n)}", "plus": f"+{n}"}.get(
+        how, f"{sign}{hex(abs(n))}"
     )
+
+
+small_numbers = st.builds(
+    _spelled, st.integers(-1100, 10100), st.sampled_from(["plain", "zero", "plus", "hex"])
+)
+big_numbers = st.builds(_spelled, st.integers(2**60, 2**65), st.sampled_from(["plain", "zero"]))
+numbers = st.one_of(small_numbers, big_numbers, st.integers(0, 8).map(str))
+cpu_words = st.builds(
+    lambda low, high, zero: f"{'0' if zero else ''}{low}" + ("" if high is None else f"-{high}"),
+    st.integers(0, 8200),
+    st.none() | st.integers(0, 8200),
+    st.booleans(),
+)
+cpu_lists = st.builds(
+    lambda words, sep: sep.join(words),
+    st.lists(cpu_words, min_size=1, max_size=3),
+    st.sampled_from([",", " "]),
+)
+percents = st.builds(
+    lambda n, decimals, zero: f"{'0' if zero else ''}{n}{decimals}%",
+    st.integers(0, 150),
+    st.sampled_from(["", ".5", ".25", ".125"]),
+    st.booleans(),
+)
+sizes = st.builds(
+    lambda n, suffix: f"{n}{suffix}",
+    st.one_of(st.integers(0, 4096), st.integers(2**40, 2**65)),
+    st.sampled_from(["", "K", "M", "G", "T", "P", "E", "B", "k", "KiB"]),
+)
+odd = st.sampled_from(["", " 5", "5 ", "1e3", "5.5", "x", "infinity", "-1", "1:2", "0x10"])
+SETTING_VALUES: dict[str, st.SearchStrategy[str]] = {
+    "CPUAffinity": cpu_lists,
+    "NUMAMask": cpu_lists | st.just("all"),
+    "NUMAPolicy": st.sampled_from(["default", "preferred", "bind", "interleave", "local", "Bind"]),
+    "IOSchedulingClass": st.sampled_from(["realtime", "best-effort", "idle", "none", "2"]),
+    "CPUSchedulingPolicy": st.sampled_from(["other", "batch", "idle", "fifo", "rr", "FIFO"]),
+    "Nice": small_numbers,
+    "OOMScoreAdjust": small_numbers,
+    "IOSchedulingPriority": st.integers(-1, 9).map(str) | small_numbers,
+    "CPUWeight": small_numbers | st.just("idle"),
+    "MemoryMax": sizes | percents,
+    "MemoryHigh": sizes | percents,
+    "TasksMax": numbers | percents,
+    "LimitCORE": sizes,
+    "LimitSTACK": sizes,
+    "UMask": st.builds(lambda n, zero: f"{'0' if zero else ''}{n:o}", st.integers(0, 0o17777), st.booleans()),
+    "TimeoutAbortSec": numbers,
+    "LimitNOFILE": numbers | sizes,
+    "LimitMEMLOCK": sizes,
+}
+assert set(SETTING_VALUES) == {*systemd_rules.EXTRA_DIRECTIVES, *LIMIT_FIELDS}, "a directive without values"
+service_settings = st.dictionaries(
+    st.sampled_from(sorted(SETTING_VALUES)), st.just(""), min_size=1, max_size=7
+).flatmap(lambda keys: st.fixed_dictionaries({k: SETTING_VALUES[k] | odd for k in keys}))
+#: The unit's other numbers: TimeoutStartSec=, TimeoutStopSec= (whole seconds up to INT_MAX).
+timeouts = st.fixed_dictionaries(
+    {},
+    optional={
+        name: st.one_of(st.integers(1, 2**31 - 1), st.sampled_from([1, 59, 60, 3600, 2**31 - 1]))
+        for name in ("start_timeout_s", "stop_timeout_s")
+    },
+)
+restart_secs = st.one_of(
+    st.none(),
+    st.floats(0, 3600),
+    st.sampled_from([1e-05, 1e-06, 1e-07, 0.1, 2.5, 3600, 1.5e-06, 0.333333333]),
+)
+
+
+def _refused(problems: list[Any], settings: dict[str, str]) -> set[str]:
+    """The directives (or "restart_sec") a ProfileError's problems name, each one line and located."""
+    names = set()
+    for problem in problems:
+        assert problem.message and "\n" not in str(problem), problem
+        if problem.loc == "service.restart_sec":
+            names.add("restart_sec")
+        elif problem.loc.startswith("service.limits."):
+            names.add(next(d for d, f in LIMIT_FIELDS.items() if problem.loc.endswith(f)))
+        else:
+            assert problem.loc == "service" and problem.message.startswith("extra: "), problem
+            names |= {d for d in settings if f"{d}: " in problem.message}
+    assert names, problems
+    return names
+
+
+@given(settings_=service_settings, restart_sec=restart_secs, fields=timeouts)
+@example(
+    settings_={"CPUAffinity": "5-2", "MemoryMax": "101%", "TasksMax": "200%", "Nice": "019"},
+    restart_sec=1e-05,
+    fields={},
+)
+@example(
+    settings_={"LimitNOFILE": "1G", "UMask": "0777", "CPUWeight": "010"},
+    restart_sec=1e-07,
+    fields={"start_timeout_s": 2**31 - 1, "stop_timeout_s": 2**31 - 1},
+)
+@settings(
+    max_examples=int(os.environ.get("ORACLE_SERVICE_EXAMPLES", "15")),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+def test_systemd_reads_service_settings_as_the_profile_says(
+    settings_: dict[str, str], restart_sec: float | None, fields: dict[str, int], systemd: Systemd
+) -> None:
+    """Either a setting is refused with a located one-line problem, or systemd reads it with no
+    complaint and as written (the dump's value, where it does not depend on this machine); and
+    each value refused on its own is one systemd complains about or reads otherwise."""
+    accepted, refused = dict(settings_), {}
+    with tempfile.TemporaryDirectory() as tmp:
+        while True:
+            try:
+                prof = _load(Path(tmp), _service_doc(accepted, restart_sec, **fields))
+                break
+            except ProfileError as exc:
+                for name in _refused(exc.problems, accepted):
+                    if name == "restart_sec":
+                        restart_sec = None
+                    else:
+                        refused[name] = accepted.pop(name)
+    event(f"read back: {len(accepted)}, refused: {len(refused)}")
+    p = plan.build(prof)
+    reading = assert_reads_exactly(systemd, p, prof)
+    for directive, value in accepted.items():
+        meant = _meaning(directive, value)
+        if meant is not None:
+            assert reading.setting(DUMP_NAME.get(directive, directive)) == [meant], (directive, value)
+    if restart_sec is not None:
+        assert reading.setting("RestartSec") == [_timespan(int(Decimal(repr(float(restart_sec))) * USEC))]
+    for name, directive in (("start_timeout_s", "TimeoutStartSec"), ("stop_timeout_s", "TimeoutStopSec")):
+        assert reading.setting(directive) == [_timespan(getattr(prof.service, name) * USEC)]
+    alone = {d: v for d, v in refused.items() if systemd_rules.EXTRA_DIRECTIVES.get(d, lambda v: "x")(v)}
+    alone |= {d: v for d, v in refused.items() if d in LIMIT_FIELDS}
+    if alone:
+        unit = _unit_with(alone)
+        misread = systemd.read(unit)
+        for directive, value in alone.items():
+            if directive in ("CPUAffinity", "NUMAMask") and re.search("[ ,]", value):
+                continue  # in a set, one word read as another index may still give the same set
+            assert _misread(misread, unit, directive, value) or _meaning(directive, value) is None, (
+                f"systemd reads {directive}={value} as written: the rule refuses too much"
+            )
 
 
 # --- container runtimes (#17) -------------------------------------------------------------------
@@ -618,6 +1002,102 @@ def test_systemd_analyze_verify_accepts_container_units(kind: str, tmp_path: Pat
         [analyze, "verify", str(path)], capture_output=True, text=True, cwd=tmp_path, timeout=60
     )
     assert "Failed to parse kill mode" in result.stderr, result.stderr
+
+
+# --- values that cannot reach the process (#21) --------------------------------------------------
+
+
+def _merged(doc: dict[str, Any]) -> profile.Profile:
+    """cg_5tok with `doc` merged in, validated without YAML (these values are large)."""
+    base, _ = profile.load_raw("cg_5tok")
+    return profile.validate(profile.merge(base, {k: v for k, v in doc.items() if k != "extends"}))
+
+
+def _execve(argv: list[str], env: dict[str, str]) -> OSError | None:
+    """The kernel's verdict on argv's words (after argv[0]) and `env`: execve() of /bin/true with
+    them, under the 8 MiB stack limit a service gets."""
+    _, hard = resource.getrlimit(resource.RLIMIT_STACK)
+
+    def stack() -> None:
+        resource.setrlimit(resource.RLIMIT_STACK, (systemd_rules.DEFAULT_STACK, hard))
+
+    try:
+        subprocess.run(["/bin/true", *argv[1:]], env=env, preexec_fn=stack, check=True)
+    except OSError as exc:
+        return exc
+    return None
+
+
+def _refusal(prof: profile.Profile) -> list[tuple[str, str]]:
+    with pytest.raises(ProfileError) as info:
+        plan.build(prof)
+    for problem in info.value.problems:
+        assert "\n" not in str(problem) and problem.message.endswith(("shorten it", "largest values"))
+    return [(p.loc, p.message) for p in info.value.problems]
+
+
+def test_an_argument_over_max_arg_strlen_is_refused_as_execve_refuses_it(systemd: Systemd) -> None:
+    """A word of 128 KiB with its NUL reaches the server; one byte more and execve() fails (E2BIG)."""
+    limit = systemd_rules.MAX_ARG_STRLEN
+    fits = _merged({"server": {"extra_args": ["--chat-template", "x" * (limit - 1)]}})
+    p = plan.build(fits)
+    assert _execve(p.argv, {}) is None
+    assert_reads_exactly(systemd, p, fits)
+    [(loc, message)] = _refusal(_merged({"server": {"extra_args": ["--chat-template", "x" * limit]}}))
+    assert loc == "server.extra_args[1]" and "MAX_ARG_STRLEN of 131072" in message
+    assert getattr(_execve([*p.argv[:-1], "x" * limit], {}), "errno", None) == errno.E2BIG
+
+
+def test_an_environment_string_over_max_arg_strlen_is_refused_as_execve_refuses_it(systemd: Systemd) -> None:
+    limit = systemd_rules.MAX_ARG_STRLEN
+    fits = _merged({"env": {"A": "x" * (limit - 3)}})  # A=, the value, NUL
+    p = plan.build(fits)
+    assert _execve(p.argv, p.environment) is None
+    assert_reads_exactly(systemd, p, fits)
+    [(loc, message)] = _refusal(_merged({"env": {"A": "x" * (limit - 2)}}))
+    assert loc == "env.A" and "an environment string of 131073 bytes" in message
+    assert getattr(_execve(p.argv, {"A": "x" * (limit - 2)}), "errno", None) == errno.E2BIG
+
+
+def test_a_unit_line_over_long_line_max_is_refused_as_systemd_refuses_the_unit(
+    systemd: Systemd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container's environment is words of its ExecStart=, whose continued lines systemd joins and
+    reads up to LONG_LINE_MAX bytes: exactly that loads, one byte more fails the whole unit."""
+    doc = _container_doc("docker", "plain")
+    env = {f"E{i}": "v" * 120_000 for i in range(8)}
+
+    def with_padding(n: int) -> profile.Profile:
+        return _merged({**doc, "env": {**env, "P": "p" * n}})
+
+    def exec_start(p: plan.Plan) -> int:
+        return next(j for _, d, j, _ in systemd_rules.unit_lines(p.unit) if d == "ExecStart")
+
+    pad = 1 + systemd_rules.LONG_LINE_MAX - exec_start(plan.build(with_padding(1)))
+    fits = plan.build(with_padding(pad))
+    assert exec_start(fits) == systemd_rules.LONG_LINE_MAX
+    reading = systemd.read(fits.unit)
+    assert (reading.load_state, reading.complaints) == ("loaded", [])
+    assert reading.argv == fits.exec_argv
+    [(loc, message)] = _refusal(with_padding(pad + 1))
+    assert loc.startswith("env.E") and "LONG_LINE_MAX of 1048576" in message
+    monkeypatch.setattr(plan, "size_findings", lambda *_: [])  # the same unit, past the rule
+    reading = systemd.read(plan.build(with_padding(pad + 1)).unit)
+    assert reading.load_state != "loaded"
+    assert any("No buffer space available" in c for c in reading.complaints), reading.complaints
+
+
+def test_arguments_and_environment_over_what_execve_takes_are_refused_as_it_refuses_them() -> None:
+    """Each variable fits, all of them do not: argv and environment share a quarter of the stack."""
+    value = "v" * 110_000
+    fits = _merged({"env": {f"E{i}": value for i in range(18)}})
+    p = plan.build(fits)
+    assert _execve(p.argv, p.environment) is None
+    over = _merged({"env": {f"E{i}": value for i in range(20)}})
+    [(loc, message)] = _refusal(over)
+    assert loc.startswith("env.E") and "execve() takes" in message
+    env = {**p.environment, **over.env}
+    assert getattr(_execve(p.argv, env), "errno", None) == errno.E2BIG
 
 
 # --- generated profiles ----------------------------------------------------------------------

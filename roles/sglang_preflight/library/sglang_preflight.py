@@ -72,7 +72,8 @@ options:
       unit_content:
         description:
           - The planned unit text, checked with C(systemd-analyze verify) before anything stops
-            (unless that very text is installed); empty skips the check.
+            (unless that very text is installed); a non-zero exit, or a line of the unit systemd
+            says it ignores or cannot parse, is a problem; empty skips the check.
         type: str
         default: ""
       user:

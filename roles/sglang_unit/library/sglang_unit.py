@@ -14,7 +14,9 @@ short_description: Write the SGLang unit (checked by systemd-analyze verify), it
 description:
   - Makes I(paths.state_dir) a root-only (0700) directory.
   - Checks I(content) with C(systemd-analyze verify), as a temporary file with the unit's suffix
-    in the unit's directory; when refused, fails with systemd-analyze's output and changes no file.
+    in the unit's directory; when refused (a non-zero exit, or a line of the unit systemd says it
+    ignores or cannot parse, on which verify still exits 0), fails with systemd-analyze's output
+    and changes no file.
   - Writes I(secret_content) to I(secret_path) (0600, root; systemd hands it to the server as a
     credential) when a secret path is given.
   - Writes I(env_content) to I(env_path) (0600, owned by I(env_owner)), the unit's

@@ -43,6 +43,28 @@ def test_systemctl_show_values_keep_their_equals_signs_and_multiline_braces():
     assert shown["InvocationID"] == ""
 
 
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="needs systemd-analyze")
+def test_unit_complaints_are_the_lines_of_the_unit_that_systemd_drops(tmp_path: Path):
+    """Read from the real systemd-analyze verify, which exits 0 here: the unit's lines it ignores
+    count; a warning that keeps the setting, and what it says of another unit, do not."""
+    unit = tmp_path / "sglang.service"
+    unit.write_text(
+        "[Unit]\nWants=other.service\n[Service]\nUser=nobody\nExecStart=/bin/true\n"
+        'Nice=019\nCPUAffinity=5-2\nExecStartPost=/bin/echo \\\n  "a\\q"\n'
+    )
+    (tmp_path / "other.service").write_text("[Service]\nExecStart=/bin/true\nNice=50\n")
+    result = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, cwd=tmp_path, check=False
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "Special user nobody" in output and "other.service:3: " in output
+    assert oh.unit_complaints(output, str(unit)) == [
+        (6, "Failed to parse nice priority '019', ignoring: Invalid argument"),
+        (7, "Range '5-2' is invalid, 5 > 2, ignoring."),
+        (9, 'Ignoring unknown escape sequences: "a\\q"'),
+    ]
+
+
 @pytest.mark.parametrize(
     ("cgroup", "inside"),
     [

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -136,6 +138,24 @@ def test_a_unit_that_is_not_ours_is_a_problem(preflight, paths, checks, run_modu
     host.answers["systemctl"] = [NOT_FOUND]  # a unit nobody has is ours to write
     failed, result = run_module(preflight, {"unit_name": "ssh.service", "paths": paths, "checks": checks})
     assert not failed, result["msg"]
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="needs systemd-analyze")
+def test_a_line_the_real_systemd_analyze_ignores_fails_it(preflight, paths, checks, run_module, host):
+    """It exits 0 on `CPUAffinity=5-2`, and the server would start on every CPU."""
+
+    def analyze(argv: list[str]) -> tuple[int, str, str]:
+        done = subprocess.run(["systemd-analyze", *argv[1:]], capture_output=True, text=True, check=False)
+        return done.returncode, done.stdout, done.stderr
+
+    host.answers["systemd-analyze"] = analyze
+    unit = "[Service]\nExecStart=/bin/true\nCPUAffinity=5-2\n"
+    failed, result = run(run_module, preflight, paths, {**checks, "unit_content": unit})
+    assert failed and result["verified_digest"] == ""
+    assert result["problems"] == [
+        "systemd-analyze verify refuses the planned sglang.service: "
+        "sglang.service:3: Range '5-2' is invalid, 5 > 2, ignoring."
+    ]
 
 
 def test_every_problem_is_named_at_once(preflight, paths, checks, run_module, host, listener):

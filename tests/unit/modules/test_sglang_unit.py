@@ -101,6 +101,21 @@ def test_a_unit_systemd_refuses_changes_no_file(sglang_unit, args, paths, run_mo
     assert sorted(p.name for p in Path(paths["unit_dir"]).iterdir()) == ["sglang.service"]
 
 
+def test_a_line_systemd_ignores_changes_no_file(sglang_unit, args, paths, run_module):
+    """systemd-analyze verify exits 0 on it, and the unit would start without the setting."""
+    run_module(sglang_unit, args)
+    bad = UNIT + "Nice=50\nLimitNOFILE=1G\n"
+    failed, result = run_module(sglang_unit, {**args, "content": bad, "secret_content": "api-key: new\n"})
+    assert failed
+    assert result["msg"] == (
+        "systemd-analyze verify refused sglang.service: sglang.service:6: Nice priority out of range, "
+        "ignoring: 50; sglang.service:7: Failed to parse resource value, ignoring: 1G"
+    )
+    assert Path(paths["unit_dir"], "sglang.service").read_text() == UNIT
+    assert Path(args["secret_path"]).read_text() == "api-key: s3cret\n"
+    assert sorted(p.name for p in Path(paths["unit_dir"]).iterdir()) == ["sglang.service"]
+
+
 def test_check_mode_writes_nothing_and_diff_mode_shows_the_unit(sglang_unit, args, paths, run_module):
     failed, result = run_module(sglang_unit, args, check_mode=True, diff=True)
     assert not failed and result["changed"]
