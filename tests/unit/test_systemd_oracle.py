@@ -1078,7 +1078,7 @@ def test_a_unit_line_over_long_line_max_is_refused_as_systemd_refuses_the_unit(
     assert exec_start(fits) == systemd_rules.LONG_LINE_MAX
     reading = systemd.read(fits.unit)
     assert (reading.load_state, reading.complaints) == ("loaded", [])
-    assert reading.argv == fits.exec_argv
+    assert reading.argv == [*fits.engine_argv, *fits.started_argv(CREDENTIALS)]
     [(loc, message)] = _refusal(with_padding(pad + 1))
     assert loc.startswith("env.E") and "LONG_LINE_MAX of 1048576" in message
     monkeypatch.setattr(plan, "size_findings", lambda *_: [])  # the same unit, past the rule

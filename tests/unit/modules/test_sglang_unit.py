@@ -107,9 +107,10 @@ def test_a_line_systemd_ignores_changes_no_file(sglang_unit, args, paths, run_mo
     bad = UNIT + "Nice=50\nLimitNOFILE=1G\n"
     failed, result = run_module(sglang_unit, {**args, "content": bad, "secret_content": "api-key: new\n"})
     assert failed
+    nice = bad.splitlines().index("Nice=50") + 1
     assert result["msg"] == (
-        "systemd-analyze verify refused sglang.service: sglang.service:6: Nice priority out of range, "
-        "ignoring: 50; sglang.service:7: Failed to parse resource value, ignoring: 1G"
+        f"systemd-analyze verify refused sglang.service: sglang.service:{nice}: Nice priority out of range, "
+        f"ignoring: 50; sglang.service:{nice + 1}: Failed to parse resource value, ignoring: 1G"
     )
     assert Path(paths["unit_dir"], "sglang.service").read_text() == UNIT
     assert Path(args["secret_path"]).read_text() == "api-key: s3cret\n"
