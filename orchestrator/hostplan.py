@@ -146,6 +146,9 @@ class HostPlan(_Record):
     gpu_release_timeout_s: float = 30
     #: None: no gateway routes to this host (or --no-drain): the server restarts under its traffic.
     gateway: GatewayPlan | None = None
+    #: A rollback's unit, which ran healthy on this host before: written without systemd-analyze
+    #: verify, so a line today's checks refuse (one systemd ignores) cannot keep the host from it.
+    trusted_digest: str = ""
 
 
 class Target(_Record):
@@ -384,5 +387,6 @@ def for_record(unit_name: str, record: dict[str, Any], **run: Any) -> HostPlan:
         unit=record["unit"],
         digest=record["digest"],
         facts=UnitFacts.model_validate(record["facts"]),
+        trusted_digest=record["digest"],
         **run,
     )

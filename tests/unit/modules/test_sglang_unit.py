@@ -101,6 +101,25 @@ def test_a_unit_systemd_refuses_changes_no_file(sglang_unit, args, paths, run_mo
     assert sorted(p.name for p in Path(paths["unit_dir"]).iterdir()) == ["sglang.service"]
 
 
+def test_a_rollback_reinstalls_the_unit_that_ran_though_verify_now_refuses_a_line(
+    sglang_unit, args, paths, run_module
+):
+    """A last-good unit recorded before the stricter verify (here `Nice=50`, which systemd ignored):
+    the rollback's plan vouches for its digest (HostPlan.trusted_digest), so the host gets back what
+    ran instead of staying without a server."""
+    from orchestrator import hostplan
+
+    ran = UNIT + "Nice=50\n"
+    record = {"profile": "llama-8b", "unit": ran, "digest": unit_digest(ran.encode()), "facts": FACTS}
+    trusted = hostplan.for_record("sglang.service", record).trusted_digest
+    assert trusted == unit_digest(ran.encode())
+    failed, result = run_module(sglang_unit, {**args, "content": ran})
+    assert failed and "Nice priority out of range" in result["msg"]  # a deploy of it is refused
+    failed, result = run_module(sglang_unit, {**args, "content": ran, "verified_digest": trusted})
+    assert not failed and result["changed"], result.get("msg")
+    assert Path(paths["unit_dir"], "sglang.service").read_text() == ran
+
+
 def test_a_line_systemd_ignores_changes_no_file(sglang_unit, args, paths, run_module):
     """systemd-analyze verify exits 0 on it, and the unit would start without the setting."""
     run_module(sglang_unit, args)
