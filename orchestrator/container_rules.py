@@ -22,6 +22,8 @@ import posixpath
 import re
 from collections.abc import Callable
 
+from orchestrator import systemd_rules
+
 # --- the image -----------------------------------------------------------------------------
 
 # The grammar of github.com/distribution/reference (regexp.go), which both engines parse with,
@@ -194,21 +196,22 @@ def mount_source_problem(path: str) -> str | None:
 
 
 def ulimit_value(limit: str) -> str:
-    """A systemd limit (service.limits: `infinity`, a count, or a size with K/M/G/T, 1024-based)
-    as the engines' --ulimit takes it: -1 for unlimited, otherwise a plain number."""
+    """A systemd limit (service.limits, as systemd_rules reads it: `infinity`, a count in base 0,
+    or a size with K to E, 1024-based) as the engines' --ulimit takes it: -1 for unlimited,
+    otherwise the plain number systemd would set."""
     if limit == "infinity":
         return "-1"
-    units = "KMGT"
-    if limit[-1] in units:
-        return str(int(limit[:-1]) * 1024 ** (units.index(limit[-1]) + 1))
-    return limit
+    size = systemd_rules.size_bytes(limit)
+    if size is None:
+        size = systemd_rules.c_integer(limit, unsigned=True)
+    return limit if size is None else str(size)
 
 
 def ulimit_problem(limit: str) -> str | None:
     """A service.limits value a container's --ulimit cannot carry: above Go's int64, which both
     engines parse a limit into (systemd takes up to 2^64-1 on the host)."""
     value = ulimit_value(limit)
-    if value != "-1" and int(value) > INT64_MAX:
+    if value != "-1" and (not value.isdigit() or int(value) > INT64_MAX):
         return (
             f"{limit} is {value} as the engines' --ulimit, above the largest they take ({INT64_MAX}); "
             "give a smaller limit, or infinity"

@@ -209,6 +209,12 @@ def build_environment(profile: Profile) -> dict[str, str]:
 _SAFE = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:,+-=@")
 
 
+#: Characters that change how a terminal shows the unit (`render` prints it): bidi embeddings,
+#: overrides and isolates, marks, the BOM, line and paragraph separators. systemd's cunescape()
+#: reads `\uXXXX` back to the character.
+_INVISIBLE = frozenset("\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff")
+
+
 def _escape(text: str, *, dollar: bool) -> str:
     """Escape for a double-quoted systemd word: C escapes, `%%` against specifiers, and with
     `dollar` `$$` against ExecStart='s `$` expansion (Environment= has none: `$$` would stay `$$`)."""
@@ -228,6 +234,8 @@ def _escape(text: str, *, dollar: bool) -> str:
             out.append("\\t")
         elif ord(ch) < 0x20 or ord(ch) == 0x7F:
             out.append(f"\\x{ord(ch):02x}")
+        elif 0x80 <= ord(ch) <= 0x9F or ch in _INVISIBLE:
+            out.append(f"\\u{ord(ch):04x}")  # C1 controls (8-bit CSI, OSC) and bidi marks: never raw
         else:
             out.append(ch)
     return "".join(out)
@@ -305,6 +313,9 @@ def _unquote(text: str) -> list[str]:
             if nxt == "x":
                 word.append(chr(int(text[i + 2 : i + 4], 16)))
                 i += 4
+            elif nxt == "u":
+                word.append(chr(int(text[i + 2 : i + 6], 16)))
+                i += 6
             else:
                 word.append(escapes[nxt])
                 i += 2

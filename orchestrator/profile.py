@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import ipaddress
 import os
 import re
 import stat
@@ -89,6 +90,33 @@ def _argparse_value(value: str) -> str:
     the server would get none."""
     if value == "--":
         raise ValueError("'--' cannot reach SGLang (its argparse drops it); choose another value")
+    return value
+
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_NUMERIC_LABEL = re.compile(r"0[xX][0-9a-fA-F]*|[0-9]+")
+
+
+def _bind_address(value: str) -> str:
+    """server.host reaches SGLang's --host and the health URL (http://HOST:PORT/health): an IP
+    address as written canonically, or a host name of RFC 1123 labels. A numeric form that
+    inet_aton() reads as another address (`127.1`, `0x7f000001`) is refused, as is an IPv6 zone."""
+    try:
+        ipaddress.ip_address(value)
+        if "%" not in value:
+            return value
+    except ValueError:
+        pass
+    labels = value.split(".")
+    if all(_NUMERIC_LABEL.fullmatch(label) for label in labels):
+        raise ValueError(
+            f"{_short(value)} is not an IP address as written: give four decimal numbers such as 127.0.0.1"
+        )
+    if len(value) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        raise ValueError(
+            f"{_short(value)} is neither an IP address (no brackets, no zone) nor a host name: "
+            "give e.g. 127.0.0.1, 0.0.0.0, ::1 or gpu1.example.com"
+        )
     return value
 
 
@@ -276,7 +304,10 @@ class Server(_Model):
         description="Data parallel size: replicas inside one server, or attention groups "
         "sharing the tp_size GPUs with --enable-dp-attention in extra_args.",
     )
-    host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
+    host: Annotated[str, AfterValidator(_bind_address)] = Field(
+        "127.0.0.1",
+        description="Address the HTTP server binds: an IP address (:: or 0.0.0.0 for all) or a host name.",
+    )
     port: Int = Field(30000, ge=1, le=65535, description="HTTP port of the server.")
     mem_fraction_static: Number | None = Field(
         None, gt=0, lt=1, description="Fraction of GPU memory for weights and KV cache, in (0, 1)."
@@ -361,7 +392,7 @@ class Service(_Model):
         1800, ge=1, le=INT_MAX, description="How long a deploy waits for /health to answer 200."
     )
     health_poll_interval_s: Number = Field(
-        0.25, gt=0, le=1.0, description="Seconds between health polls (at most 1)."
+        0.25, ge=0.01, le=1.0, description="Seconds between health polls, from 0.01 to 1."
     )
     restart: Annotated[Literal["no", "on-failure"], BeforeValidator(_restart)] = Field(
         "no",

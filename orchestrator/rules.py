@@ -195,8 +195,19 @@ def check_extra_args(version: str, extra_args: list[str]) -> Iterator[Finding]:
             yield (loc, f"{shown} prints SGLang's help and exits: the server would never start; remove it")
         elif opt is not None and modelled.intersection(opt.names):
             yield (loc, f"{shown} duplicates a modelled setting; set it in the profile's fields instead")
+        elif opt is not None and GPU_FLAGS.intersection(opt.names):
+            yield (
+                loc,
+                f"{shown} moves the server off the GPUs that preflight, the idle check, --kill-gpu-holders, "
+                "status and verify look at: choose the GPUs with server.gpus (e.g. gpus: '4-7')",
+            )
         for i in arg.stray:
             yield (f"server.extra_args[{i}]", _stray_finding(version, extra_args[i]))
+
+
+#: SGLang flags that pick GPUs by index (GPU base_gpu_id + i * gpu_id_step is rank i's): the server
+#: would run on GPUs other than plan.gpu_set, which every host check looks at.
+GPU_FLAGS = frozenset({"--base-gpu-id", "--gpu-id-step"})
 
 
 def _spelled(opt: sglang_flags.OptionSpec, prefix: str) -> str:
@@ -562,6 +573,14 @@ def check_secret_env(names: list[str], env: dict[str, str], nccl: dict[str, str]
             yield (f"secret_env.{name}", f"also set under {where}:; keep it in one place")
         elif name == "CUDA_VISIBLE_DEVICES":
             yield (f"secret_env.{name}", "set the GPUs with server.gpus")
+        elif name.startswith("NCCL_"):
+            yield (f"secret_env.{name}", "no secret: set NCCL variables under nccl:, where they are checked")
+        elif name in PLAN_ENV:
+            yield (f"secret_env.{name}", f"{name} is set by the unit ({PLAN_ENV[name]}); set it under env:")
+
+
+#: Variables the unit sets itself, which an EnvironmentFile= line would override unseen.
+PLAN_ENV = {"PYTHONUNBUFFERED": "1, so crash logs reach the journal"}
 
 
 def multinode_port_problem(port: int, dist_init_port: int) -> str | None:

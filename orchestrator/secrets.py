@@ -12,7 +12,7 @@ import re
 import stat
 from pathlib import Path
 
-from orchestrator import systemd_rules, vault
+from orchestrator import rules, systemd_rules, vault
 from orchestrator.errors import InputError
 from orchestrator.profile import ApiKey, Profile
 
@@ -130,13 +130,14 @@ def secret_env_names(prof: Profile) -> list[str]:
 _ASSIGNMENT = re.compile(r"^[ \t]*([^=]*?)[ \t]*=")
 
 
-def _env_file_text(prof: Profile, index: int) -> str:
+def _env_file_text(prof: Profile, index: int, seen: dict[str, str]) -> str:
     """service.environment_files[index], read here and checked line by line: comments, blank
-    lines and NAME=value only, names systemd takes and the profile does not set elsewhere."""
+    lines and NAME=value only, names systemd takes and the profile does not set elsewhere, and
+    each once over all the files (`seen`: name -> where it was first; systemd keeps the last)."""
     path = _home_expanded(prof.service.environment_files[index], f"service.environment_files[{index}]")
     source = f"service.environment_files[{index}]: {path}"
     text = _read_key_file(path, source)
-    taken = {*prof.env, *prof.nccl, *prof.secret_env, "CUDA_VISIBLE_DEVICES"}
+    taken = {*prof.env, *prof.nccl, *prof.secret_env, "CUDA_VISIBLE_DEVICES", *rules.PLAN_ENV}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith(("#", ";")):
             continue
@@ -155,6 +156,14 @@ def _env_file_text(prof: Profile, index: int) -> str:
             raise InputError(
                 f"{source}: line {number}: {name} is also set by the profile; keep it in one place"
             )
+        if name.startswith("NCCL_"):
+            raise InputError(f"{source}: line {number}: set {name} under nccl:, where it is checked")
+        if name in seen:
+            raise InputError(
+                f"{source}: line {number}: {name} is set again (first at {seen[name]}), and systemd keeps "
+                "the last; keep one"
+            )
+        seen[name] = f"service.environment_files[{index}] line {number}"
         open_at = _unclosed(line[match.end() :])
         if open_at is not None:
             raise InputError(
@@ -204,7 +213,8 @@ def secret_env_text(prof: Profile) -> str:
     if prof.runtime.container:
         secrets = prof.secret_env.items()
         return "".join(_engine_env_line(name, _resolve(ref, f"secret_env.{name}")) for name, ref in secrets)
-    parts = [_env_file_text(prof, i) for i in range(len(prof.service.environment_files))]
+    seen: dict[str, str] = {}
+    parts = [_env_file_text(prof, i, seen) for i in range(len(prof.service.environment_files))]
     parts += [_env_line(name, _resolve(ref, f"secret_env.{name}")) for name, ref in prof.secret_env.items()]
     return "".join(parts)
 

@@ -272,7 +272,7 @@ def _integer_problem(value: str, low: int, high: int, wanted: str, *, unsigned: 
     return f"{_shown(value)} is not {wanted}"
 
 
-def _size(value: str) -> int | None:
+def size_bytes(value: str) -> int | None:
     """The bytes parse_size(value, 1024) reads (a plain decimal count, K to E suffixes)."""
     match = _SIZE.fullmatch(value)
     return int(match[1]) * SIZE_SUFFIXES[match[2]] if match else None
@@ -342,7 +342,7 @@ def _memory(value: str) -> str | None:
         return None
     if value.endswith("%"):
         return _percent_problem(value, wanted, zero=False)
-    size = _size(value)
+    size = size_bytes(value)
     if size is None:
         return f"{_shown(value)} is not {wanted}"
     if not 0 < size < UINT64_MAX:
@@ -363,7 +363,7 @@ def _tasks(value: str) -> str | None:
 
 def _rlimit_size(value: str) -> str | None:
     """A byte limit (rlimit_parse_size(): infinity, or parse_size() below RLIM_INFINITY)."""
-    size = None if value == "infinity" else _size(value)
+    size = None if value == "infinity" else size_bytes(value)
     if value != "infinity" and (size is None or size >= UINT64_MAX):
         return f"{_shown(value)} is not a size such as 0, 8M or 64G (at most 16E less one), or infinity"
     return None
@@ -591,7 +591,7 @@ def line_problem(directive: str, joined: int, longest: int) -> str | None:
 
 def exec_room(stack: str | None) -> int:
     """Bytes execve() takes for argv and environment under LimitSTACK= `stack` (None: not set)."""
-    size = DEFAULT_STACK if stack is None else _size(stack)
+    size = DEFAULT_STACK if stack is None else size_bytes(stack)
     if stack == "infinity" or size is None:
         size = UINT64_MAX
     return max(min(8 * 1024 * 1024 // 4 * 3, size // 4), MAX_ARG_STRLEN)

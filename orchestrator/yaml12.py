@@ -211,6 +211,19 @@ class Loader(yaml.SafeLoader):
         return text
 
 
+def _refused(loader: Loader, node: yaml.Node) -> Any:
+    """YAML 1.1's further types: a set has no order (a list field would render in a different order
+    from run to run, and so would its digest), and binary, timestamps and pairs have no meaning in a
+    profile; none is in YAML 1.2's core schema."""
+    kind = node.tag.rsplit(":", 1)[-1]
+    raise yaml.constructor.ConstructorError(
+        None, None, f"!!{kind} is not a YAML 1.2 core type: write a list, a mapping or text", node.start_mark
+    )
+
+
+for _kind in ("set", "omap", "pairs", "binary", "timestamp"):
+    Loader.add_constructor(f"tag:yaml.org,2002:{_kind}", _refused)
+
 for _tag, _regexp, _first in [
     (_BOOL, _BOOL_RE, "tTfF"),
     (_INT, _INT_RE, "-+0123456789"),

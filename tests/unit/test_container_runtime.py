@@ -233,3 +233,14 @@ def test_podman_cgroups_disabled_keeps_the_container_in_the_units_cgroup(tmp_pat
     disabled = plan.build(_load(tmp_path, _doc("podman", cgroups="disabled"))).unit
     assert "--cgroups=disabled" in disabled and _line(disabled, "Delegate") == []
     assert "# runtime: podman: podman 4.3 or later (--sdnotify=conmon, --cgroups=disabled," in disabled
+
+
+def test_every_limit_systemd_takes_is_the_same_number_as_a_ulimit(tmp_path: Path) -> None:
+    """#21 (review): memlock 1P was a ValueError (K to T only)."""
+    path = tmp_path / "p.yml"
+    path.write_text(
+        "extends: cg_5tok\nservice: {limits: {memlock: 1P, nofile: 65536}}\n"
+        "runtime: {kind: podman, image: 'docker.io/lmsysorg/sglang:v0.5.9'}\n"
+    )
+    words = plan.build(profile.load(str(path))).engine_argv
+    assert f"--ulimit=memlock={2**50}:{2**50}" in words and "--ulimit=nofile=65536:65536" in words

@@ -264,3 +264,25 @@ def test_an_environment_file_value_left_open_is_refused(tmp_path: Path, line: st
         secrets.secret_env_text(prof)
     env.write_text('A="a \\" b"\nC=\'x " y\'\nD=e\\ f\nB=2\n')
     assert secrets.secret_env_text(prof) == env.read_text()
+
+
+def test_environment_files_set_each_name_once_and_no_nccl_variable(tmp_path: Path) -> None:
+    """#21 (review): systemd keeps the last of two assignments, silently; NCCL variables there skipped
+    the nccl: checks (NCCL_IB_TIMEOUT=1.10 runs as 1), and PYTHONUNBUFFERED overrode the unit's own."""
+    one, two = tmp_path / "one.env", tmp_path / "two.env"
+    for f in (one, two):
+        f.write_text("A=1\n")
+        f.chmod(0o600)
+    prof = load(tmp_path, f"extends: cg_5tok\nservice: {{environment_files: [{one}, {two}]}}\n")
+    with pytest.raises(
+        InputError,
+        match=r"environment_files\[1\]: .*line 1: A is set again \(first at "
+        r"service.environment_files\[0\] line 1\), and systemd keeps the last",
+    ):
+        secrets.secret_env_text(prof)
+    two.write_text("NCCL_IB_TIMEOUT=1.10\n")
+    with pytest.raises(InputError, match=r"line 1: set NCCL_IB_TIMEOUT under nccl:, where it is checked"):
+        secrets.secret_env_text(prof)
+    two.write_text("PYTHONUNBUFFERED=0\n")
+    with pytest.raises(InputError, match=r"line 1: PYTHONUNBUFFERED is also set by the profile"):
+        secrets.secret_env_text(prof)

@@ -337,6 +337,7 @@ SPECIAL_VALUES = [
     "  padded\t",
     "all: \\ \" ' % $X ${Y} \t \n \r \x01 \x7f é 😀 ; # ~",
     plan.CREDENTIAL_ARG,  # a profile's own text, never the word systemd expands
+    "\x9b2J\x9d0;t\x07 \x85 \u202eevil\ufeff\u2028",  # C1 controls and bidi marks: written as \\u escapes
 ]
 
 
@@ -1225,3 +1226,16 @@ def test_number_like_text_reaches_systemd_as_written(systemd: Systemd, tmp_path:
     assert [env[k] for k in "ABCDE"] == ["1.10", "0x10", "010", "12:30", "yes"]
     assert env["NCCL_BUFFSIZE"] == "0x400000"
     assert reading.setting("UMask") == ["0777"]
+
+
+def test_c1_controls_and_bidi_marks_never_reach_the_unit_raw(systemd: Systemd, tmp_path: Path) -> None:
+    """`render` prints the unit: an 8-bit CSI (U+009B) or a right-to-left override in a value would
+    drive or disguise the terminal. They are written as \\u escapes, which systemd reads back."""
+    value = "\x9b2J\x9d0;t\x07\u202eevil\ufeff"
+    prof = _load(
+        tmp_path, {"extends": "cg_5tok", "env": {"A": value}, "server": {"served_model_name": value}}
+    )
+    p = plan.build(prof)
+    assert not any(0x80 <= ord(ch) <= 0x9F or ch in "\u202e\ufeff" for ch in p.unit), p.unit
+    reading = assert_reads_exactly(systemd, p, prof)
+    assert reading.environment["A"] == value
