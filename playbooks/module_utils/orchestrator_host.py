@@ -114,12 +114,23 @@ def parse_systemctl_show(text: str) -> dict[str, str]:
 
 
 def systemctl_show(module: Any, unit: str, props: Iterable[str], *extra_args: str) -> dict[str, str]:
+    state, problem = try_systemctl_show(module, unit, props, *extra_args)
+    if problem:
+        module.fail_json(msg=problem)
+    return state
+
+
+def try_systemctl_show(
+    module: Any, unit: str, props: Iterable[str], *extra_args: str
+) -> tuple[dict[str, str], str]:
+    """`systemctl show`'s properties of `unit`, or ({}, why not) in one line (no systemd running:
+    "System has not been booted with systemd ...")."""
     systemctl = module.get_bin_path("systemctl", required=True)
     argv = [systemctl, "show", unit, f"--property={','.join(props)}", *extra_args]
     rc, out, err = module.run_command(argv)
     if rc != 0:
-        module.fail_json(msg=f"systemctl show {unit} failed: {(err or out).strip()}", rc=rc)
-    return parse_systemctl_show(out)
+        return {}, f"systemctl show {unit} failed: {' '.join((err or out).split())}"
+    return parse_systemctl_show(out), ""
 
 
 def cgroup_unit(cgroup_text: str, units: Collection[str]) -> str:
@@ -956,7 +967,9 @@ def live_units(module: Any, units: list[str]) -> list[str]:
     systemctl = module.get_bin_path("systemctl", required=True)
     rc, out, err = module.run_command([systemctl, "show", *units, "--property=Id,UnitFileState,ActiveState"])
     if rc != 0:
-        module.fail_json(msg=f"systemctl show {' '.join(units)} failed: {(err or out).strip()}", rc=rc)
+        module.fail_json(
+            msg=f"systemctl show {' '.join(units)} failed: {' '.join((err or out).split())}", rc=rc
+        )
     live = []
     for block in out.split("\n\n"):
         state = parse_systemctl_show(block)
@@ -1534,9 +1547,11 @@ def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> 
     each: {problems, notes, sglang_version, gpus, help_checked, verified_digest}; notes say what
     could not be checked yet (an image to be pulled) without failing."""
     problems, verified = _unit_problems(module, unit_name, paths, checks)
-    foreign = foreign_write(systemctl_show(module, unit_name, OWNER_PROPS), paths, unit_name)
+    state, failed = try_systemctl_show(module, unit_name, OWNER_PROPS)
+    foreign = failed or foreign_write(state, paths, unit_name)  # every other check still runs
     if foreign:
-        problems.insert(0, f"{foreign}; a deploy would replace it: choose another service.unit_name")
+        fix = "" if failed else "; a deploy would replace it: choose another service.unit_name"
+        problems.insert(0, foreign + fix)
     notes: list[str] = []
     if checks["engine"]:
         more, version, help_checked, notes = _image_problems(module, unit_name, paths, checks)

@@ -158,6 +158,22 @@ def test_a_line_the_real_systemd_analyze_ignores_fails_it(preflight, paths, chec
     ]
 
 
+def test_a_host_without_systemd_is_one_problem_among_the_others(preflight, paths, checks, run_module, host):
+    """The wheel's preflight of the control machine itself (no systemd as PID 1): `systemctl show`
+    fails there; that is one line among the other checks' problems, not the end of the preflight."""
+    down = (
+        "System has not been booted with systemd as init system (PID 1). Can't operate.\nFailed to "
+        "connect to bus: Host is down"
+    )
+    host.answers["systemctl"] = [(1, "", down)]
+    failed, result = run(run_module, preflight, paths, checks)
+    assert failed and result["problems"][0] == (
+        "systemctl show sglang.service failed: System has not been booted with systemd as init system "
+        "(PID 1). Can't operate. Failed to connect to bus: Host is down"
+    )
+    assert all("\n" not in problem for problem in result["problems"])
+
+
 def test_every_problem_is_named_at_once(preflight, paths, checks, run_module, host, listener):
     host.smi = [(capture("killed-query-gpu.csv"), f"1, init, 100, {H200}\n")]
     checks = {**checks, "sglang_version": "0.5.23", "flags": ["--no-such-flag"], "algorithm": "EAGLE"}
