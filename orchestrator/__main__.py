@@ -558,11 +558,11 @@ def preflight(profile_ref: str, inventory: Path | None, limit: str | None, as_js
             if r.ok:
                 where = f" in image {prof.runtime.image}" if prof.runtime.container else ""
                 summary = f"ok (SGLang {r.sglang_version}{where}, {r.gpus} GPUs, {r.elapsed_s:.1f} s)"
-                out.print(f"{shown(r.host)}: {shown(summary)}")
+                out.print(f"{shown(r.host)}: {shown(summary)}", soft_wrap=True)
             for note in r.notes:
-                out.print(f"{shown(r.host)}: note: {shown(note)}", style="yellow")
+                out.print(f"{shown(r.host)}: note: {shown(note)}", style="yellow", soft_wrap=True)
             for problem in r.problems:
-                out.print(f"{shown(r.host)}: {shown(problem)}", style="red")
+                out.print(f"{shown(r.host)}: {shown(problem)}", style="red", soft_wrap=True)
     sys.exit(0 if results and all(r.ok for r in results) else 1)
 
 
