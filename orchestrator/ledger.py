@@ -116,6 +116,19 @@ MIGRATIONS = [
     ALTER TABLE last_good ADD COLUMN facts TEXT NOT NULL DEFAULT '{}';
     ALTER TABLE good_units ADD COLUMN facts TEXT NOT NULL DEFAULT '{}'
     """,
+    # 4: the traffic a bench row measured (endpoint, dataset, load, sampling), so results compare
+    # like with like; one bench or sweep run's levels and repeats share a curve_id. Rows from
+    # before keep generate, the built-in prompts ('' dataset), temperature 0, closed loop.
+    """
+    ALTER TABLE bench_results ADD COLUMN endpoint TEXT NOT NULL DEFAULT 'generate';
+    ALTER TABLE bench_results ADD COLUMN dataset TEXT NOT NULL DEFAULT '';
+    ALTER TABLE bench_results ADD COLUMN dataset_digest TEXT NOT NULL DEFAULT '';
+    ALTER TABLE bench_results ADD COLUMN request_rate REAL;
+    ALTER TABLE bench_results ADD COLUMN temperature REAL NOT NULL DEFAULT 0;
+    ALTER TABLE bench_results ADD COLUMN seed INTEGER;
+    ALTER TABLE bench_results ADD COLUMN curve_id TEXT NOT NULL DEFAULT '';
+    ALTER TABLE bench_results ADD COLUMN repeat INTEGER NOT NULL DEFAULT 0
+    """,
 ]
 
 
@@ -574,6 +587,14 @@ BENCH_COLUMNS = [
     "accept_len_log",
     "accept_len_client",
     "notes",
+    "endpoint",
+    "dataset",
+    "dataset_digest",
+    "request_rate",
+    "temperature",
+    "seed",
+    "curve_id",
+    "repeat",
 ]
 
 
