@@ -2,8 +2,16 @@
 
 Engine layer: never prints. `find_target()` says which server answers HTTP (the first host
 of the inventory or --limit, at its `ansible_host`, on the deployed unit's port); `run()`
-warms it up, streams `/generate` requests and returns a `BenchResult`; `record()` writes it
-to the ledger.
+warms it up, streams requests at one load level and returns a `BenchResult`; `curve()` runs
+every level (concurrency or request rate) and repeat of a `Traffic`; `record()` writes a
+result to the ledger.
+
+Endpoints: `generate` (SGLang's native /generate, the prompt as raw text), `completions`
+(/v1/completions, raw text) and `chat` (/v1/chat/completions with messages, so the server
+applies the model's chat template, as production traffic does). Tokens are the server's own
+counts: /generate's cumulative meta_info.completion_tokens; the OpenAI endpoints' `usage`
+(per chunk with `continuous_usage_stats`, else the final usage chunk spread over the chunks
+by their share of the text).
 
 What is measured, and why this way:
 - decode speed of a request = tokens after its first chunk / time from its first chunk to
@@ -13,17 +21,21 @@ What is measured, and why this way:
 - inter-token latency is per token: with speculation one chunk carries the accept length's
   worth of tokens, so a chunk's gap is shared by its tokens (sglang's bench_serving reports
   per-chunk gaps, which makes a speculative profile look slower per token than it is);
-- accept length: `/get_server_info` internal_states (what SGLang says), cross-checked with
-  the `accept len` lines the server logs and with completion tokens / `spec_verify_ct`
-  (what the client saw).
+- accept length: `/get_server_info` internal_states (what SGLang says: cumulative since the
+  server started), cross-checked with the `accept len` lines the server logs during the
+  level and, on /generate, with completion tokens / meta_info `spec_verify_ct` of this
+  level's requests (the only per-request speculative figure SGLang returns: the OpenAI
+  endpoints carry none, so there the level's figure is the log's).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.metadata
 import json
 import math
+import random
 import statistics
 import subprocess
 import time
@@ -36,7 +48,7 @@ from typing import Any
 
 import httpx
 
-from orchestrator import ledger
+from orchestrator import datasets, ledger
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.errors import InputError, OrchestratorError
@@ -65,9 +77,13 @@ class BenchError(OrchestratorError):
     """The server could not be benchmarked (not deployed, not reachable, every request failed)."""
 
 
+#: The endpoints bench can drive, and their paths.
+ENDPOINTS = {"generate": "/generate", "chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
 @dataclass(frozen=True)
 class Settings:
-    """How hard and how long bench pushes the server."""
+    """How hard and how long bench pushes the server, and with what traffic, at one level."""
 
     requests: int = 16
     concurrency: int = 1
@@ -76,6 +92,52 @@ class Settings:
     warmup_tokens: int = 16
     prompts: tuple[str, ...] = DEFAULT_PROMPTS
     timeout_s: float = 600.0
+    endpoint: str = "generate"
+    #: None: the built-in prompts (or `prompts`)
+    dataset: datasets.Dataset | None = None
+    temperature: float = 0.0
+    seed: int = 0
+    #: Poisson arrivals at this many requests/s (open loop, `concurrency` caps what is in
+    #: flight); None: `concurrency` closed-loop clients
+    request_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.endpoint not in ENDPOINTS:
+            raise InputError(f"--endpoint {self.endpoint!r}: give one of {', '.join(ENDPOINTS)}")
+
+    @property
+    def source(self) -> datasets.Dataset:
+        return self.dataset if self.dataset is not None else datasets.builtin(self.prompts)
+
+    def chosen(self) -> tuple[datasets.Request, ...]:
+        """The requests of one run: `requests` drawn from the dataset with `seed` (the built-in
+        prompts are taken in turn, as before datasets)."""
+        if self.dataset is None:
+            pool = self.source.requests
+            return tuple(pool[i % len(pool)] for i in range(self.requests))
+        return datasets.sample(self.dataset, self.requests, self.seed)
+
+    @property
+    def level(self) -> str:
+        """`c=8` or `4/s` (with its cap when one is set)."""
+        if self.request_rate is None:
+            return f"c={self.concurrency}"
+        return f"{self.request_rate:g}/s"
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What one bench invocation measures: the same requests at each level, `repeat` times."""
+
+    base: Settings = Settings()
+    concurrency: tuple[int, ...] = (1,)
+    request_rates: tuple[float, ...] = ()
+    repeat: int = 1
+
+    def levels(self) -> list[Settings]:
+        if self.request_rates:
+            return [dataclasses.replace(self.base, request_rate=r) for r in self.request_rates]
+        return [dataclasses.replace(self.base, concurrency=c) for c in self.concurrency]
 
 
 @dataclass(frozen=True)
@@ -139,6 +201,11 @@ class Stream:
     done: float = 0.0
     verify_ct: int = 0
     error: str = ""
+    #: the server counted tokens per chunk (False: an OpenAI stream without per-chunk usage,
+    #: whose chunks' counts are the final usage spread by text share)
+    counted: bool = True
+    #: an OpenAI stream that gave no usage at all: one token counted per chunk
+    no_usage: bool = False
 
     @property
     def tokens(self) -> int:
@@ -199,6 +266,8 @@ class BenchResult:
     accept_len_log: float | None = None
     notes: list[str] = field(default_factory=list)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    curve_id: str = ""
+    repeat: int = 0
 
     @property
     def ok_streams(self) -> list[Stream]:
@@ -237,6 +306,12 @@ class BenchResult:
         verify = sum(s.verify_ct for s in self.ok_streams)
         return self.output_tokens / verify if verify else None
 
+    @property
+    def accept_len_level(self) -> float | None:
+        """This level's own accept length: the client's count on /generate, else the log's
+        (the server_info figure is cumulative since the server started)."""
+        return self.accept_len_client if self.accept_len_client is not None else self.accept_len_log
+
     def row(self, sweep_id: str = "") -> dict[str, Any]:
         """The ledger row (bench_results columns)."""
         speeds = self.per_request_tok_s()
@@ -272,6 +347,21 @@ class BenchResult:
             "accept_len_log": self.accept_len_log,
             "accept_len_client": self.accept_len_client,
             "notes": "; ".join(self.notes),
+            **self.traffic_columns(),
+            "curve_id": self.curve_id or self.run_id,
+            "repeat": self.repeat,
+        }
+
+    def traffic_columns(self) -> dict[str, Any]:
+        """What traffic the row measured (ledger migration 4)."""
+        s, source = self.settings, self.settings.source
+        return {
+            "endpoint": s.endpoint,
+            "dataset": source.name,
+            "dataset_digest": source.digest,
+            "request_rate": s.request_rate,
+            "temperature": s.temperature,
+            "seed": s.seed if s.dataset is not None or s.request_rate is not None else None,
         }
 
 
@@ -318,22 +408,45 @@ def server_info(target: Target, timeout_s: float = 10.0) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-async def _stream(client: httpx.AsyncClient, target: Target, prompt: str, max_tokens: int) -> Stream:
-    """One streamed /generate request, timed chunk by chunk."""
-    body = {
-        "text": prompt,
-        "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True},
+def request_body(
+    settings: Settings, request: datasets.Request, max_tokens: int, model: str
+) -> dict[str, Any]:
+    """The JSON one request sends, as SGLang's own bench_serving sends it for that endpoint:
+    greedy at temperature 0, `ignore_eos` so the output length is the one asked for."""
+    if settings.endpoint == "generate":
+        params = {"max_new_tokens": max_tokens, "temperature": settings.temperature, "ignore_eos": True}
+        return {"text": request.prompt, "sampling_params": params, "stream": True}
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "temperature": settings.temperature,
+        "ignore_eos": True,
         "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
+    if settings.endpoint == "chat":
+        body["messages"] = [dict(m) for m in request.messages]
+    else:
+        body["prompt"] = request.prompt
+    return body
+
+
+async def _stream(
+    client: httpx.AsyncClient, target: Target, settings: Settings, body: dict[str, Any]
+) -> Stream:
+    """One streamed request, timed chunk by chunk."""
     stream = Stream(sent=time.perf_counter())
+    path = ENDPOINTS[settings.endpoint]
     try:
-        async with client.stream("POST", "/generate", json=body, headers=_headers(target)) as resp:
+        async with client.stream("POST", path, json=body, headers=_headers(target)) as resp:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")
                 stream.error = f"HTTP {resp.status_code}: {text[:200]}"
-            else:
+            elif settings.endpoint == "generate":
                 await _read_events(resp, stream)
-    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            else:
+                await _read_openai(resp, stream, chat=settings.endpoint == "chat")
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError) as exc:
         stream.error = f"{type(exc).__name__}: {exc}"[:300]
     stream.done = time.perf_counter()
     if not stream.error and not stream.events:
@@ -357,24 +470,93 @@ async def _read_events(resp: httpx.Response, stream: Stream) -> None:
             stream.events.append((now, tokens))
 
 
+async def _read_openai(resp: httpx.Response, stream: Stream, chat: bool) -> None:
+    """OpenAI SSE chunks: text in `choices[0].delta.content` (chat) or `choices[0].text`; the
+    token counts from `usage.completion_tokens` (cumulative on every chunk with
+    continuous_usage_stats, else only on the last, choice-less chunk)."""
+    chunks: list[tuple[float, int, int | None]] = []  # (arrival, text length so far, tokens so far)
+    chars, final = 0, None
+    async for line in resp.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            break
+        now = time.perf_counter()
+        item = json.loads(data)
+        usage = item.get("usage") or {}
+        tokens = usage.get("completion_tokens")
+        choices = item.get("choices") or []
+        text = _chunk_text(choices[0], chat) if choices else ""
+        if tokens is not None:
+            final = int(tokens)
+        if text:
+            chars += len(text)
+            chunks.append((now, chars, None if tokens is None else int(tokens)))
+    if all(n is not None for _, _, n in chunks):
+        stream.events = [(t, n) for t, _, n in chunks if n]
+        return
+    # No per-chunk usage: the server's final count spread by each chunk's share of the text;
+    # no usage at all: one token per chunk (the result's notes say which).
+    stream.counted = False
+    last = 0
+    for t, so_far, _ in chunks:
+        n = round(final * so_far / chars) if final is not None else last + 1
+        last = max(n, last + 1) if final is None else max(n, last)
+        stream.events.append((t, last))
+    stream.events = [e for i, e in enumerate(stream.events) if i == 0 or e[1] > stream.events[i - 1][1]]
+    if final is None:
+        stream.no_usage = True
+
+
+def _chunk_text(choice: dict[str, Any], chat: bool) -> str:
+    if chat:
+        return str((choice.get("delta") or {}).get("content") or "")
+    return str(choice.get("text") or "")
+
+
+def arrivals(count: int, rate: float | None, seed: int) -> list[float]:
+    """Send times (seconds from the start) of `count` requests: all at 0 without a rate, else
+    a Poisson process of `rate` per second (exponential gaps, seeded), as bench_serving's."""
+    if rate is None:
+        return [0.0] * count
+    rng, t, times = random.Random(seed), 0.0, []
+    for _ in range(count):
+        times.append(t)
+        t += rng.expovariate(rate)
+    return times
+
+
 async def _streams(
-    target: Target, settings: Settings, count: int, max_tokens: int, progress: Callable[[int], None]
+    target: Target,
+    settings: Settings,
+    chosen: Sequence[datasets.Request],
+    max_tokens: int | None,
+    progress: Callable[[int], None],
+    model: str = "default",
 ) -> list[Stream]:
-    """`count` requests, at most `settings.concurrency` at a time, prompts taken in turn."""
-    gate = asyncio.Semaphore(settings.concurrency)
-    limits = httpx.Limits(max_connections=settings.concurrency)
+    """One request per `chosen` item, at most `settings.concurrency` at a time (closed loop),
+    or sent at Poisson arrival times (`request_rate`) with `concurrency` as the cap."""
+    cap = settings.concurrency if settings.request_rate is None else max(settings.concurrency, 1)
+    gate = asyncio.Semaphore(cap)
+    limits = httpx.Limits(max_connections=cap)
     timeout = httpx.Timeout(settings.timeout_s, connect=10.0)
+    when = arrivals(len(chosen), settings.request_rate, settings.seed)
     async with httpx.AsyncClient(base_url=target.url, timeout=timeout, limits=limits) as client:
+        began = time.perf_counter()
 
         async def one(i: int) -> Stream:
+            delay = began + when[i] - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tokens = max_tokens or datasets.output_tokens(chosen[i], settings.max_tokens)
+            body = request_body(settings, chosen[i], tokens, model)
             async with gate:
-                stream = await _stream(
-                    client, target, settings.prompts[i % len(settings.prompts)], max_tokens
-                )
+                stream = await _stream(client, target, settings, body)
             progress(1)
             return stream
 
-        return list(await asyncio.gather(*(one(i) for i in range(count))))
+        return list(await asyncio.gather(*(one(i) for i in range(len(chosen)))))
 
 
 def run(
@@ -383,12 +565,13 @@ def run(
     on_progress: Callable[[str, int, int], None] | None = None,
     log_messages: Callable[[float], list[str]] | None = None,
 ) -> BenchResult:
-    """Warm up, then measure; `on_progress(phase, done, total)` after each request.
+    """Warm up, then measure one level; `on_progress(phase, done, total)` after each request.
 
     `log_messages(since_epoch)` gives the server's log lines since the measurement began,
     for the accept-length cross-check (None: no log to read, e.g. a server outside any inventory).
     """
     info = server_info(target)
+    model = str(info.get("served_model_name") or info.get("model_path") or "default")
     report = on_progress or (lambda phase, done, total: None)
     counts = {"warm-up": 0, "measure": 0}
 
@@ -399,11 +582,12 @@ def run(
 
         return step
 
-    asyncio.run(_streams(target, settings, settings.warmup, settings.warmup_tokens, tick("warm-up", 0)))
+    chosen = settings.chosen()
+    warm = dataclasses.replace(settings, request_rate=None)
+    warm_requests = [chosen[i % len(chosen)] for i in range(settings.warmup)]
+    asyncio.run(_streams(target, warm, warm_requests, settings.warmup_tokens, tick("warm-up", 0), model))
     began_epoch, began = time.time(), time.perf_counter()
-    streams = asyncio.run(
-        _streams(target, settings, settings.requests, settings.max_tokens, tick("measure", settings.requests))
-    )
+    streams = asyncio.run(_streams(target, settings, chosen, None, tick("measure", settings.requests), model))
     duration = time.perf_counter() - began
     after = server_info(target)
     result = BenchResult(target, settings, streams, duration, sglang_version=str(info.get("version", "")))
@@ -415,6 +599,27 @@ def run(
     if not result.ok_streams:
         raise BenchError(f"{target.host}: every request failed: {'; '.join(sorted(set(result.errors)))}")
     return result
+
+
+def curve(
+    target: Target,
+    traffic: Traffic,
+    on_progress: Callable[[str, int, int], None] | None = None,
+    log_messages: Callable[[float], list[str]] | None = None,
+    on_level: Callable[[Settings, int], None] | None = None,
+) -> list[BenchResult]:
+    """Every level of `traffic` in turn, `repeat` times each (repeats of a level back to back),
+    all under one curve_id. A level where every request failed ends the curve (BenchError)."""
+    curve_id = uuid.uuid4().hex[:12]
+    results = []
+    for settings in traffic.levels():
+        for k in range(traffic.repeat):
+            if on_level:
+                on_level(settings, k)
+            result = run(target, settings, on_progress, log_messages)
+            result.curve_id, result.repeat = curve_id, k
+            results.append(result)
+    return results
 
 
 #: A speculative profile accepting no more than this many tokens per round gains nothing
@@ -444,36 +649,18 @@ def _notes(result: BenchResult) -> list[str]:
         notes.append("no `accept len` line in the server log to cross-check the accept length")
     if server is not None and logged is not None and abs(server - logged) > ACCEPT_TOLERANCE * server:
         notes.append(f"accept length: server_info says {server:.2f}, the log says {logged:.2f}")
+    if any(st.no_usage for st in result.ok_streams):
+        notes.append("the server sent no `usage`: tokens counted one per chunk (too low with speculation)")
+    elif not all(st.counted for st in result.ok_streams):
+        notes.append(
+            "no per-chunk usage: each chunk's tokens are the final usage spread by its share of the text"
+        )
     if result.errors:
         notes.append(f"{len(result.errors)} of {len(result.streams)} requests failed")
     return notes
 
 
 # --- finding the server -------------------------------------------------------------------
-
-
-def load_prompts(path: Path) -> tuple[str, ...]:
-    """One prompt per line; a .jsonl file holds strings or objects with "prompt" or "text"."""
-    try:
-        lines = [line for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"--prompts {path}: {exc}") from None
-    if path.suffix == ".jsonl":
-        lines = [_jsonl_prompt(path, n, line) for n, line in enumerate(lines, 1)]
-    if not lines:
-        raise InputError(f"--prompts {path}: no prompts in the file")
-    return tuple(lines)
-
-
-def _jsonl_prompt(path: Path, number: int, line: str) -> str:
-    try:
-        item = json.loads(line)
-    except ValueError as exc:
-        raise InputError(f"--prompts {path}:{number}: not JSON: {exc}") from None
-    text = item.get("prompt", item.get("text")) if isinstance(item, dict) else item
-    if not isinstance(text, str):
-        raise InputError(f'--prompts {path}:{number}: give a string or {{"prompt": "..."}}')
-    return text
 
 
 def find_target(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import sys
 import time
@@ -42,23 +43,98 @@ inventory_option = console.inventory_option("the local lab")
 limit_option = console.limit_option("Only hosts matching this pattern; the first one serves HTTP.")
 
 
+class _Levels(click.ParamType):
+    """A comma list of numbers (`1,8,32`), each in [low, high], none twice."""
+
+    def __init__(self, kind: type, low: float, high: float) -> None:
+        self.kind, self.low, self.high = kind, low, high
+        self.name = "N[,N...]" if kind is int else "R[,R...]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple:
+        if isinstance(value, tuple):
+            return value
+        levels = []
+        for part in str(value).split(","):
+            text = part.strip()
+            try:
+                number = self.kind(text)
+            except ValueError:
+                self.fail(f"{shown(text)!s} in {shown(value)!s} is not {self._what()}", param, ctx)
+            if not (self.low <= number <= self.high) or (self.kind is float and not math.isfinite(number)):
+                self.fail(f"{number:g} is not in {self.low:g}..{self.high:g}", param, ctx)
+            if number in levels:
+                self.fail(f"{number:g} is given twice in {shown(value)!s}", param, ctx)
+            levels.append(number)
+        return tuple(levels)
+
+    def _what(self) -> str:
+        return "a whole number" if self.kind is int else "a number"
+
+
 def load_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The load a bench puts on the server (shared by bench and sweep)."""
+    """The load and traffic a bench puts on the server (shared by bench and sweep)."""
     options = [
-        click.option("--requests", "-n", type=click.IntRange(1, 100000), default=16, show_default=True),
-        click.option("--concurrency", "-c", type=click.IntRange(1, 1024), default=1, show_default=True),
+        click.option(
+            "--requests",
+            "--num-prompts",
+            "-n",
+            "requests",
+            type=click.IntRange(1, 100000),
+            default=16,
+            show_default=True,
+            help="Requests per run (drawn from --dataset with --seed).",
+        ),
+        click.option(
+            "--concurrency",
+            "-c",
+            type=_Levels(int, 1, 1024),
+            show_default="1",
+            help="Closed-loop clients; a list (1,8,32) benches each level in turn: a curve. "
+            "With --request-rate: the most requests in flight (default: no cap).",
+        ),
+        click.option(
+            "--request-rate",
+            type=_Levels(float, 0.001, 100000),
+            metavar="R[,R...]",
+            help="Poisson arrivals at R requests/s instead of closed-loop clients; a list is a curve.",
+        ),
         click.option(
             "--max-tokens",
             type=click.IntRange(2, 1_000_000),
             default=256,
             show_default=True,
-            help="Per request.",
+            help="Per request; a dataset's own answer length is used when shorter.",
         ),
         click.option("--warmup", type=click.IntRange(0, 1000), default=2, show_default=True),
         click.option(
+            "--endpoint",
+            type=click.Choice(list(bench_mod.ENDPOINTS)),
+            default="generate",
+            show_default=True,
+            help="generate: /generate with raw text; chat: /v1/chat/completions with messages "
+            "(the model's chat template applies); completions: /v1/completions.",
+        ),
+        click.option(
+            "--dataset",
             "--prompts",
+            "dataset",
             type=click.Path(exists=True, dir_okay=False, path_type=Path),
-            help='One prompt per line (.jsonl: strings or {"prompt": ...}).',
+            help='ShareGPT JSON, OpenAI-style JSONL ({"messages": [...]}), bench_serving\'s custom '
+            "JSONL, or one prompt per line. Default: six built-in prompts.",
+        ),
+        click.option(
+            "--temperature",
+            type=click.FloatRange(0, 2),
+            default=0.0,
+            show_default=True,
+            help="Sampling temperature (speculative acceptance falls above 0).",
+        ),
+        click.option(
+            "--seed",
+            type=click.IntRange(0, 2**31 - 1),
+            default=0,
+            show_default=True,
+            help="Which prompts --dataset gives, and the Poisson arrival times.",
         ),
     ]
     for option in reversed(options):
@@ -66,9 +142,41 @@ def load_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def _settings(requests: int, concurrency: int, max_tokens: int, warmup: int, prompts: Path | None):
-    chosen = bench_mod.load_prompts(prompts) if prompts else bench_mod.DEFAULT_PROMPTS
-    return bench_mod.Settings(requests, concurrency, max_tokens, warmup, prompts=chosen)
+def traffic_of(
+    requests: int,
+    concurrency: tuple[int, ...] | None,
+    request_rate: tuple[float, ...] | None,
+    max_tokens: int,
+    warmup: int,
+    endpoint: str,
+    dataset: Path | None,
+    temperature: float,
+    seed: int,
+    repeat: int = 1,
+) -> bench_mod.Traffic:
+    """The options of load_options as a Traffic (the dataset read and checked here, before
+    any host is touched)."""
+    if request_rate and concurrency and len(concurrency) > 1:
+        raise click.UsageError(
+            "--request-rate with a --concurrency list: give a curve of one or the other "
+            "(--concurrency N with --request-rate caps the requests in flight)"
+        )
+    from orchestrator import datasets
+
+    chosen = datasets.load(dataset) if dataset else None
+    levels = concurrency or (1,)
+    base = bench_mod.Settings(
+        requests=requests,
+        # with a rate and no --concurrency, nothing caps what is in flight
+        concurrency=requests if request_rate and not concurrency else levels[0],
+        max_tokens=max_tokens,
+        warmup=warmup,
+        endpoint=endpoint,
+        dataset=chosen,
+        temperature=temperature,
+        seed=seed,
+    )
+    return bench_mod.Traffic(base, levels, tuple(request_rate or ()), repeat)
 
 
 @contextmanager
@@ -112,12 +220,15 @@ def _num(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def bench_table(r: bench_mod.BenchResult) -> Table:
+def _title(r: bench_mod.BenchResult) -> str:
     t = r.target
-    title = (
+    return (
         f"bench {t.profile or '?'} on {t.host} ({t.url}, digest {t.digest or '?'}, SGLang {r.sglang_version})"
     )
-    table = Table(title=shown(title), title_justify="left")  # the host's own words, most of it
+
+
+def bench_table(r: bench_mod.BenchResult) -> Table:
+    table = Table(title=shown(_title(r)), title_justify="left")  # the host's own words, most of it
     for col in ("metric", "mean", "p50", "p90", "p99"):
         table.add_column(col, justify="right" if col != "metric" else "left")
     tok = r.tok_s
@@ -138,49 +249,171 @@ def bench_table(r: bench_mod.BenchResult) -> Table:
     return table
 
 
+def traffic_line(r: bench_mod.BenchResult) -> str:
+    """What the requests were: endpoint, dataset, sampling."""
+    s, source = r.settings, r.settings.source
+    data = f"{source.name} ({source.fmt}, {source.digest})" if source.digest else "built-in prompts"
+    seed = f", seed {s.seed}" if s.dataset is not None or s.request_rate is not None else ""
+    return f"{s.endpoint} ({bench_mod.ENDPOINTS[s.endpoint]}), {data}, temperature {s.temperature:g}{seed}"
+
+
+def curve_table(results: list[bench_mod.BenchResult]) -> Table:
+    """One row per level: the mean of its repeats, with a 95% interval from two repeats on."""
+    from orchestrator import stats
+
+    first = results[0]
+    table = Table(title=shown(_title(first)), title_justify="left", caption=shown(traffic_line(first)))
+    heads = ("level", "runs", "decode tok/s per request", "95% interval", "total tok/s")
+    heads += ("TTFT p50 ms", "ITL p50 ms", "accept len", "errors")
+    for col in heads:
+        table.add_column(col, justify="left" if col == "level" else "right")
+    for level, runs in _by_level(results):
+        speeds = [r.tok_s.mean for r in runs if r.tok_s.mean is not None]
+        iv = stats.interval(speeds) if speeds else None
+        span = f"{iv.low:.1f}..{iv.high:.1f}" if iv and iv.low is not None and iv.high is not None else "-"
+        accept = [r.accept_len_level for r in runs if r.accept_len_level is not None]
+        errors = sum(len(r.errors) for r in runs)
+        table.add_row(
+            level,
+            str(len(runs)),
+            _num(iv.mean if iv else None),
+            span,
+            _num(_mean([r.total_tok_s for r in runs])),
+            _ms(_mean([r.ttft.p50 for r in runs])),
+            _ms(_mean([r.itl.p50 for r in runs])),
+            _num(_mean(accept), 2),
+            plain(f"{errors} of {sum(len(r.streams) for r in runs)}", "red" if errors else ""),
+        )
+    return table
+
+
+def _by_level(results: list[bench_mod.BenchResult]) -> list[tuple[str, list[bench_mod.BenchResult]]]:
+    levels: dict[str, list[bench_mod.BenchResult]] = {}
+    for r in results:
+        levels.setdefault(r.settings.level, []).append(r)
+    return list(levels.items())
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
 @click.command()
 @click.option("--profile", "-p", "profile_ref", metavar="NAME|PATH", help="Expected profile (checked).")
 @inventory_option
 @limit_option
 @load_options
-@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.option(
+    "--repeat",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    help="Runs per level: from 2 on, each figure gets a 95% interval.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the result as JSON: one run's ledger row, or {curve_id, runs, levels} for several.",
+)
 @handle_errors
 def bench(
     profile_ref: str | None,
     inventory: Path | None,
     limit: str | None,
     requests: int,
-    concurrency: int,
+    concurrency: tuple[int, ...] | None,
+    request_rate: tuple[float, ...] | None,
     max_tokens: int,
     warmup: int,
-    prompts: Path | None,
+    endpoint: str,
+    dataset: Path | None,
+    temperature: float,
+    seed: int,
+    repeat: int,
     as_json: bool,
 ) -> None:
     """Measure the deployed server: decode tok/s, TTFT, inter-token latency, accept length, errors.
 
-    Runs against the first host of the inventory (or --limit), records a row in the ledger.
+    Runs against the first host of the inventory (or --limit) and records a ledger row per
+    run. With a --concurrency or --request-rate list, one deploy is benched at each level in
+    turn (a curve); --repeat K runs each level K times.
     """
-    settings = _settings(requests, concurrency, max_tokens, warmup, prompts)
+    traffic = traffic_of(
+        requests, concurrency, request_rate, max_tokens, warmup, endpoint, dataset, temperature, seed, repeat
+    )
     inv = inventory_or_running_lab(inventory)
     prof = profile_mod.load(profile_ref) if profile_ref else None
     target = bench_mod.find_target(inv, limit, prof)
     log = bench_mod.journal_messages(inv, target.host)
     if as_json:
-        result = bench_mod.run(target, settings, None, log)
+        results = bench_mod.curve(target, traffic, None, log)
     else:
         with _progress() as (on_progress, on_phase, _):
-            on_phase(f"bench {target.profile or '?'} on {target.host}")
-            result = bench_mod.run(target, settings, on_progress, log)
-    row_id = bench_mod.record(result)
+            name = f"bench {target.profile or '?'} on {target.host}"
+            on_phase(name)
+
+            def on_level(settings: bench_mod.Settings, k: int) -> None:
+                if len(traffic.levels()) > 1 or traffic.repeat > 1:
+                    on_phase(
+                        f"{name} at {settings.level}"
+                        + (f" ({k + 1}/{traffic.repeat})" if traffic.repeat > 1 else "")
+                    )
+
+            results = bench_mod.curve(target, traffic, on_progress, log, on_level)
+    ids = [bench_mod.record(r) for r in results]
     if as_json:
-        click.echo(json.dumps({"ledger_id": row_id, **result.row()}, indent=2))
+        if len(results) == 1:
+            click.echo(json.dumps({"ledger_id": ids[0], **results[0].row()}, indent=2))
+        else:
+            click.echo(json.dumps(_curve_json(results, ids), indent=2))
         return
-    out.print(bench_table(result))
-    line = standing_line(result)
-    if line:
+    if len(results) == 1:
+        out.print(bench_table(results[0]))
+        out.print(shown(traffic_line(results[0])))
+    else:
+        out.print(curve_table(results))
+    for line in standing_lines(results):
         out.print(shown(line))
-    for note in result.notes:
+    for note in dict.fromkeys(note for r in results for note in r.notes):
         err.print(plain(f"note: {note}", "yellow"))
+    if traffic.base.dataset is not None and traffic.base.dataset.skipped:
+        err.print(plain(f"note: {traffic.base.dataset.name}: {traffic.base.dataset.skipped_why}", "yellow"))
+
+
+def _curve_json(results: list[bench_mod.BenchResult], ids: list[int]) -> dict[str, Any]:
+    from orchestrator import stats
+
+    levels = []
+    for level, runs in _by_level(results):
+        iv = stats.interval([r.tok_s.mean for r in runs if r.tok_s.mean is not None])
+        levels.append(
+            {
+                "level": level,
+                "concurrency": runs[0].settings.concurrency,
+                "request_rate": runs[0].settings.request_rate,
+                "runs": len(runs),
+                "tok_s": iv.mean,
+                "tok_s_low": iv.low,
+                "tok_s_high": iv.high,
+                "total_tok_s": _mean([r.total_tok_s for r in runs]),
+                "accept_len": _mean([r.accept_len_level for r in runs]),
+            }
+        )
+    runs = [{"ledger_id": i, **r.row()} for i, r in zip(ids, results, strict=True)]
+    return {"curve_id": results[0].curve_id, "levels": levels, "runs": runs}
+
+
+def standing_lines(results: list[bench_mod.BenchResult]) -> list[str]:
+    """standing_line for each level (the newest run of it), the level named on a curve."""
+    levels = _by_level(results)
+    lines = []
+    for level, runs in levels:
+        line = standing_line(runs[-1])
+        if line:
+            lines.append(f"{level}: {line}" if len(levels) > 1 else line)
+    return lines
 
 
 def standing_line(result: bench_mod.BenchResult) -> str:
@@ -236,7 +469,11 @@ def ranking_table(entries: list[sweep_mod.Entry], baseline: str, title: str) -> 
 )
 @click.option("--baseline", metavar="NAME", help="Speed-ups are against this profile (swept too).")
 @click.option(
-    "--repeat", type=click.IntRange(1, 100), default=1, show_default=True, help="Benches per profile."
+    "--repeat",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    help="Benches per profile and level: from 2 on, intervals and faster/slower/within-noise verdicts.",
 )
 @click.option("--leave", metavar="NAME", help="Deploy this profile at the end instead of the fastest.")
 @inventory_option
@@ -253,19 +490,29 @@ def sweep(
     inventory: Path | None,
     limit: str | None,
     requests: int,
-    concurrency: int,
+    concurrency: tuple[int, ...] | None,
+    request_rate: tuple[float, ...] | None,
     max_tokens: int,
     warmup: int,
-    prompts: Path | None,
+    endpoint: str,
+    dataset: Path | None,
+    temperature: float,
+    seed: int,
     as_json: bool,
 ) -> None:
-    """Deploy, bench and record each profile; rank them; leave the fastest (or --leave) deployed."""
+    """Deploy, bench and record each profile; rank them; leave the fastest (or --leave) deployed.
+
+    With a --concurrency or --request-rate list every profile is benched at each level after
+    its one deploy, and ranked at each level.
+    """
     profiles = (*profiles, *more_profiles)
     if not profiles:
         raise click.UsageError(
             "name the profiles to sweep: `sweep baseline cg_5tok` or `sweep -p baseline -p cg_5tok`"
         )
-    settings = _settings(requests, concurrency, max_tokens, warmup, prompts)
+    traffic = traffic_of(
+        requests, concurrency, request_rate, max_tokens, warmup, endpoint, dataset, temperature, seed, repeat
+    )
     loaded = sweep_mod.load_profiles(
         [*profiles, *([baseline] if baseline else []), *([leave] if leave else [])]
     )
@@ -277,9 +524,8 @@ def sweep(
             inv,
             limit=limit,
             baseline=baseline,
-            repeat=repeat,
             leave=leave,
-            settings=settings,
+            traffic=traffic,
             on_event=on_event,
             on_progress=on_progress,
             on_phase=on_phase,

@@ -113,11 +113,11 @@ def _one_profile(
     prof: profile_mod.Profile,
     inventory: Path,
     limit: str | None,
-    settings: bench_mod.Settings,
-    repeat: int,
+    traffic: bench_mod.Traffic,
     ctx: _Context,
 ) -> None:
-    """Deploy one profile and bench it `repeat` times; a failure becomes a ledger row, not an exception."""
+    """Deploy one profile and bench its traffic (each level, `repeat` times); a failure becomes
+    a ledger row, not an exception."""
     spec = prof.speculative.algorithm is not None
     base_row = {"sweep_id": ctx.sweep_id, "profile": prof.name, "speculative": int(spec)}
     ctx.by_name[prof.name] = prof
@@ -128,25 +128,43 @@ def _one_profile(
             f"sweep {ctx.sweep_id} stopped by Ctrl-C while deploying {prof.name}: {_failure(report)}; "
             "the benches before it are in the ledger (`results`)"
         )
+    levels = traffic.levels()
     if not report.ok:
         host = report.hosts[0].host if report.hosts else ""
-        _record_failure(base_row, report.run_id, host, _failure(report), report.digest)
+        for settings in levels:
+            _record_failure(base_row, report.run_id, host, _failure(report), settings, report.digest)
         return
-    for k in range(repeat):
-        ctx.phase(f"bench {prof.name}" + (f" ({k + 1}/{repeat})" if repeat > 1 else ""))
-        try:
-            target = bench_mod.deployed_target(inventory, limit, prof)
-            log = bench_mod.journal_messages(inventory, target.host)
-            result = bench_mod.run(target, settings, ctx.on_progress, log)
-        except OrchestratorError as exc:
-            _record_failure(base_row, uuid.uuid4().hex[:12], "", f"bench failed: {exc}")
-            continue
-        bench_mod.record(result, ctx.sweep_id)
+    target = bench_mod.deployed_target(inventory, limit, prof)
+    log = bench_mod.journal_messages(inventory, target.host)
+    curve_id = uuid.uuid4().hex[:12]
+    for settings in levels:
+        for k in range(traffic.repeat):
+            where = f" at {settings.level}" if len(levels) > 1 else ""
+            ctx.phase(
+                f"bench {prof.name}{where}" + (f" ({k + 1}/{traffic.repeat})" if traffic.repeat > 1 else "")
+            )
+            try:
+                result = bench_mod.run(target, settings, ctx.on_progress, log)
+            except OrchestratorError as exc:
+                _record_failure(
+                    base_row, uuid.uuid4().hex[:12], target.host, f"bench failed: {exc}", settings
+                )
+                continue
+            result.curve_id, result.repeat = curve_id, k
+            bench_mod.record(result, ctx.sweep_id)
 
 
-def _record_failure(base: dict[str, Any], run_id: str, host: str, why: str, digest: str = "") -> None:
+def _record_failure(
+    base: dict[str, Any], run_id: str, host: str, why: str, settings: bench_mod.Settings, digest: str = ""
+) -> None:
     row = {"run_id": run_id, "host": host, "result": "failed", "diagnosis": why}
     row |= {"digest": digest, "plan_digest": digest, "git_commit": bench_mod.git_commit()}
+    row |= {
+        "concurrency": settings.concurrency,
+        "max_tokens": settings.max_tokens,
+        "requests": settings.requests,
+    }
+    row |= bench_mod.BenchResult(bench_mod.Target(host, "", 0), settings, [], 0.0).traffic_columns()
     ledger.record_bench(base | row)
 
 
@@ -171,14 +189,14 @@ def sweep(
     *,
     limit: str | None = None,
     baseline: str | None = None,
-    repeat: int = 1,
     leave: str | None = None,
-    settings: bench_mod.Settings | None = None,
+    traffic: bench_mod.Traffic | None = None,
     on_event: Callable[[TaskEvent], None] | None = None,
     on_progress: Callable[[str, int, int], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
 ) -> SweepReport:
-    """For each profile: deploy, bench, record. Then deploy the best healthy one (or `leave`).
+    """For each profile: deploy, bench its traffic, record. Then deploy the best healthy one (or
+    `leave`).
 
     `loaded` holds every profile named here (`load_profiles`). The baseline is swept first
     when it is not among the profiles; default: `baseline` if it is listed, else the first.
@@ -189,7 +207,7 @@ def sweep(
     base = baseline or ("baseline" if "baseline" in names else names[0])
     ctx = _Context(uuid.uuid4().hex[:12], on_event, on_progress, on_phase)
     for ref in names:
-        _one_profile(loaded[ref], inventory, limit, settings or bench_mod.Settings(), repeat, ctx)
+        _one_profile(loaded[ref], inventory, limit, traffic or bench_mod.Traffic(), ctx)
     rows = [r for r in ledger.bench_results() if r["sweep_id"] == ctx.sweep_id]
     report = SweepReport(ctx.sweep_id, loaded[base].name, [])
     report.entries = ranking(rows, report.baseline)

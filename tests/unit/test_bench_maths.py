@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from orchestrator import bench, logs
@@ -123,17 +120,3 @@ def test_since_accepts_relative_and_absolute_times() -> None:
     assert parse_since("2026-11-29 14:00") > parse_since("2026-11-29")
     with pytest.raises(InputError, match="--since 'yesterday'"):
         parse_since("yesterday")
-
-
-def test_prompts_from_text_and_jsonl(tmp_path: Path) -> None:
-    text = tmp_path / "p.txt"
-    text.write_text("first prompt\n\nsecond prompt\n")
-    assert bench.load_prompts(text) == ("first prompt", "second prompt")
-    jsonl = tmp_path / "p.jsonl"
-    jsonl.write_text(
-        json.dumps({"prompt": "a"}) + "\n" + json.dumps("b") + "\n" + json.dumps({"text": "c"}) + "\n"
-    )
-    assert bench.load_prompts(jsonl) == ("a", "b", "c")
-    jsonl.write_text('{"nope": 1}\n')
-    with pytest.raises(InputError, match=r"p.jsonl:1"):
-        bench.load_prompts(jsonl)

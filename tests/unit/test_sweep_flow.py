@@ -51,7 +51,9 @@ def _sweep(refs: list[str], inventory: Path, **kw) -> sweep.SweepReport:
 
 
 def test_a_failed_profile_is_recorded_and_the_fastest_is_left(fakes: list[str]) -> None:
-    report = _sweep(["cg_5tok", "cg_2step", "cg_16tok"], Path("inv"), baseline="baseline", repeat=2)
+    report = _sweep(
+        ["cg_5tok", "cg_2step", "cg_16tok"], Path("inv"), baseline="baseline", traffic=bench.Traffic(repeat=2)
+    )
     assert fakes == ["baseline", "cg_5tok", "cg_2step", "cg_16tok", "baseline"]
     assert [e.profile for e in report.entries] == ["baseline", "cg_2step", "cg_5tok", "cg_16tok"]
     assert [len(e.tok_s) for e in report.entries] == [2, 2, 2, 0]
