@@ -60,7 +60,11 @@ def plain_client_tok_s(port: int, prompt: str, max_tokens: int) -> float:
     """Decode speed of one streamed request with nothing but http.client and a stopwatch:
     tokens after the first chunk over the time from the first chunk to the last."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    body = {"text": prompt, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0}, "stream": True}
+    body = {
+        "text": prompt,
+        "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0},
+        "stream": True,
+    }
     conn.request("POST", "/generate", json.dumps(body), {"Content-Type": "application/json"})
     first: tuple[float, int] | None = None
     last = (0.0, 0)

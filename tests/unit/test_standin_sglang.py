@@ -305,7 +305,11 @@ def test_start_health_memory_and_stop(lab: Lab) -> None:
 def test_stream_ends_with_done_and_meta_info(lab: Lab) -> None:
     server = lab.start("--speculative-draft-model-path", str(lab.eagle3), *EAGLE3_345)
     server.wait_ready()
-    body = {"text": "hello there", "sampling_params": {"max_new_tokens": 20, "temperature": 0}, "stream": True}
+    body = {
+        "text": "hello there",
+        "sampling_params": {"max_new_tokens": 20, "temperature": 0},
+        "stream": True,
+    }
     events = server.request("POST", "/generate", body).read().decode().split("\n\n")
     assert events[-2:] == ["data: [DONE]", ""]
     last = json.loads(events[-3].removeprefix("data: "))
@@ -414,3 +418,101 @@ def test_version_switch_over_ssh_style_command(lab: Lab) -> None:
     assert lab.run("--model-path", str(lab.target), "--cuda-graph-max-bs", "8").returncode == 2
     set_sglang_version(lab.root, "0.5.9")
     assert subprocess.run(probe, env=lab.env, capture_output=True, text=True).stdout == "0.5.9 0.5.9\n"
+
+
+# --- OpenAI endpoints, chat template, per-request acceptance ---------------------------------
+
+CODE_PROMPT = "```python\ndef add(a, b):\n    return a + b\n```\nWrite tests for this function."
+
+
+def events_of(resp) -> list[dict]:
+    chunks = resp.read().decode().split("\n\n")
+    assert chunks[-2:] == ["data: [DONE]", ""]
+    return [json.loads(c.removeprefix("data: ")) for c in chunks[:-2]]
+
+
+def test_chat_goes_through_the_models_template_and_counts_it_in_usage(lab: Lab) -> None:
+    server = lab.start()
+    server.wait_ready()
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0}
+    usage = server.json("POST", "/v1/chat/completions", chat)["usage"]
+    # <|im_system|>system<|im_middle|>You are Kimi, ...<|im_end|><|im_user|>user<|im_middle|>hi<|im_end|>
+    # <|im_assistant|>assistant<|im_middle|>: 11 special tokens, 11 words
+    assert usage == {"prompt_tokens": 22, "completion_tokens": 3, "total_tokens": 25}
+    raw = server.json("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 3})
+    assert raw["usage"]["prompt_tokens"] == 1 and raw["object"] == "text_completion"
+    streamed = events_of(
+        server.request(
+            "POST",
+            "/v1/chat/completions",
+            {**chat, "stream": True, "stream_options": {"include_usage": True}},
+        )
+    )
+    assert streamed[-1]["choices"] == [] and streamed[-1]["usage"] == usage
+    assert "".join(e["choices"][0]["delta"].get("content", "") for e in streamed[:-1]).split() != []
+    bench_style = {
+        "model": "x",
+        "prompt": "hi",
+        "temperature": 0.0,
+        "best_of": 1,
+        "max_tokens": 4,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    texts = [
+        e["choices"][0]["text"] for e in events_of(server.request("POST", "/v1/completions", bench_style))
+    ]
+    assert len("".join(texts).split()) == 4
+
+
+def test_a_model_folder_without_a_chat_template_is_a_400_not_a_crash(lab: Lab) -> None:
+    lab.target = write_model_dir(lab.root / "models/bare", kimi_config(), **FAST)
+    server = lab.start()
+    server.wait_ready()
+    resp = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+    body = json.loads(resp.read())
+    assert (resp.status, body["object"], body["code"]) == (400, "error", 400)
+    assert "tokenizer.chat_template is not set" in body["message"]
+    assert (
+        server.json("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})["usage"][
+            "completion_tokens"
+        ]
+        == 2
+    )
+
+
+def test_each_request_accepts_by_its_prompt_and_temperature(lab: Lab) -> None:
+    server = lab.start(
+        "--speculative-draft-model-path", str(lab.eagle3), *EAGLE3_345, "--decode-log-interval", "10"
+    )
+    server.wait_ready()
+
+    def accept(text: str, temperature: float) -> float:
+        body = {"text": text, "sampling_params": {"max_new_tokens": 60, "temperature": temperature}}
+        meta = server.json("POST", "/generate", body)["meta_info"]
+        assert meta["spec_accept_length"] == meta["completion_tokens"] / meta["spec_verify_ct"]
+        assert 0 < meta["spec_accept_rate"] <= 1 and "spec_accept_histogram" not in meta  # 0.5.9
+        return meta["spec_accept_length"]
+
+    code, plain, hot = (
+        accept(CODE_PROMPT, 0),
+        accept("Tell me about maps.", 0),
+        accept("Tell me about maps.", 1),
+    )
+    assert code > plain > hot
+    info = server.json("GET", "/get_server_info")["internal_states"][0]
+    assert hot < info["avg_spec_accept_length"] < code  # the lifetime mean of what was decoded
+
+
+def test_the_newer_version_adds_the_accept_histogram_to_meta_info(tmp_path: Path) -> None:
+    lab = Lab(tmp_path, version="0.5.23")
+    try:
+        server = lab.start("--speculative-draft-model-path", str(lab.eagle3), *EAGLE3_345)
+        server.wait_ready()
+        body = {"text": "hello", "sampling_params": {"max_new_tokens": 40, "temperature": 0}}
+        meta = server.json("POST", "/generate", body)["meta_info"]
+        histogram = meta["spec_accept_histogram"]  # rounds that accepted 0, 1, 2, ... draft tokens
+        assert sum(histogram) == meta["spec_verify_ct"]
+        assert sum(i * n for i, n in enumerate(histogram)) == meta["spec_accept_token_num"]
+    finally:
+        lab.close()
