@@ -42,6 +42,7 @@ def temperature_of(value: object) -> float:
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 2048  # uvicorn's backlog; socketserver's 5 resets a burst of 16 clients
 
     def __init__(self, address: tuple[str, int], engine: Engine) -> None:
         super().__init__(address, Handler)
