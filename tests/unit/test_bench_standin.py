@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_standin_sglang import EAGLE3_345, PYTHON, Lab, Server, free_port, speed_module
+from test_standin_sglang import EAGLE3_345, KIMI_TOKENIZER, PYTHON, Lab, Server, free_port, speed_module
 
 from orchestrator import bench
 from orchestrator.lab.standins import kimi_config, write_model_dir
@@ -34,7 +34,7 @@ class LoggedLab(Lab):
     def __init__(self, root: Path) -> None:
         super().__init__(root)
         fast = {"load_delay_s": 0.2, "warmup_s": 0.4, "base_tok_s": BASE_TOK_S}
-        self.target = write_model_dir(root / "models/target150", kimi_config(), **fast)
+        self.target = write_model_dir(root / "models/target150", kimi_config(), KIMI_TOKENIZER, **fast)
 
     def start_logged(self, *args: str) -> tuple[Server, Path]:
         port, log = free_port(), self.root / f"server-{len(self.procs)}.log"
@@ -60,7 +60,11 @@ def plain_client_tok_s(port: int, prompt: str, max_tokens: int) -> float:
     """Decode speed of one streamed request with nothing but http.client and a stopwatch:
     tokens after the first chunk over the time from the first chunk to the last."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    body = {"text": prompt, "sampling_params": {"max_new_tokens": max_tokens}, "stream": True}
+    body = {
+        "text": prompt,
+        "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0},
+        "stream": True,
+    }
     conn.request("POST", "/generate", json.dumps(body), {"Content-Type": "application/json"})
     first: tuple[float, int] | None = None
     last = (0.0, 0)
@@ -81,8 +85,8 @@ def measure(lab: LoggedLab, *args: str) -> tuple[bench.BenchResult, float]:
     server, log = lab.start_logged(*args)
     target = bench.Target("local", "127.0.0.1", server.port)
     result = bench.run(target, SETTINGS, log_messages=lambda since: log.read_text().splitlines())
-    prompts = SETTINGS.prompts[:2]
-    with ThreadPoolExecutor(len(prompts)) as pool:  # at once, as bench runs them
+    prompts = [SETTINGS.prompts[i % len(SETTINGS.prompts)] for i in range(SETTINGS.concurrency)]
+    with ThreadPoolExecutor(len(prompts)) as pool:  # as many at once as bench runs, as they share rounds
         plain = list(pool.map(lambda p: plain_client_tok_s(server.port, p, SETTINGS.max_tokens), prompts))
     return result, sum(plain) / len(plain)
 
@@ -90,7 +94,7 @@ def measure(lab: LoggedLab, *args: str) -> tuple[bench.BenchResult, float]:
 def model_of(lab: LoggedLab, spec: bool) -> tuple[float, float]:
     speed = speed_module(lab)
     settings = speed.SpecSettings(steps=3, topk=4, draft_tokens=5) if spec else None
-    model = speed.decode_model(BASE_TOK_S, settings, cuda_graph=True)
+    model = speed.decode_model(BASE_TOK_S, settings, cuda_graph=True, batch=SETTINGS.concurrency)
     return model.tok_s, model.accept_len
 
 

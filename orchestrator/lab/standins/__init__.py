@@ -163,10 +163,47 @@ def eagle1_config(target_hidden: int = 7168) -> dict:
     }
 
 
-def write_model_dir(path: Path, config: dict, **standin: object) -> Path:
-    """A stand-in model directory: config.json as the real one, standin.json with its knobs."""
+#: Meta-Llama-3-Instruct's chat template (as its tokenizer_config.json has it).
+LLAMA3_CHAT_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
+    "+ message['content'] | trim + '<|eot_id|>' %}"
+    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+#: A Kimi-K2-style template: a default system turn, then <|im_ROLE|>ROLE<|im_middle|>...<|im_end|>.
+KIMI_CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] != 'system' -%}"
+    "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>"
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' -%}<|im_system|>system<|im_middle|>"
+    "{%- elif message['role'] == 'user' -%}<|im_user|>user<|im_middle|>"
+    "{%- else -%}<|im_assistant|>assistant<|im_middle|>{%- endif -%}"
+    "{{ message['content'] }}<|im_end|>"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_assistant|>assistant<|im_middle|>{%- endif -%}"
+)
+
+
+def tokenizer_config(chat_template: str, bos_token: str, eos_token: str) -> dict:
+    """The fields of a tokenizer_config.json the stand-in reads (and a few it does not)."""
+    return {
+        "bos_token": bos_token,
+        "eos_token": eos_token,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 131072,
+        "chat_template": chat_template,
+    }
+
+
+def write_model_dir(path: Path, config: dict, tokenizer: dict | None = None, **standin: object) -> Path:
+    """A stand-in model directory: config.json as the real one, standin.json with its knobs, and
+    `tokenizer` as tokenizer_config.json (its chat_template serves /v1/chat/completions)."""
     _write_json(path / "config.json", config)
     _write_json(path / "standin.json", standin)
+    if tokenizer is not None:
+        _write_json(path / "tokenizer_config.json", tokenizer)
     return path
 
 
@@ -184,6 +221,7 @@ def install_models(rootfs: Path, gpus: int, load_delay_s: float) -> None:
     write_model_dir(
         rootfs / KIMI_DIR,
         kimi_config(),
+        tokenizer_config(KIMI_CHAT_TEMPLATE, "[BOS]", "[EOS]"),
         load_delay_s=load_delay_s,
         warmup_s=0.5,
         base_tok_s=90.0,
@@ -193,12 +231,13 @@ def install_models(rootfs: Path, gpus: int, load_delay_s: float) -> None:
     write_model_dir(
         rootfs / LLAMA_DIR,
         llama70b_config(),
+        tokenizer_config(LLAMA3_CHAT_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>"),
         load_delay_s=load_delay_s,
         warmup_s=0.5,
         base_tok_s=45.0,
         weights_mib_total=134700,
     )
-    write_model_dir(rootfs / EAGLE3_DIR, eagle3_config(), accept_top1=0.44)
+    write_model_dir(rootfs / EAGLE3_DIR, eagle3_config(), accept_top1=0.44, trained_on="chat")
     write_model_dir(rootfs / EAGLE1_DIR, eagle1_config(), accept_top1=0.44)
 
 
@@ -276,4 +315,11 @@ def set_sglang_version(rootfs_or_root: Path, version: str) -> None:
     _set_version_module().set_version(Path(rootfs_or_root) / DIST_PACKAGES / "sglang", version)
 
 
-__all__ = ["install", "install_cdi", "set_sglang_version", "set_standin", "write_model_dir"]
+__all__ = [
+    "install",
+    "install_cdi",
+    "set_sglang_version",
+    "set_standin",
+    "tokenizer_config",
+    "write_model_dir",
+]

@@ -26,7 +26,14 @@ STANDIN_DEFAULTS: dict[str, object] = {
     "crash_after_s": None,
     "warmup_error": None,
     "dist_timeout_s": 30.0,
+    "run_noise": 0.015,
+    "noise_seed": None,
+    "host_speed": None,
+    "exact": False,
+    "trained_on": "chat",
 }
+#: Knobs whose value is text, not a number.
+TEXT_KNOBS = {"warmup_error", "trained_on"}
 
 #: Target architectures whose MTP layers serve as drafter when no draft path is given.
 MTP_ARCHS = {"DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "BailingMoeForCausalLM"}
@@ -115,7 +122,7 @@ def env_knobs(model: ModelDir) -> None:
             continue
         if isinstance(default, bool):
             model.standin[key] = value.lower() in ("1", "true", "yes")
-        elif key == "warmup_error":
+        elif key in TEXT_KNOBS:
             model.standin[key] = value
         else:
             model.standin[key] = float(value)

@@ -1,19 +1,32 @@
 """Token generation of the stand-in: paced by the speed model, counted like SGLang's scheduler.
 
-Each request runs decode rounds of `round_s` seconds, each yielding the accept length's
-worth of tokens (fractional parts carried over), against an absolute schedule so that a
-client measuring tokens/s sees the model's speed. Streams do not slow each other down
-(the lab has no batching); requests beyond --max-running-requests wait in a queue.
+Each request runs decode rounds against an absolute schedule: a round takes
+`round_cost(B) / speed` seconds, B being the requests running when the round is scheduled, so
+a stream slows down while others run and speeds up when they finish. Each round yields the
+request's own accept length (from its prompt, template and temperature; fractional parts
+carried over). Requests beyond --max-running-requests wait in a queue.
+
+speed = base_tok_s x host factor x run factor: the host factor is fixed by the host name, the
+run factor is drawn each time the engine goes from idle to busy (run-to-run noise); both are 1
+in exact mode (`exact` knob, SGLANG_STANDIN_EXACT=1).
+
+Speculative figures are counted as SGLang's scheduler counts them (scheduler_metrics_mixin.py):
+accept length = accepted tokens / (requests x rounds), per decode-log interval for the log line
+and /metrics, and over the server's lifetime (folded in at each decode log) for
+/get_server_info's avg_spec_accept_length. The stand-in counts each round's expected accept
+length rather than the whole tokens it released, so the figures equal the model's exactly.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
+import socket
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sglang import _speed
 from sglang._common import log
@@ -21,6 +34,7 @@ from sglang._startup import Runtime
 
 WORDS = ("the", "lab", "host", "serves", "tokens", "at", "a", "steady", "pace", "while", "drafts", "verify")
 MAX_TOTAL_TOKENS = 1_000_000
+_SPECIAL = re.compile(r"<\|[^|<>]{1,64}\|>")
 
 
 @dataclass
@@ -31,6 +45,8 @@ class Chunk:
     completion_tokens: int  # so far
     verify_ct: int  # rounds so far
     done: bool
+    histogram: list[int] = field(default_factory=list)
+    """Rounds that accepted exactly i draft tokens, at index i (SGLang's spec_accept_histogram)."""
 
 
 class Engine:
@@ -44,23 +60,52 @@ class Engine:
         self.queued = 0
         self.tokens_in_use = 0
         self.rounds = 0
-        self.accepted = 0
         self.last_throughput = 0.0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.ready = False
+        # SGLang's spec counters: this decode-log interval, and the server's lifetime.
+        self.spec_accepted = self.spec_forward_ct = 0.0
+        self.spec_total_accepted = self.spec_total_forward_ct = 0.0
+        self.last_accept_len = 0.0
+        self._tokens_since_log = 0
+        self._last_log = time.monotonic()
+        host = socket.gethostname()
+        seed = rt.model.knob("noise_seed")
+        sigma = 0.0 if rt.exact else float(rt.model.knob("run_noise") or 0.0)
+        self.noise = _speed.RunNoise(
+            sigma, int(seed) if seed is not None else _speed.noise_seed(host, rt.args.port)
+        )
+        speed = rt.model.knob("host_speed")
+        self.host_speed = 1.0 if rt.exact else float(speed) if speed is not None else _speed.host_speed(host)
+        self.run_factor = 1.0
+        self.run_factors: list[float] = []  # one per busy period, for tests and the curious
 
     @property
     def model(self) -> _speed.DecodeModel:
         return self.rt.decode
 
+    @property
+    def avg_spec_accept_length(self) -> float | None:
+        """/get_server_info's figure: None until a decode log has folded in some rounds."""
+        if self.rt.spec is None or self.spec_total_forward_ct <= 0:
+            return None
+        return self.spec_total_accepted / self.spec_total_forward_ct
+
     def _log_decode(self) -> None:
-        """SGLang's periodic decode line (every --decode-log-interval rounds)."""
+        """SGLang's periodic decode line (every --decode-log-interval rounds); holds the lock."""
+        now = time.monotonic()
+        self.last_throughput = self._tokens_since_log / max(now - self._last_log, 1e-9)
+        self._tokens_since_log, self._last_log = 0, now
         spec = ""
         if self.rt.spec is not None:
-            rate = _speed.accept_rate(self.rt.spec, self.model.accept_len)
-            spec = f"accept len: {self.model.accept_len:.2f}, accept rate: {rate:.2f}, "
-        self.last_throughput = self.model.tok_s * self.running
+            length = self.spec_accepted / self.spec_forward_ct if self.spec_forward_ct else 0.0
+            rate = _speed.accept_rate(self.rt.spec, length)
+            self.spec_total_accepted += self.spec_accepted
+            self.spec_total_forward_ct += self.spec_forward_ct
+            self.spec_accepted = self.spec_forward_ct = 0.0
+            self.last_accept_len = length
+            spec = f"accept len: {length:.2f}, accept rate: {rate:.2f}, "
         log(
             f"Decode batch, #running-req: {self.running}, #token: {self.tokens_in_use}, "
             f"token usage: {self.tokens_in_use / MAX_TOTAL_TOKENS:.2f}, {spec}"
@@ -75,6 +120,9 @@ class Engine:
         self.slots.acquire()
         with self.lock:
             self.queued -= 1
+            if self.running == 0:  # idle -> busy: a new run, a new speed factor
+                self.run_factor = self.noise.draw()
+                self.run_factors.append(self.run_factor)
             self.running += 1
             self.tokens_in_use += prompt_tokens
             self.prompt_tokens_total += prompt_tokens
@@ -92,32 +140,51 @@ class Engine:
             self.tokens_in_use -= tokens
         self.slots.release()
 
-    def _count_round(self, new_tokens: int) -> None:
+    def _count_round(self, new_tokens: int, accept_len: float) -> None:
         with self.lock:
             self.rounds += 1
-            self.accepted += new_tokens
+            self.spec_accepted += accept_len
+            self.spec_forward_ct += 1
             self.tokens_in_use += new_tokens
             self.generation_tokens_total += new_tokens
+            self._tokens_since_log += new_tokens
             if self.rounds % self.rt.args.decode_log_interval == 0:
                 self._log_decode()
 
-    def generate(self, prompt_tokens: int, max_new_tokens: int) -> Iterator[Chunk]:
-        """Decode rounds for one request, each yielded when its time has come."""
+    def round_s(self) -> float:
+        """Seconds of the round scheduled now, for the batch running now."""
+        with self.lock:
+            batch, factor = self.running, self.run_factor
+        speed = self.rt.base_tok_s * self.host_speed * factor
+        return _speed.round_cost(self.rt.spec, self.rt.args.cuda_graph, batch) / speed
+
+    def generate(
+        self, prompt_tokens: int, max_new_tokens: int, accept_top1: float | None = None
+    ) -> Iterator[Chunk]:
+        """Decode rounds for one request, each yielded when its time has come. `accept_top1`:
+        the request's own top-1 acceptance (`_speed.request_accept`); None: the drafter's."""
         self._admit(prompt_tokens)
+        length = _speed.accept_length(self.rt.spec, accept_top1)
         produced = verify = 0
+        histogram: list[int] = []
         words = itertools.cycle(WORDS)
         try:
-            start = time.monotonic()
+            due = time.monotonic()
             while produced < max_new_tokens:
                 verify += 1
-                reach = min(int(verify * self.model.accept_len + 1e-9), max_new_tokens)
+                reach = min(int(verify * length + 1e-9), max_new_tokens)
                 new, produced = reach - produced, reach
-                delay = start + verify * self.model.round_s - time.monotonic()
+                due += self.round_s()
+                delay = due - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                self._count_round(new)
+                self._count_round(new, length)
+                if self.rt.spec is not None:
+                    accepted = max(new - 1, 0)
+                    histogram += [0] * (accepted + 1 - len(histogram))
+                    histogram[accepted] += 1
                 text = "".join(" " + next(words) for _ in range(new))
-                yield Chunk(text, produced, verify, produced >= max_new_tokens)
+                yield Chunk(text, produced, verify, produced >= max_new_tokens, list(histogram))
         finally:
             self._release(prompt_tokens + produced)
 
@@ -127,7 +194,8 @@ def request_id() -> str:
 
 
 def count_prompt_tokens(text: object) -> int:
-    """About one token per word; the lab has no tokenizer."""
+    """About one token per word, and one per special token such as `<|eot_id|>`; the lab has
+    no tokenizer."""
     if isinstance(text, list):
         return max(1, len(text))
-    return max(1, len(str(text or "").split()))
+    return max(1, len(_SPECIAL.sub(" <s> ", str(text or "")).split()))

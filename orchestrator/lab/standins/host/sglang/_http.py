@@ -1,7 +1,11 @@
 """HTTP API of the stand-in: the endpoints a deployment tool and a benchmark touch.
 
 Shapes follow SGLang: /generate streams Server-Sent Events of the cumulative text and ends
-with `data: [DONE]`; /v1/chat/completions is OpenAI-shaped; health and /metrics need no key.
+with `data: [DONE]`; /v1/chat/completions and /v1/completions are OpenAI-shaped, the chat one
+rendering the model folder's chat template; health and /metrics need no key.
+
+Each request's acceptance comes from its prompt text and temperature (`_speed.request_accept`).
+An unset temperature is 1.0, SGLang's SamplingParams default.
 """
 
 from __future__ import annotations
@@ -9,8 +13,10 @@ from __future__ import annotations
 import json
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+from sglang import _speed, _template
 from sglang._args import version_tuple
 from sglang._common import log
 from sglang._engine import Chunk, Engine, count_prompt_tokens, request_id
@@ -18,11 +24,25 @@ from sglang.version import __version__
 
 OPEN_PATHS = ("/health", "/health_generate", "/metrics")
 DEFAULT_MAX_NEW_TOKENS = 128
+DEFAULT_TEMPERATURE = 1.0  # SGLang's SamplingParams default
+
+
+def bad_request(message: str) -> dict:
+    """SGLang's OpenAI error body (create_error_response), sent with status 400."""
+    return {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+
+
+def temperature_of(value: object) -> float:
+    try:
+        return DEFAULT_TEMPERATURE if value is None else float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return DEFAULT_TEMPERATURE
 
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 2048  # uvicorn's backlog; socketserver's 5 resets a burst of 16 clients
 
     def __init__(self, address: tuple[str, int], engine: Engine) -> None:
         super().__init__(address, Handler)
@@ -158,8 +178,8 @@ class Handler(BaseHTTPRequestHandler):
             "last_gen_throughput": eng.last_throughput,
             "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": 1000000, "graph": 0.8},
         }
-        if eng.rt.spec is not None:
-            state["avg_spec_accept_length"] = round(eng.model.accept_len, 4)
+        if eng.avg_spec_accept_length is not None:  # lifetime figure, folded in at each decode log
+            state["avg_spec_accept_length"] = eng.avg_spec_accept_length
         info = eng.rt.args.as_dict()
         info.update(version=__version__, internal_states=[dict(state) for _ in range(eng.rt.args.dp_size)])
         self.send_json(200, info)
@@ -201,6 +221,15 @@ class Handler(BaseHTTPRequestHandler):
         loads[0].update(num_reqs=running + waiting, num_waiting_reqs=waiting, num_tokens=tokens)
         self.send_json(200, loads)
 
+    def accept_top1(self, text: str, *, chat: bool, temperature: float) -> float | None:
+        """This request's top-1 acceptance (None without speculation)."""
+        rt = self.engine.rt
+        if rt.spec is None:
+            return None
+        return _speed.request_accept(
+            rt.spec.accept_top1, text, chat_template=chat, trained_on=rt.trained_on, temperature=temperature
+        )
+
     def generate(self) -> None:
         body = self.read_json()
         if not self.engine.ready:
@@ -209,12 +238,14 @@ class Handler(BaseHTTPRequestHandler):
         params = body.get("sampling_params") or {}
         max_new = int(params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
         prompt = count_prompt_tokens(body.get("input_ids") or body.get("text"))
+        text_in = body.get("text") if isinstance(body.get("text"), str) else ""
+        accept = self.accept_top1(text_in, chat=False, temperature=temperature_of(params.get("temperature")))
         rid, start, text = request_id(), time.monotonic(), ""
         stream = bool(body.get("stream"))
         meta = self.meta_info(rid, prompt, Chunk("", 0, 0, True), start)
         if stream:
             self.start_events()
-        for chunk in self.engine.generate(prompt, max_new):
+        for chunk in self.engine.generate(prompt, max_new, accept):
             text += chunk.text
             if stream or chunk.done:
                 meta = self.meta_info(rid, prompt, chunk, start)
@@ -225,7 +256,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.send_json(200, {"text": text, "meta_info": meta})
 
-    def meta_info(self, rid: str, prompt: int, chunk: Any, start: float) -> dict:
+    def meta_info(self, rid: str, prompt: int, chunk: Chunk, start: float) -> dict:
         meta: dict[str, object] = {
             "id": rid,
             "finish_reason": {"type": "length", "length": chunk.completion_tokens} if chunk.done else None,
@@ -234,8 +265,9 @@ class Handler(BaseHTTPRequestHandler):
             "cached_tokens": 0,
             "e2e_latency": round(time.monotonic() - start, 4),
         }
-        if self.engine.rt.spec is not None:
-            meta["spec_verify_ct"] = chunk.verify_ct
+        spec = self.engine.rt.spec
+        if spec is not None:
+            meta.update(spec_meta(spec.draft_tokens, chunk))
         return meta
 
     def chat_completions(self) -> None:
@@ -250,13 +282,70 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(503, {"error": {"message": "The server is not ready yet."}})
             return
         max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_NEW_TOKENS)
-        source = body.get("messages") if chat else body.get("prompt")
-        words = " ".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in source or [])
-        prompt = count_prompt_tokens(words if chat else source)
+        if chat:
+            text = self.chat_prompt(body.get("messages"))
+            if text is None:
+                return
+            prompt = count_prompt_tokens(text)
+        else:
+            source = body.get("prompt")
+            if isinstance(source, list) and source and isinstance(source[0], str):
+                source = source[0]  # a batch of prompts: the stand-in answers the first
+            text = source if isinstance(source, str) else ""
+            prompt = count_prompt_tokens(source)
+        accept = self.accept_top1(text, chat=chat, temperature=temperature_of(body.get("temperature")))
         reply = OpenAIReply(self, chat, body, prompt)
-        for chunk in self.engine.generate(prompt, max_new):
+        for chunk in self.engine.generate(prompt, max_new, accept):
             reply.add(chunk)
         reply.finish()
+
+    def chat_prompt(self, messages: object) -> str | None:
+        """The messages through the model folder's chat template; None when a 400 went out."""
+        if not isinstance(messages, list) or not messages:
+            self.send_json(400, bad_request("messages: a non-empty list is required"))
+            return None
+        template, bos = _template.load(Path(self.engine.rt.args.model_path))
+        if template is None:
+            self.send_json(400, bad_request(_template.NO_TEMPLATE))
+            return None
+        turns = [m if isinstance(m, dict) else {"role": "user", "content": str(m)} for m in messages]
+        turns = [{**m, "content": content_text(m.get("content"))} for m in turns]
+        try:
+            return _template.render(template, turns, bos_token=bos, add_generation_prompt=True)
+        except Exception as exc:  # TemplateError, or any of the kinds jinja2 raises
+            self.send_json(400, bad_request(f"chat template: {exc}"))
+            return None
+
+
+def content_text(content: object) -> str:
+    """A message's content as text: a string, or the text parts of an OpenAI content list."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def spec_meta(draft_tokens: int, chunk: Chunk) -> dict[str, object]:
+    """meta_info's speculative fields, computed as SGLang's tokenizer manager does
+    (_calculate_spec_decoding_metrics): accept rate = accepted draft tokens / (rounds x
+    (draft_tokens - 1)), accept length = completion tokens / rounds; the histogram of accepted
+    draft tokens per round only in the newer version."""
+    meta: dict[str, object] = {
+        "spec_verify_ct": chunk.verify_ct,
+        "spec_accept_rate": 0.0,
+        "spec_accept_length": 0,
+    }
+    proposed = chunk.verify_ct * (draft_tokens - 1)
+    if chunk.verify_ct > 0 and proposed > 0:
+        accepted = sum(i * n for i, n in enumerate(chunk.histogram))
+        meta.update(
+            spec_accept_rate=accepted / proposed,
+            spec_accept_length=chunk.completion_tokens / chunk.verify_ct,
+            spec_accept_token_num=accepted,
+            spec_draft_token_num=proposed,
+        )
+    if version_tuple() >= (0, 5, 23):
+        meta["spec_accept_histogram"] = list(chunk.histogram)
+    return meta
 
 
 class OpenAIReply:
@@ -351,7 +440,7 @@ def prometheus_text(engine: Engine) -> str:
     labels = (
         f'{{model_name="{engine.rt.args.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0"}}'
     )
-    accept = engine.model.accept_len if engine.rt.spec is not None else 0.0
+    accept = engine.last_accept_len if engine.rt.spec is not None else 0.0  # the last decode log's
     series = [
         ("gauge", "sglang:num_running_reqs", "The number of running requests.", engine.running),
         ("gauge", "sglang:num_queue_reqs", "The number of requests in the waiting queue.", engine.queued),

@@ -57,6 +57,17 @@ class Runtime:
     """Physical (nvidia-smi) indexes of this node's GPUs, rank order."""
     gpu_cfg: registry.GpuConfig
     mem_fraction: float
+    trained_on: str = "chat"
+    """What the drafter was trained on (its standin.json `trained_on`): "chat" gains through the
+    chat template."""
+
+    @property
+    def exact(self) -> bool:
+        return bool(self.model.knob("exact"))
+
+    @property
+    def base_tok_s(self) -> float:
+        return float(self.model.knob("base_tok_s"))
 
     @property
     def tp_label(self) -> str:
@@ -195,4 +206,5 @@ def prepare(args: ServerArgs) -> Runtime:
     args.mem_fraction_static = fraction
     if args.max_running_requests is None:
         args.max_running_requests = 1024 if version_tuple() < (0, 5, 20) else 2048
-    return Runtime(args, model, drafter, spec, decode, gpus, cfg, fraction)
+    trained_on = str(drafter.knob("trained_on")) if drafter else "chat"
+    return Runtime(args, model, drafter, spec, decode, gpus, cfg, fraction, trained_on)
