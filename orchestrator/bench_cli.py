@@ -88,9 +88,8 @@ def load_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--concurrency",
             "-c",
             type=_Levels(int, 1, 1024),
-            show_default="1",
-            help="Closed-loop clients; a list (1,8,32) benches each level in turn: a curve. "
-            "With --request-rate: the most requests in flight (default: no cap).",
+            help="Closed-loop clients (default 1); a list (1,8,32) benches each level in turn: a "
+            "curve. With --request-rate: the most requests in flight (default: no cap).",
         ),
         click.option(
             "--request-rate",

@@ -354,7 +354,11 @@ class OpenAIReply:
     def __init__(self, handler: Handler, chat: bool, body: dict, prompt: int) -> None:
         self.h, self.chat, self.prompt = handler, chat, prompt
         self.stream = bool(body.get("stream"))
-        self.usage_wanted = bool((body.get("stream_options") or {}).get("include_usage"))
+        options = body.get("stream_options") or {}
+        self.usage_wanted = bool(options.get("include_usage"))
+        # SGLang's should_include_usage (openai/utils.py): usage on every chunk when asked,
+        # include_usage or not
+        self.continuous = bool(options.get("continuous_usage_stats"))
         self.id, self.created, self.text, self.tokens = request_id(), int(time.time()), "", 0
         self.model = handler.engine.rt.args.served_model_name
         if self.stream:
@@ -362,7 +366,10 @@ class OpenAIReply:
             if chat:
                 self.event({"role": "assistant", "content": ""}, None)
 
-    def event(self, content: object, finish: str | None, usage: dict | None = None) -> None:
+    def event(
+        self, content: object, finish: str | None, usage: dict | None = None, final: bool = False
+    ) -> None:
+        """One chunk; `final` is the usage-only chunk (no choices)."""
         kind = "chat.completion.chunk" if self.chat else "text_completion"
         choice: dict[str, object] = {"index": 0, "finish_reason": finish, "logprobs": None}
         if self.chat:
@@ -375,8 +382,8 @@ class OpenAIReply:
                 "object": kind,
                 "created": self.created,
                 "model": self.model,
-                "choices": [choice] if usage is None else [],
-                "usage": usage,
+                "choices": [] if final else [choice],
+                "usage": usage if final or self.continuous else None,
             }
         )
 
@@ -391,13 +398,13 @@ class OpenAIReply:
         self.text += chunk.text
         self.tokens = chunk.completion_tokens
         if self.stream:
-            self.event({"content": chunk.text} if self.chat else chunk.text, None)
+            self.event({"content": chunk.text} if self.chat else chunk.text, None, self.usage())
 
     def finish(self) -> None:
         if self.stream:
-            self.event({} if self.chat else "", "length")
+            self.event({} if self.chat else "", "length", self.usage())
             if self.usage_wanted:
-                self.event(None, None, self.usage())
+                self.event(None, None, self.usage(), final=True)
             self.h.end_events()
             return
         if self.chat:
