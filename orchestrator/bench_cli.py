@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator import bench as bench_mod
-from orchestrator import console, ledger
+from orchestrator import console, ledger, stats
 from orchestrator import profile as profile_mod
 from orchestrator import sweep as sweep_mod
 from orchestrator.console import (
@@ -416,9 +416,10 @@ def standing_lines(results: list[bench_mod.BenchResult]) -> list[str]:
 
 
 def standing_line(result: bench_mod.BenchResult) -> str:
-    """Where this run stands among the host's benches in the ledger: against baseline, and the fastest."""
+    """Where this run stands among the host's benches at its level (the same endpoint, dataset, load,
+    temperature and max_tokens) in the ledger: against baseline, and the fastest."""
     host, mean = result.target.host, result.tok_s.mean
-    base, best = sweep_mod.standing(host)
+    base, best = sweep_mod.standing(host, level=sweep_mod.level_of(result.row()))
     parts = []
     if base and base.mean and mean is not None and result.target.profile != base.profile:
         parts.append(f"{mean / base.mean:.3f}x baseline ({base.mean:.1f} tok/s, {len(base.tok_s)} run(s))")
@@ -427,33 +428,104 @@ def standing_line(result: bench_mod.BenchResult) -> str:
     return f"in the ledger for {host}: " + "; ".join(parts) if parts else ""
 
 
+#: What a ranking's numbers are, under every ranking table.
+RANKING_CAPTION = (
+    "tok/s: mean over the runs of each run's mean per-request decode tok/s, ± its 95% interval "
+    f"(Student's t). vs baseline: {stats.METHOD}, at the same level only; one run cannot tell a gap "
+    "from noise (--repeat 3 or more)."
+)
+
+_VERDICT_STYLE = {"faster": "green", "slower": "red", "within noise": "", "too few runs": "yellow"}
+
+
+def _tok_s_text(e: sweep_mod.Entry) -> str:
+    """`82.3 ± 0.9`, or `82.3` alone for one run."""
+    found = e.interval
+    if found is None:
+        return "-"
+    if found.half_width is None:
+        return f"{found.mean:.1f}"
+    return f"{found.mean:.1f} ± {found.half_width:.1f}"
+
+
+def _verdict(e: sweep_mod.Entry, baseline: str) -> str:
+    """The entry against the baseline: a stats.Verdict, `baseline` for itself, "" without one."""
+    if e.ok and e.profile == baseline:
+        return "baseline"
+    return e.verdict or ""
+
+
+def _verdict_text(e: sweep_mod.Entry, baseline: str) -> Text:
+    verdict = _verdict(e, baseline)
+    if e.p_value is None or verdict in ("", "baseline", "too few runs"):
+        return plain(verdict or "-", _VERDICT_STYLE.get(verdict, ""))
+    p = "p<0.001" if e.p_value < 0.001 else f"p={e.p_value:.3f}"
+    return plain(f"{verdict} ({p})", _VERDICT_STYLE[verdict])
+
+
 def ranking_table(entries: list[sweep_mod.Entry], baseline: str, title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in ("rank", "profile", "tok/s", "min..max", "runs", "speed-up", "accept len", "note"):
-        table.add_column(
-            col, justify="right" if col in ("tok/s", "speed-up", "accept len", "runs") else "left"
-        )
-    for rank, e in enumerate(entries, 1):
+    """Entries as ranked (sweep.ranking): per level when they hold several, the rank restarting."""
+    levels = {e.level for e in entries if e.level is not None}
+    several = len(levels) > 1
+    one_workload = len({lv.workload for lv in levels}) == 1  # then the load alone tells them apart
+    table = Table(title=title, title_justify="left", caption=RANKING_CAPTION, caption_justify="left")
+    heads = ["rank", *(["level"] if several else []), "profile", "tok/s", "runs", "speed-up"]
+    for col in (*heads, "vs baseline", "accept len", "note"):
+        right = col in ("tok/s", "speed-up", "accept len", "runs")
+        table.add_column(col, justify="right" if right else "left")
+    rank, previous = 0, entries[0].level if entries else None
+    for e in entries:
+        if e.level != previous:
+            table.add_section()
+            rank, previous = 0, e.level
+        named = "-" if e.level is None else e.level.load if one_workload else e.level.label()
+        level = [shown(named)] if several else []
         if not e.ok:
-            table.add_row(
-                "-", shown(e.profile), "-", "-", "0", "-", "-", plain(f"failed: {e.diagnosis}", "red")
-            )
+            failed = plain(f"failed: {e.diagnosis}", "red")
+            table.add_row("-", *level, shown(e.profile), "-", "0", "-", "-", "-", failed)
             continue
-        speedup = f"{e.speedup:.3f}x" if e.speedup is not None else "-"
-        span = f"{min(e.tok_s):.1f}..{max(e.tok_s):.1f}"
+        rank += 1
         name = f"{e.profile} (baseline)" if e.profile == baseline else e.profile
-        note = plain(e.warning, "bold yellow")
         table.add_row(
             str(rank),
+            *level,
             shown(name),
-            f"{e.mean:.1f}",
-            span,
+            _tok_s_text(e),
             str(len(e.tok_s)),
-            speedup,
+            f"{e.speedup:.3f}x" if e.speedup is not None else "-",
+            _verdict_text(e, baseline),
             _num(e.accept_len, 2),
-            note,
+            plain(e.warning, "bold yellow"),
         )
     return table
+
+
+def _level_json(level: sweep_mod.Level | None) -> dict[str, Any] | None:
+    if level is None:
+        return None
+    fields = ("endpoint", "dataset", "dataset_digest", "concurrency", "request_rate", "temperature")
+    return {name: getattr(level, name) for name in (*fields, "max_tokens")} | {"label": level.label()}
+
+
+def _entry_json(e: sweep_mod.Entry, baseline: str) -> dict[str, Any]:
+    """An entry as JSON: its runs, mean and 95% interval, speed-up and verdict against `baseline`."""
+    found = e.interval
+    return {
+        "profile": e.profile,
+        "ok": e.ok,
+        "level": _level_json(e.level),
+        "tok_s": e.tok_s,
+        "runs": len(e.tok_s),
+        "mean_tok_s": e.mean,
+        "ci95_low": found.low if found else None,
+        "ci95_high": found.high if found else None,
+        "speedup": e.speedup,
+        "verdict": _verdict(e, baseline) or None,
+        "p_value": e.p_value,
+        "accept_len": e.accept_len,
+        "warning": e.warning,
+        "diagnosis": e.diagnosis,
+    }
 
 
 @click.command()
@@ -541,23 +613,11 @@ def sweep(
 
 
 def _sweep_json(report: sweep_mod.SweepReport) -> dict[str, Any]:
-    entries = [
-        {
-            "profile": e.profile,
-            "ok": e.ok,
-            "tok_s": e.tok_s,
-            "mean_tok_s": e.mean,
-            "speedup": e.speedup,
-            "accept_len": e.accept_len,
-            "warning": e.warning,
-            "diagnosis": e.diagnosis,
-        }
-        for e in report.entries
-    ]
     return {
         "sweep_id": report.sweep_id,
         "baseline": report.baseline,
-        "ranking": entries,
+        "method": stats.METHOD,
+        "ranking": [_entry_json(e, report.baseline) for e in report.entries],
         "left": report.left,
         "left_ok": report.left_ok,
         "left_message": report.left_message,
@@ -579,17 +639,35 @@ def parse_since(text: str, now: float | None = None) -> float:
         raise InputError(f"--since {text!r}: give 30m, 2h, 7d or a date such as 2026-11-29 14:00") from None
 
 
+def _requests(r: dict[str, Any]) -> str:
+    """What a row sent, a line each: the endpoint, the dataset, its digest's start."""
+    data = r["dataset"] or ("built-in" if not r["dataset_digest"] else "")
+    return "\n".join(shown(part) for part in (r["endpoint"], data, r["dataset_digest"][:8]) if part)
+
+
+def _load(r: dict[str, Any]) -> str:
+    """How hard and how: `c=8`, or `4/s` for an open loop (`c<=64` its cap on requests in flight,
+    when it had one); below, the temperature."""
+    level = sweep_mod.level_of(r)
+    cap = f"\nc<={level.concurrency}" if level.request_rate is not None and level.concurrency else ""
+    return f"{level.load}{cap}\nT={level.temperature:g}"
+
+
 def results_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title=f"bench results ({shown(ledger.path())})", title_justify="left")
-    heads = ("time", "host", "profile", "digest", "SGLang", "tok/s", "total tok/s", "TTFT p50 ms")
+    heads = ("time", "host", "profile", "digest", "SGLang", "requests", "load", "tok/s", "total tok/s")
+    heads += ("TTFT p50 ms",)
     heads += ("ITL p50 ms", "accept len", "errors", "commit", "diagnosis / notes")
-    for col in heads:
-        table.add_column(col, overflow="fold")
+    numbers = ("load", "tok/s", "total tok/s", "TTFT p50 ms", "ITL p50 ms", "accept len", "errors")
+    for col in heads:  # numbers narrow, their headings over two lines: the width goes to text
+        table.add_column(col, overflow="fold", max_width=7 if col in numbers else None)
     for r in rows:  # each row's columns hold what the schema says: ledger.bench_results skips others
         failed = r["result"] != "ok"
         table.add_row(
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])),
             *(shown(r[column]) for column in ("host", "profile", "digest", "sglang_version")),
+            _requests(r),
+            _load(r),
             plain("failed", "red") if failed else _num(r["tok_s"]),
             _num(r["total_tok_s"]),
             _ms(r["ttft_p50_s"]),
@@ -600,6 +678,39 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
             plain(r["diagnosis"] or r["notes"], "red" if failed else "yellow"),
         )
     return table
+
+
+def comparison_tables(entries: list[sweep_mod.Entry], baseline: str) -> tuple[list[Table], list[str]]:
+    """Per level with a run of `baseline`, the ranking there (mean ± 95% interval, speed-up,
+    verdict); and the labels of the levels without one, which nothing can be compared against."""
+    by_level: dict[sweep_mod.Level, list[sweep_mod.Entry]] = {}
+    for e in entries:
+        if e.level is not None:
+            by_level.setdefault(e.level, []).append(e)
+    tables, alone = [], []
+    for level, here in by_level.items():
+        if any(e.ok and e.profile == baseline for e in here):
+            tables.append(ranking_table(here, baseline, shown(f"against {baseline} at {level.label()}")))
+        else:
+            alone.append(level.label())
+    return tables, alone
+
+
+def _with_comparison(rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    """JSON rows, each measured one with `comparison`: its profile's entry at its level (runs, mean,
+    95% interval, speed-up and verdict against `baseline`), or null."""
+    entries = [e for e in sweep_mod.ranking(rows, baseline) if e.ok]
+    found = {(e.profile, e.level): e for e in entries}
+    compared = {e.level for e in entries if e.profile == baseline}
+    out_rows = []
+    for r in rows:
+        e = found.get((r["profile"], sweep_mod.level_of(r))) if sweep_mod.measured(r) else None
+        if e is None:
+            out_rows.append(r | {"comparison": None})
+            continue
+        against = {"baseline": baseline if e.level in compared else None, "method": stats.METHOD}
+        out_rows.append(r | {"comparison": against | _entry_json(e, baseline)})
+    return out_rows
 
 
 def _check_plot_folder(plot: Path) -> None:
@@ -614,38 +725,97 @@ def _check_plot_folder(plot: Path) -> None:
 @click.command()
 @click.option("--profile", "-p", "profile", metavar="NAME", help="Only this profile.")
 @click.option("--since", metavar="WHEN", help="30m, 2h, 7d, or a date/time such as 2026-11-29 14:00.")
+@click.option("--endpoint", metavar="NAME", help="Only rows that benched this endpoint.")
+@click.option(
+    "--dataset",
+    metavar="NAME|DIGEST",
+    help="Only rows of this dataset: its name, its digest or the digest's first 6+ characters.",
+)
+@click.option("--concurrency", "-c", type=int, metavar="N", help="Only rows at this concurrency.")
+@click.option("--request-rate", type=float, metavar="R", help="Only open-loop rows at R requests/s.")
+@click.option("--temperature", type=float, metavar="T", help="Only rows sampled at this temperature.")
+@click.option("--seed", type=int, metavar="N", help="Only rows with this seed.")
 @click.option(
     "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
 )
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Also draw tok/s to FILE.png.")
-@click.option("--baseline", metavar="NAME", default="baseline", show_default=True, help="Line on the plot.")
+@click.option(
+    "--baseline",
+    metavar="NAME",
+    default="baseline",
+    show_default=True,
+    help="Compare each profile with this one, at each level where it ran.",
+)
 @handle_errors
-def results(profile: str | None, since: str | None, fmt: str, plot: Path | None, baseline: str) -> None:
-    """Bench results from the ledger, oldest first: as a table, CSV (every column) or JSON."""
-    if plot is not None and importlib.util.find_spec("matplotlib") is None:  # an extra: about 80 MB
+def results(
+    profile: str | None,
+    since: str | None,
+    endpoint: str | None,
+    dataset: str | None,
+    concurrency: int | None,
+    request_rate: float | None,
+    temperature: float | None,
+    seed: int | None,
+    fmt: str,
+    plot: Path | None,
+    baseline: str,
+) -> None:
+    """Bench results from the ledger, oldest first: as a table, CSV (every column) or JSON; then,
+    per level (endpoint, dataset, load, temperature, max tokens), each profile against --baseline.
+
+    The comparison: each run's mean tok/s is one sample; a profile's mean has a 95% interval over
+    its runs, and Welch's t-test (p < 0.05) calls it faster, slower or within noise of the
+    baseline's runs at the same level. JSON rows carry it under `comparison`.
+    """
+    if plot is not None and importlib.util.find_spec("matplotlib") is None:  # an extra
         raise InputError(
             "--plot draws with matplotlib, which is not installed: pip install 'orchestrator[plot]' "
             "(under pipx: pipx inject orchestrator matplotlib)"
         )
     if plot is not None:
         _check_plot_folder(plot)  # before printing anything
-    rows = [dict(r) for r in ledger.bench_results(profile, parse_since(since) if since else None)]
+    filters = {"endpoint": endpoint, "dataset": dataset, "concurrency": concurrency, "seed": seed}
+    filters |= {"request_rate": request_rate, "temperature": temperature}
+    found = ledger.bench_results(profile, parse_since(since) if since else None, **filters)
+    rows = [dict(r) for r in found]
     if fmt == "csv":  # escaped as a table is (a terminal shows it); --format json keeps every byte
         click.echo(
             ledger.to_csv([{k: shown(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows]),
             nl=False,
         )
     elif fmt == "json":
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps(_with_comparison(rows, baseline), indent=2))
     else:
         out.print(results_table(rows))
+        _print_comparison(rows, baseline)
     if plot is not None:
-        from orchestrator.plot import plot as draw
+        _plot(rows, baseline, plot)
 
-        if not rows:
-            raise InputError("no results to plot: run bench or sweep first, or widen --since/--profile")
-        try:
-            drawn = draw(sweep_mod.ranking(rows, baseline), baseline, plot)
-        except OSError as exc:  # a folder this user may not write in, a full disk
-            raise InputError(f"--plot {shown(plot)}: cannot be written: {exc.strerror or exc}") from None
-        err.print(f"plot: {shown(plot)} ({len(drawn)} profiles)")
+
+def _print_comparison(rows: list[dict[str, Any]], baseline: str) -> None:
+    tables, alone = comparison_tables(sweep_mod.ranking(rows, baseline), baseline)
+    for table in tables:
+        out.print(table)
+    if alone and any(r["profile"] == baseline for r in rows):
+        out.print(shown(f"no {baseline} run to compare with at: {'; '.join(alone)}"))
+    elif alone and rows:
+        out.print(shown(f"no {baseline} runs among these rows: --baseline NAME compares with another"))
+
+
+def _plot(rows: list[dict[str, Any]], baseline: str, plot: Path) -> None:
+    """tok/s against load, one line per profile, where the rows hold two loads of one workload;
+    else bars per profile."""
+    from orchestrator import plot as plot_mod
+
+    if not rows:
+        raise InputError("no results to plot: run bench or sweep first, or widen the filters")
+    curves = sweep_mod.curves(rows, baseline)
+    try:
+        if plot_mod.spans_loads(curves):
+            lines = plot_mod.plot_curves(curves, baseline, plot)
+            err.print(shown(f"plot: {plot} ({len(lines)} lines of tok/s against load)"))
+        else:
+            drawn = plot_mod.plot(sweep_mod.ranking(rows, baseline), baseline, plot)
+            err.print(f"plot: {shown(plot)} ({len(drawn)} profiles)")
+    except OSError as exc:  # a folder this user may not write in, a full disk
+        raise InputError(f"--plot {shown(plot)}: cannot be written: {exc.strerror or exc}") from None

@@ -17,7 +17,7 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -344,15 +344,24 @@ def _expected_columns(version: int) -> dict[str, frozenset[str]]:
     return {table: frozenset(columns) for table, columns in _column_types(version).items()}
 
 
-def _select(table: str, query: str, args: Sequence[Any] = (), db: Path | None = None) -> list[sqlite3.Row]:
+def _select(
+    table: str,
+    query: str | Callable[[frozenset[str]], str],
+    args: Sequence[Any] = (),
+    db: Path | None = None,
+) -> list[sqlite3.Row]:
     """The rows of a read-only query on `table`: none while the ledger does not exist, or is of
     an older schema that has no such table yet (a ledger from before bench holds no results).
+    `query` may be made from the columns the table has in this ledger (its schema's version).
     A row with a value its column cannot hold is left out, and noted (take_unreadable)."""
     with _reading(db) as conn:
         if conn is None:
             return []
         if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone():
             return []
+        if callable(query):
+            have = frozenset(r[0] for r in conn.execute("SELECT name FROM pragma_table_info(?)", (table,)))
+            query = query(have)
         rows = conn.execute(query, args).fetchall()
     readable = []
     for row in rows:
@@ -612,15 +621,66 @@ def record_bench(row: dict[str, Any], db: Path | None = None) -> int:
 
 
 def bench_results(
-    profile: str | None = None, since: float | None = None, db: Path | None = None
+    profile: str | None = None,
+    since: float | None = None,
+    db: Path | None = None,
+    *,
+    endpoint: str | None = None,
+    dataset: str | None = None,
+    concurrency: int | None = None,
+    request_rate: float | None = None,
+    temperature: float | None = None,
+    seed: int | None = None,
 ) -> list[sqlite3.Row]:
-    """Bench rows oldest first, optionally of one profile and from a time (epoch seconds) on."""
-    query, args = "SELECT * FROM bench_results WHERE 1=1", []
-    if profile:
-        query, args = query + " AND profile=?", [*args, profile]
+    """Bench rows oldest first, each filter (when given) narrowing them: one profile, from a time
+    (epoch seconds) on, one endpoint, one dataset (its name, its digest, or six or more leading
+    characters of the digest), concurrency, request rate, temperature, seed.
+
+    A ledger of an older schema, read as it is, shows its rows with the newer columns' defaults
+    (endpoint generate, ...), so every reader and filter sees one set of columns.
+    """
+    where: list[str] = []
+    args: list[Any] = []
+    for column, value in (("profile", profile or None), ("endpoint", endpoint), ("concurrency", concurrency)):
+        if value is not None:
+            where, args = [*where, f"{column}=?"], [*args, value]
     if since is not None:
-        query, args = query + " AND time>=?", [*args, since]
-    return _select("bench_results", query + " ORDER BY time, id", args, db)
+        where, args = [*where, "time>=?"], [*args, since]
+    if dataset is not None:
+        prefix = "(length(?)>=6 AND substr(dataset_digest, 1, length(?))=?)"
+        where, args = [*where, f"(dataset=? OR dataset_digest=? OR {prefix})"], [*args, *[dataset] * 5]
+    for column, number in (("request_rate", request_rate), ("temperature", temperature)):
+        if number is not None:  # REAL columns: as the same float the bench parsed, give or take rounding
+            where, args = [*where, f"abs({column}-?)<=1e-9*max(1.0, abs(?))"], [*args, number, number]
+    if seed is not None:
+        where, args = [*where, "seed=?"], [*args, seed]
+
+    def query(have: frozenset[str]) -> str:
+        return f"SELECT * FROM ({_bench_select(have)}) WHERE {' AND '.join(where) or '1=1'} ORDER BY time, id"
+
+    return _select("bench_results", query, args, db)
+
+
+def _bench_select(have: frozenset[str]) -> str:
+    """bench_results with the columns a ledger of an older schema lacks, as their defaults."""
+    defaults = _column_defaults(len(MIGRATIONS))["bench_results"]
+    missing = [c for c in _column_types(len(MIGRATIONS))["bench_results"] if c not in have]
+    added = "".join(f', {defaults[c] or "NULL"} AS "{c}"' for c in missing)
+    return f"SELECT *{added} FROM bench_results"
+
+
+@functools.cache
+def _column_defaults(version: int) -> dict[str, dict[str, str | None]]:
+    """Per table, each column's DEFAULT as SQL text (None if it has none), after `version` migrations."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for script in MIGRATIONS[:version]:
+            conn.executescript(script)
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        query = "SELECT name, dflt_value FROM pragma_table_info(?)"
+        return {t: dict(conn.execute(query, (t,)).fetchall()) for t in tables}
+    finally:
+        conn.close()
 
 
 def to_csv(rows: list[sqlite3.Row] | list[dict[str, Any]]) -> str:

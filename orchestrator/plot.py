@@ -1,7 +1,9 @@
-"""results --plot: tok/s per profile as bars spanning min..max over repeats, accept length beside.
+"""results --plot: tok/s against load, one line per profile with its 95% intervals, where the
+rows hold several loads; else tok/s per profile as bars spanning min..max over repeats, accept
+length beside.
 
-Engine layer: writes a PNG, prints nothing; returns the bars it drew so a test can check them.
-matplotlib's Agg backend draws without a display (CI, ssh sessions).
+Engine layer: writes a PNG, prints nothing; returns what it drew (bars, lines) so a test can check
+it. matplotlib's Agg backend draws without a display (CI, ssh sessions).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.sweep import Entry
+from orchestrator.sweep import Curve, Entry
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -26,10 +28,18 @@ class Bar:
 
 
 def bars(entries: list[Entry]) -> list[Bar]:
-    """One bar per profile that produced a number, in the entries' (ranked) order."""
+    """One bar per profile (and level, where the entries hold several) that produced a number, in
+    the entries' (ranked) order."""
+    several = len({e.level for e in entries if e.level is not None}) > 1
     return [
-        Bar(e.profile, min(e.tok_s), max(e.tok_s), e.mean or 0.0, e.accept_len) for e in entries if e.tok_s
+        Bar(_name(e, several), min(e.tok_s), max(e.tok_s), e.mean or 0.0, e.accept_len)
+        for e in entries
+        if e.tok_s
     ]
+
+
+def _name(e: Entry, several: bool) -> str:
+    return f"{e.profile}\n{e.level.label()}" if several and e.level else e.profile
 
 
 def plot(entries: list[Entry], baseline: str | None, path: Path, title: str = "") -> list[Bar]:
@@ -40,7 +50,7 @@ def plot(entries: list[Entry], baseline: str | None, path: Path, title: str = ""
     import matplotlib.pyplot as plt
 
     drawn = bars(entries)
-    failed = [e.profile for e in entries if not e.tok_s]
+    failed = [_name(e, len({e.level for e in entries if e.level}) > 1) for e in entries if not e.tok_s]
     labels = [b.profile for b in drawn] + [f"{name}\n(failed)" for name in failed]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.5 * len(labels) + 2), 4.8), dpi=120)
     try:
@@ -95,3 +105,105 @@ def _draw_accept(ax: Axes, drawn: list[Bar]) -> None:
     handles, labels = ax.get_legend_handles_labels()
     more, more_labels = right.get_legend_handles_labels()
     ax.legend(handles + more, labels + more_labels, loc="lower left", fontsize="small", framealpha=0.9)
+
+
+#: Panels in one figure, one per workload (Level.workload): more is a filter to narrow.
+MAX_PANELS = 6
+
+
+@dataclass(frozen=True)
+class Line:
+    """One profile's curve as drawn: tok/s means at each load, with their 95% interval (None
+    where a load had one run, drawn without an error bar)."""
+
+    profile: str
+    workload: str
+    axis: str
+    x: tuple[float, ...]
+    mean: tuple[float, ...]
+    low: tuple[float | None, ...]
+    high: tuple[float | None, ...]
+    baseline: bool
+
+
+def spans_loads(curves: list[Curve]) -> bool:
+    """Whether a curve has two loads or more: then tok/s against load says more than bars."""
+    return any(len({e.level.x for e in c.entries if e.level}) > 1 for c in curves)
+
+
+def lines(curves: list[Curve], baseline: str | None) -> list[Line]:
+    """The curves as lines, leaving out loads a log axis cannot show (zero or less)."""
+    drawn = []
+    for c in curves:
+        points = [(e.level.x, e.interval) for e in c.entries if e.level and e.level.x > 0 and e.interval]
+        if not points:
+            continue
+        xs, found = zip(*points, strict=True)
+        drawn.append(
+            Line(
+                c.profile,
+                c.workload,
+                c.axis,
+                xs,
+                tuple(i.mean for i in found),
+                tuple(i.low for i in found),
+                tuple(i.high for i in found),
+                c.profile == baseline,
+            )
+        )
+    return drawn
+
+
+def plot_curves(curves: list[Curve], baseline: str | None, path: Path, title: str = "") -> list[Line]:
+    """Draw tok/s against load to `path` (PNG): a panel per workload, a line per profile, error
+    bars the 95% interval of the mean, the baseline dashed and named. Returns the lines drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from orchestrator.errors import InputError
+
+    drawn = lines(curves, baseline)
+    panels = list(dict.fromkeys((line.workload, line.axis) for line in drawn))
+    if len(panels) > MAX_PANELS:
+        raise InputError(
+            f"--plot: these rows hold {len(panels)} workloads (endpoint, dataset, temperature, max "
+            f"tokens), more than the {MAX_PANELS} one chart shows: narrow them with --endpoint, "
+            "--dataset, --temperature"
+        )
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8.0, 4.4 * len(panels)), dpi=120, squeeze=False)
+    try:
+        for ax, (workload, axis) in zip(axes[:, 0], panels, strict=True):
+            _draw_lines(ax, [line for line in drawn if (line.workload, line.axis) == (workload, axis)])
+            ax.set_title(title or f"decode tok/s against load: {workload}", fontsize="medium")
+        fig.tight_layout()
+        fig.savefig(path, format="png")
+    finally:
+        plt.close(fig)
+    return drawn
+
+
+def _draw_lines(ax: Axes, drawn: list[Line]) -> None:
+    """One panel: x on a log2 scale with a tick at each load, error bars where a load had repeats."""
+    colors = iter(["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#9d755d", "#72b7b2", "#eeca3b", "#ff9da6"])
+    for line in drawn:
+        if line.baseline:
+            style = {"color": "black", "linestyle": "--", "marker": "s"}
+            style["label"] = f"{line.profile} (baseline)"
+        else:
+            style = {"color": next(colors, None), "linestyle": "-", "marker": "o", "label": line.profile}
+        plotted = ax.plot(line.x, line.mean, linewidth=1.6, **style)
+        points = zip(line.x, line.mean, line.low, line.high, strict=True)
+        bars = [(x, m, m - lo, hi - m) for x, m, lo, hi in points if lo is not None and hi is not None]
+        if bars:
+            xs, means, below, above = zip(*bars, strict=True)
+            ax.errorbar(xs, means, yerr=[below, above], fmt="none", capsize=4, color=plotted[0].get_color())
+    loads = sorted({x for line in drawn for x in line.x})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(loads, [f"{x:g}" for x in loads])
+    ax.minorticks_off()
+    ax.set_xlabel(drawn[0].axis if drawn else "load")
+    ax.set_ylabel("decode tok/s per request (mean, 95% interval)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", framealpha=0.9)

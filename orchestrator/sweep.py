@@ -1,8 +1,10 @@
 """sweep: deploy each profile, bench it, record it; then put the best one back.
 
 Engine layer: never prints. `sweep()` returns a `SweepReport`; `ranking()` turns ledger-shaped
-rows into the ranked entries the CLI shows. Deploys go through `deploy.deploy()`, so a sweep
-has every safety a deploy has (lock, GPU idle check, health wait, rollback of a failed host).
+rows into the ranked entries the CLI shows, each compared with the baseline at its own level
+(stats.compare: Welch's t-test over the runs), and `curves()` into tok/s against load. Deploys
+go through `deploy.deploy()`, so a sweep has every safety a deploy has (lock, GPU idle check,
+health wait, rollback of a failed host).
 """
 
 from __future__ import annotations
@@ -16,16 +18,92 @@ from typing import Any
 
 from orchestrator import bench as bench_mod
 from orchestrator import deploy as deploy_mod
-from orchestrator import ledger, systemd_check
+from orchestrator import ledger, stats, systemd_check
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.errors import InputError, Interrupted, OrchestratorError
 from orchestrator.runner import TaskEvent
 
 
+@dataclass(frozen=True)
+class Level:
+    """What makes bench rows comparable: the same requests (endpoint, dataset by its digest,
+    temperature, max_tokens) under the same load (concurrency, or an open loop's request rate).
+    Rows from before these were recorded read as the columns' defaults and form a level of their own.
+    """
+
+    endpoint: str = "generate"
+    dataset_digest: str = ""
+    concurrency: int = 0
+    request_rate: float | None = None
+    temperature: float = 0.0
+    max_tokens: int = 0
+    #: the dataset's name as the first row of the level gave it; the digest is what counts
+    dataset: str = field(default="", compare=False)
+
+    @property
+    def load(self) -> str:
+        """`c=8` (closed loop: that many requests in flight) or `4/s` (open loop)."""
+        return f"c={self.concurrency}" if self.request_rate is None else f"{self.request_rate:g}/s"
+
+    @property
+    def x(self) -> float:
+        """Where the level lies along its curve: the concurrency, or the request rate."""
+        return float(self.concurrency) if self.request_rate is None else self.request_rate
+
+    @property
+    def axis(self) -> str:
+        return "concurrency" if self.request_rate is None else "requests/s"
+
+    @property
+    def workload(self) -> str:
+        """The level without its load: what one curve of tok/s against load holds fixed."""
+        data = self.dataset or "built-in prompts"
+        if self.dataset_digest:
+            data += f" {self.dataset_digest[:8]}"
+        cap = f", c<={self.concurrency}" if self.request_rate is not None and self.concurrency else ""
+        return f"{self.endpoint}, {data}, T={self.temperature:g}, {self.max_tokens} tokens{cap}"
+
+    @property
+    def series(self) -> tuple[Any, ...]:
+        """The key of the curve this level lies on: all but the load along its axis."""
+        cap = self.concurrency if self.request_rate is not None else None
+        return (self.endpoint, self.dataset_digest, self.temperature, self.max_tokens, self.axis, cap)
+
+    def label(self) -> str:
+        return f"{self.workload}, {self.load}"
+
+    def sort_key(self) -> tuple[Any, ...]:
+        endpoint, digest, temperature, max_tokens, axis, cap = self.series
+        return (endpoint, digest, temperature, max_tokens, axis, cap or 0, self.x)
+
+
+def _column(row: Mapping[str, Any], name: str, default: Any) -> Any:
+    """row[name], or `default` where the row has no such key (a caller's hand-made row)."""
+    try:
+        value = row[name]
+    except (KeyError, IndexError):  # sqlite3.Row raises IndexError
+        return default
+    return default if value is None else value
+
+
+def level_of(row: Mapping[str, Any]) -> Level:
+    """The level a ledger row (or BenchResult.row()) was measured at."""
+    rate = _column(row, "request_rate", None)
+    return Level(
+        endpoint=str(_column(row, "endpoint", "generate")),
+        dataset_digest=str(_column(row, "dataset_digest", "")),
+        concurrency=int(_column(row, "concurrency", 0)),
+        request_rate=None if rate is None else float(rate),
+        temperature=float(_column(row, "temperature", 0.0)),
+        max_tokens=int(_column(row, "max_tokens", 0)),
+        dataset=str(_column(row, "dataset", "")),
+    )
+
+
 @dataclass
 class Entry:
-    """One profile's outcome over its repeats, ready to rank."""
+    """One profile's outcome at one level over its repeats, ready to rank."""
 
     profile: str
     ok: bool
@@ -33,11 +111,23 @@ class Entry:
     tok_s: list[float] = field(default_factory=list)
     accept_len: float | None = None
     diagnosis: str = ""
+    #: ratio of this entry's mean to the baseline's at the same level
     speedup: float | None = None
+    #: None for an entry of rows that never measured anything (a profile that failed to start)
+    level: Level | None = None
+    #: against the baseline's runs at the same level (stats.compare); None for the baseline
+    #: itself, a failed entry, or a level without a baseline run
+    verdict: stats.Verdict | None = None
+    p_value: float | None = None
 
     @property
     def mean(self) -> float | None:
         return statistics.fmean(self.tok_s) if self.tok_s else None
+
+    @property
+    def interval(self) -> stats.Interval | None:
+        """The mean's 95% interval over the runs (low and high None for one run)."""
+        return stats.interval(self.tok_s) if self.tok_s else None
 
     @property
     def warning(self) -> str:
@@ -45,13 +135,36 @@ class Entry:
         return bench_mod.DRAFTER_WARNING if weak else ""
 
 
+def measured(row: Mapping[str, Any]) -> bool:
+    """A row of a run that produced a number (not a failed start or a bench of errors only)."""
+    return row["result"] == "ok" and row["tok_s"] is not None
+
+
 def ranking(rows: Iterable[Mapping[str, Any]], baseline: str | None) -> list[Entry]:
-    """Entries per profile, fastest first (failed ones last), speed-up against `baseline`'s mean."""
+    """Entries per profile and level, each compared with `baseline`'s runs at its own level.
+
+    Levels in order (Level.sort_key); within one, the fastest first and failed ones last. Rows of
+    a level where nothing was measured (a profile that failed to start records no load) become one
+    failed entry per profile that has no other, at the very end.
+    """
+    rows = list(rows)
+    at: dict[Level, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        at.setdefault(level_of(r), []).append(r)
+    levels = sorted((lv for lv, rs in at.items() if any(measured(r) for r in rs)), key=Level.sort_key)
+    entries = [e for lv in levels for e in _rank(at[lv], baseline, lv)]
+    ranked, anywhere = {e.profile for e in entries}, set(levels)
+    never = [r for r in rows if r["profile"] not in ranked and level_of(r) not in anywhere]
+    return entries + _rank(never, baseline, None)
+
+
+def _rank(rows: Iterable[Mapping[str, Any]], baseline: str | None, level: Level | None) -> list[Entry]:
+    """Rows of one level: entries per profile, fastest first (failed ones last), against `baseline`."""
     entries: dict[str, Entry] = {}
     for r in rows:
-        e = entries.setdefault(r["profile"], Entry(r["profile"], ok=False))
+        e = entries.setdefault(r["profile"], Entry(r["profile"], ok=False, level=level))
         e.speculative = e.speculative or bool(r["speculative"])
-        if r["result"] == "ok" and r["tok_s"] is not None:
+        if measured(r):
             e.ok = True
             e.tok_s.append(float(r["tok_s"]))
             if r["accept_len"] is not None:
@@ -65,12 +178,58 @@ def ranking(rows: Iterable[Mapping[str, Any]], baseline: str | None) -> list[Ent
             e.speedup = e.mean / base_mean
         if e.ok:
             e.diagnosis = ""
+        if e.ok and base is not None and base.ok and e is not base:
+            found = stats.compare(e.tok_s, base.tok_s)
+            e.verdict, e.p_value = found.verdict, found.p_value
     return sorted(entries.values(), key=lambda e: (not e.ok, -(e.mean or 0.0)))
 
 
-def standing(host: str, baseline: str = "baseline") -> tuple[Entry | None, Entry | None]:
-    """From the ledger's bench rows of one host: the baseline profile's entry and the fastest."""
-    entries = ranking([r for r in ledger.bench_results() if r["host"] == host], baseline)
+@dataclass
+class Curve:
+    """One profile's entries along one series of levels (tok/s against concurrency or rate)."""
+
+    profile: str
+    #: Level.workload of its levels: what the curve holds fixed
+    workload: str
+    #: "concurrency" or "requests/s"
+    axis: str
+    #: one per level, by load
+    entries: list[Entry]
+
+
+def curves(rows: Iterable[Mapping[str, Any]], baseline: str | None) -> list[Curve]:
+    """Per series of levels (Level.series) and per profile that ran there, a curve of its entries.
+
+    Series in level order; within one, the baseline's curve first, then the profiles in the order
+    of their first entry (the fastest at the lowest load first).
+    """
+    grouped: dict[tuple[Any, ...], dict[str, list[Entry]]] = {}
+    for e in ranking(rows, baseline):
+        if e.ok and e.level is not None:
+            grouped.setdefault(e.level.series, {}).setdefault(e.profile, []).append(e)
+    found = []
+    for by_profile in grouped.values():
+        names = sorted(by_profile, key=lambda name: name != baseline)  # stable: the baseline first
+        for name in names:
+            points = sorted(by_profile[name], key=lambda e: e.level.x if e.level else 0.0)
+            level = points[0].level
+            assert level is not None
+            found.append(Curve(name, level.workload, level.axis, points))
+    return found
+
+
+def standing(
+    host: str, baseline: str = "baseline", level: Level | None = None
+) -> tuple[Entry | None, Entry | None]:
+    """From the ledger's bench rows of one host at one level: the baseline profile's entry and the
+    fastest. The level defaults to that of the host's newest measured run."""
+    rows = [r for r in ledger.bench_results() if r["host"] == host]
+    if level is None:
+        newest = [r for r in rows if measured(r)][-1:]
+        if not newest:
+            return None, None
+        level = level_of(newest[0])
+    entries = ranking([r for r in rows if level_of(r) == level], baseline)
     base = next((e for e in entries if e.profile == baseline and e.ok), None)
     return base, next((e for e in entries if e.ok), None)
 

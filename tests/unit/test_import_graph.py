@@ -130,3 +130,21 @@ def test_relative_and_lazy_imports_are_edges(tmp_path: Path) -> None:
     assert got["orchestrator.a"] == {"orchestrator.sub.b"}
     assert got["orchestrator.sub.b"] == {"orchestrator.a", "orchestrator.sub.c"}
     assert got["orchestrator.sub.c"] == {"orchestrator.a"}
+
+
+def test_the_cli_starts_without_scipy() -> None:
+    """scipy (stats.py: Welch's t-test, t intervals) is imported by the functions that compare, so
+    `--help`, and the help of the commands that compare, start without it (about 0.3 s)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from orchestrator.__main__ import cli\n"
+        "for args in (['--help'], ['results', '--help'], ['sweep', '--help'], ['bench', '--help']):\n"
+        "    assert CliRunner().invoke(cli, args).exit_code == 0, args\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('scipy', 'numpy', 'matplotlib')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
