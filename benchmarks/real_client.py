@@ -33,8 +33,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from orchestrator import bench
-from orchestrator.lab.standins import DIST_PACKAGES, eagle3_config, install, kimi_config, write_model_dir
+from orchestrator import bench, datasets
+from orchestrator.lab.standins import (
+    DIST_PACKAGES,
+    KIMI_CHAT_TEMPLATE,
+    eagle3_config,
+    install,
+    kimi_config,
+    tokenizer_config,
+    write_model_dir,
+)
 
 SGLANG_PYTHON_ENV = "SGLANG_BENCH_PYTHON"
 AGREE = 0.03  # the issue's bound
@@ -55,10 +63,6 @@ INSTALL = (
 DEFAULT_SGLANG_PYTHON = f"{VENV}/bin/python"
 
 
-class Missing(Exception):
-    """A side of the comparison cannot run here yet; the message says why."""
-
-
 # --- inputs ---------------------------------------------------------------------------------
 
 
@@ -74,7 +78,8 @@ def write_sharegpt(path: Path, rows: int, seed: int) -> None:
             "id": f"synthetic-{i}",
             "conversations": [
                 {"from": "human", "value": turn(8, 200)},
-                {"from": "gpt", "value": turn(16, 400)},
+                # longer than --output-len in any count: both sides generate output-len tokens
+                {"from": "gpt", "value": turn(150, 400)},
             ],
         }
         for i in range(rows)
@@ -125,8 +130,10 @@ class Standin:
 
     def __post_init__(self) -> None:
         install(self.root, gpus=2, sglang_version="0.5.9")
-        fast = {"load_delay_s": 0.2, "warmup_s": 0.4, "base_tok_s": self.base_tok_s}
-        self.target = write_model_dir(self.root / "models/target", kimi_config(), **fast)
+        # exact: the stand-in's run-to-run noise off, so the two clients see the same server
+        fast = {"load_delay_s": 0.2, "warmup_s": 0.4, "base_tok_s": self.base_tok_s, "exact": True}
+        chat = tokenizer_config(KIMI_CHAT_TEMPLATE, "[BOS]", "[EOS]")
+        self.target = write_model_dir(self.root / "models/target", kimi_config(), chat, **fast)
         self.eagle3 = write_model_dir(self.root / "models/eagle3", eagle3_config(), accept_top1=0.44)
         self.env = dict(
             os.environ,
@@ -239,10 +246,12 @@ def orchestrator_tok_s(run: Run, port: int, level: int) -> float:
     if run.endpoint == "generate":
         settings = bench.Settings(**common, prompts=first_turns(run.dataset))
     else:
-        fields = {f.name for f in dataclasses.fields(bench.Settings)}
-        chat = {"endpoint": "chat", "dataset": run.dataset, "temperature": 0.0, "seed": run.seed}
-        if lacking := sorted(set(chat) - fields):
-            raise Missing(f"bench has no chat endpoint yet (Settings lacks {', '.join(lacking)})")
+        chat = {
+            "endpoint": "chat",
+            "dataset": datasets.load(run.dataset),
+            "temperature": 0.0,
+            "seed": run.seed,
+        }
         settings = bench.Settings(**common, **chat)
     result = bench.run(bench.Target("local", "127.0.0.1", port), settings)
     if result.errors:
@@ -316,10 +325,7 @@ def main() -> None:
             with standin.serving(profile) as port:
                 for level in levels:
                     theirs = bench_serving_tok_s(python, run, port, level)
-                    try:
-                        ours: float | str = orchestrator_tok_s(run, port, level)
-                    except Missing as exc:
-                        ours = str(exc)
+                    ours = orchestrator_tok_s(run, port, level)
                     print(row(profile, level, theirs, ours), flush=True)
         if dropped_before is not None and (dropped := (listen_overflows() or 0) - dropped_before):
             print(f"{dropped} connections overflowed a listen queue meanwhile (1 s each for its request)")

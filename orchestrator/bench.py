@@ -534,9 +534,11 @@ async def _streams(
     max_tokens: int | None,
     progress: Callable[[int], None],
     model: str = "default",
-) -> list[Stream]:
+) -> tuple[list[Stream], float]:
     """One request per `chosen` item, at most `settings.concurrency` at a time (closed loop),
-    or sent at Poisson arrival times (`request_rate`) with `concurrency` as the cap."""
+    or sent at Poisson arrival times (`request_rate`) with `concurrency` as the cap. Returns the
+    streams and when the first could be sent (the client made: its set-up is not the server's
+    time)."""
     cap = settings.concurrency if settings.request_rate is None else max(settings.concurrency, 1)
     gate = asyncio.Semaphore(cap)
     limits = httpx.Limits(max_connections=cap)
@@ -556,7 +558,7 @@ async def _streams(
             progress(1)
             return stream
 
-        return list(await asyncio.gather(*(one(i) for i in range(len(chosen)))))
+        return list(await asyncio.gather(*(one(i) for i in range(len(chosen))))), began
 
 
 def run(
@@ -586,9 +588,11 @@ def run(
     warm = dataclasses.replace(settings, request_rate=None)
     warm_requests = [chosen[i % len(chosen)] for i in range(settings.warmup)]
     asyncio.run(_streams(target, warm, warm_requests, settings.warmup_tokens, tick("warm-up", 0), model))
-    began_epoch, began = time.time(), time.perf_counter()
-    streams = asyncio.run(_streams(target, settings, chosen, None, tick("measure", settings.requests), model))
-    duration = time.perf_counter() - began
+    began_epoch = time.time()
+    streams, began = asyncio.run(
+        _streams(target, settings, chosen, None, tick("measure", settings.requests), model)
+    )
+    duration = max(s.done for s in streams) - began  # the first send to the last answer
     after = server_info(target)
     result = BenchResult(target, settings, streams, duration, sglang_version=str(info.get("version", "")))
     result.speculative = bool(after.get("speculative_algorithm"))
