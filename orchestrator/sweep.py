@@ -158,6 +158,17 @@ def ranking(rows: Iterable[Mapping[str, Any]], baseline: str | None) -> list[Ent
     return entries + _rank(never, baseline, None)
 
 
+def _level_accept(row: Mapping[str, Any]) -> float | None:
+    """The accept length of this run's own requests: the client's count (/generate's
+    spec_verify_ct), else the server log's lines during the run, else /get_server_info's
+    (cumulative since the server started, so mixed with earlier levels)."""
+    for name in ("accept_len_client", "accept_len_log", "accept_len"):
+        value = _column(row, name, None)
+        if value is not None:
+            return float(value)
+    return None
+
+
 def _rank(rows: Iterable[Mapping[str, Any]], baseline: str | None, level: Level | None) -> list[Entry]:
     """Rows of one level: entries per profile, fastest first (failed ones last), against `baseline`."""
     entries: dict[str, Entry] = {}
@@ -167,8 +178,9 @@ def _rank(rows: Iterable[Mapping[str, Any]], baseline: str | None, level: Level 
         if measured(r):
             e.ok = True
             e.tok_s.append(float(r["tok_s"]))
-            if r["accept_len"] is not None:
-                e.accept_len = float(r["accept_len"])
+            accept = _level_accept(r)
+            if accept is not None:
+                e.accept_len = accept
         elif r["diagnosis"]:
             e.diagnosis = str(r["diagnosis"])
     base = entries.get(baseline or "")
