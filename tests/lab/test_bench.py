@@ -85,7 +85,7 @@ def test_bench_reports_the_standins_speed_and_accept_length(lab, tmp_path) -> No
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     assert (row["sglang_version"], row["git_commit"], row["errors"]) == ("0.5.9", head.stdout.strip(), 0)
     assert row["notes"] == ""
-    stored = {r["id"]: dict(r) for r in ledger.bench_results(profile="cg_5tok")}[row["ledger_id"]]
+    stored = {r["id"]: dict(r) for r in ledger.bench_results(profile="cg_5tok_exact")}[row["ledger_id"]]
     assert stored["tok_s"] == row["tok_s"]
     run_json("deploy", "--profile", "cg_5tok", "-i", inv, "--limit", "lab3")  # as the lab had it
 
