@@ -432,10 +432,15 @@ def request_body(
 
 
 async def _stream(
-    client: httpx.AsyncClient, target: Target, settings: Settings, body: dict[str, Any]
+    client: httpx.AsyncClient,
+    target: Target,
+    settings: Settings,
+    body: dict[str, Any],
+    sent: float | None = None,
 ) -> Stream:
-    """One streamed request, timed chunk by chunk."""
-    stream = Stream(sent=time.perf_counter())
+    """One streamed request, timed chunk by chunk from `sent` (default: now; an open loop's
+    arrival time, so its TTFT holds the wait for a free slot under --concurrency)."""
+    stream = Stream(sent=time.perf_counter() if sent is None else sent)
     path = ENDPOINTS[settings.endpoint]
     try:
         async with client.stream("POST", path, json=body, headers=_headers(target)) as resp:
@@ -446,7 +451,7 @@ async def _stream(
                 await _read_events(resp, stream)
             else:
                 await _read_openai(resp, stream, chat=settings.endpoint == "chat")
-    except (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError) as exc:
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         stream.error = f"{type(exc).__name__}: {exc}"[:300]
     stream.done = time.perf_counter()
     if not stream.error and not stream.events:
@@ -470,10 +475,16 @@ async def _read_events(resp: httpx.Response, stream: Stream) -> None:
             stream.events.append((now, tokens))
 
 
+class StreamError(ValueError):
+    """The server said, inside a 200 stream, that the request failed."""
+
+
 async def _read_openai(resp: httpx.Response, stream: Stream, chat: bool) -> None:
     """OpenAI SSE chunks: text in `choices[0].delta.content` (chat) or `choices[0].text`; the
     token counts from `usage.completion_tokens` (cumulative on every chunk with
-    continuous_usage_stats, else only on the last, choice-less chunk)."""
+    continuous_usage_stats, else only on the last, choice-less chunk). A chunk whose tokens
+    decode to no text (special tokens under ignore_eos) still counts its tokens; an error
+    object in the stream fails the request."""
     chunks: list[tuple[float, int, int | None]] = []  # (arrival, text length so far, tokens so far)
     chars, final = 0, None
     async for line in resp.aiter_lines():
@@ -484,34 +495,48 @@ async def _read_openai(resp: httpx.Response, stream: Stream, chat: bool) -> None
             break
         now = time.perf_counter()
         item = json.loads(data)
-        usage = item.get("usage") or {}
-        tokens = usage.get("completion_tokens")
-        choices = item.get("choices") or []
-        text = _chunk_text(choices[0], chat) if choices else ""
+        if not isinstance(item, dict):
+            raise StreamError(f"a chunk that is not a JSON object: {data[:80]}")
+        if "error" in item or item.get("object") == "error":
+            raise StreamError(f"the server reported an error mid-stream: {data[:200]}")
+        usage = item.get("usage")
+        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        choices = item.get("choices")
+        text = _chunk_text(choices[0], chat) if isinstance(choices, list) and choices else ""
         if tokens is not None:
             final = int(tokens)
-        if text:
+        if text or (
+            tokens is not None and chunks and chunks[-1][2] is not None and int(tokens) > chunks[-1][2]
+        ):
             chars += len(text)
             chunks.append((now, chars, None if tokens is None else int(tokens)))
-    if all(n is not None for _, _, n in chunks):
-        stream.events = [(t, n) for t, _, n in chunks if n]
+    if chunks and all(n is not None for _, _, n in chunks):
+        stream.events = [(t, int(n)) for t, _, n in chunks if n]
         return
-    # No per-chunk usage: the server's final count spread by each chunk's share of the text;
-    # no usage at all: one token per chunk (the result's notes say which).
+    # No per-chunk usage: the server's final count spread by each chunk's share of the text
+    # (the first chunk holds at least one token); no usage at all: one token per chunk (the
+    # result's notes say which).
     stream.counted = False
     last = 0
     for t, so_far, _ in chunks:
-        n = round(final * so_far / chars) if final is not None else last + 1
-        last = max(n, last + 1) if final is None else max(n, last)
-        stream.events.append((t, last))
-    stream.events = [e for i, e in enumerate(stream.events) if i == 0 or e[1] > stream.events[i - 1][1]]
+        if final is None:
+            last += 1
+        else:
+            last = max(last, min(final, max(1, round(final * so_far / max(chars, 1)))))
+        if not stream.events or last > stream.events[-1][1]:
+            stream.events.append((t, last))
+    if final is not None and stream.events and final > stream.events[-1][1]:
+        stream.events[-1] = (stream.events[-1][0], final)
     if final is None:
         stream.no_usage = True
 
 
-def _chunk_text(choice: dict[str, Any], chat: bool) -> str:
+def _chunk_text(choice: object, chat: bool) -> str:
+    if not isinstance(choice, dict):
+        return ""
     if chat:
-        return str((choice.get("delta") or {}).get("content") or "")
+        delta = choice.get("delta")
+        return str(delta.get("content") or "") if isinstance(delta, dict) else ""
     return str(choice.get("text") or "")
 
 
@@ -536,10 +561,10 @@ async def _streams(
     model: str = "default",
 ) -> tuple[list[Stream], float]:
     """One request per `chosen` item, at most `settings.concurrency` at a time (closed loop),
-    or sent at Poisson arrival times (`request_rate`) with `concurrency` as the cap. Returns the
-    streams and when the first could be sent (the client made: its set-up is not the server's
-    time)."""
-    cap = settings.concurrency if settings.request_rate is None else max(settings.concurrency, 1)
+    or sent at Poisson arrival times (`request_rate`) with `concurrency` as the cap (0: none).
+    Returns the streams and when the first could be sent (the client made: its set-up is not
+    the server's time)."""
+    cap = settings.concurrency or max(len(chosen), 1)
     gate = asyncio.Semaphore(cap)
     limits = httpx.Limits(max_connections=cap)
     timeout = httpx.Timeout(settings.timeout_s, connect=10.0)
@@ -553,8 +578,9 @@ async def _streams(
                 await asyncio.sleep(delay)
             tokens = max_tokens or datasets.output_tokens(chosen[i], settings.max_tokens)
             body = request_body(settings, chosen[i], tokens, model)
+            arrival = began + when[i] if settings.request_rate is not None else None
             async with gate:
-                stream = await _stream(client, target, settings, body)
+                stream = await _stream(client, target, settings, body, arrival)
             progress(1)
             return stream
 
@@ -588,6 +614,7 @@ def run(
     warm = dataclasses.replace(settings, request_rate=None)
     warm_requests = [chosen[i % len(chosen)] for i in range(settings.warmup)]
     asyncio.run(_streams(target, warm, warm_requests, settings.warmup_tokens, tick("warm-up", 0), model))
+    flushed = flush_cache(target)  # every run starts cold: no level prefills its prompts from the last
     began_epoch = time.time()
     streams, began = asyncio.run(
         _streams(target, settings, chosen, None, tick("measure", settings.requests), model)
@@ -599,10 +626,26 @@ def run(
     result.accept_len = accept_from_server_info(after) or (None if result.speculative else 1.0)
     if log_messages is not None and result.speculative:
         result.accept_len_log = accept_from_log(log_messages(began_epoch))
+    if flushed:
+        result.notes.append(
+            f"prefix cache not flushed before the run ({flushed}): prompts seen before prefill faster"
+        )
     result.notes += _notes(result)
     if not result.ok_streams:
         raise BenchError(f"{target.host}: every request failed: {'; '.join(sorted(set(result.errors)))}")
     return result
+
+
+def flush_cache(target: Target) -> str:
+    """SGLang's /flush_cache, as bench_serving's --flush-cache: the radix cache emptied, so a
+    run does not prefill the warm-up's or the previous level's prompts from it. '' when done,
+    else why not (the server refuses while requests run; an old server has no such path)."""
+    url = f"{target.url}/flush_cache"
+    try:
+        resp = httpx.post(url, headers=_headers(target), timeout=30.0)
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"[:120]
+    return "" if resp.status_code == 200 else f"HTTP {resp.status_code}"
 
 
 def curve(
@@ -611,19 +654,48 @@ def curve(
     on_progress: Callable[[str, int, int], None] | None = None,
     log_messages: Callable[[float], list[str]] | None = None,
     on_level: Callable[[Settings, int], None] | None = None,
+    on_result: Callable[[BenchResult], None] | None = None,
+    on_failure: Callable[[Settings, int, str, str], None] | None = None,
 ) -> list[BenchResult]:
     """Every level of `traffic` in turn, `repeat` times each (repeats of a level back to back),
-    all under one curve_id. A level where every request failed ends the curve (BenchError)."""
+    all under one curve_id. `on_result(result)` as each run ends (so a later failure or Ctrl-C
+    keeps what was measured); a run where every request failed is `on_failure(settings, repeat,
+    why, curve_id)` and the curve goes on. None measured at all: BenchError."""
     curve_id = uuid.uuid4().hex[:12]
-    results = []
+    results, failures = [], []
     for settings in traffic.levels():
         for k in range(traffic.repeat):
             if on_level:
                 on_level(settings, k)
-            result = run(target, settings, on_progress, log_messages)
+            try:
+                result = run(target, settings, on_progress, log_messages)
+            except BenchError as exc:
+                failures.append(f"{settings.level}: {exc}")
+                if on_failure:
+                    on_failure(settings, k, str(exc), curve_id)
+                continue
             result.curve_id, result.repeat = curve_id, k
             results.append(result)
+            if on_result:
+                on_result(result)
+    if not results:
+        raise BenchError("; ".join(dict.fromkeys(failures)))
     return results
+
+
+def failure_row(
+    target: Target, settings: Settings, why: str, curve_id: str = "", repeat: int = 0, sweep_id: str = ""
+) -> dict[str, Any]:
+    """The ledger row of a run that measured nothing: which traffic, at which level, and why."""
+    row = BenchResult(target, settings, [], 0.0, curve_id=curve_id, repeat=repeat).row(sweep_id)
+    keep = ("run_id", "sweep_id", "host", "address", "port", "profile", "digest", "plan_digest")
+    keep += ("requests", "concurrency", "max_tokens", "git_commit", "curve_id", "repeat")
+    return {k: row[k] for k in keep} | row_traffic(row) | {"result": "failed", "diagnosis": why[:500]}
+
+
+def row_traffic(row: dict[str, Any]) -> dict[str, Any]:
+    names = ("endpoint", "dataset", "dataset_digest", "request_rate", "temperature", "seed")
+    return {k: row[k] for k in names}
 
 
 #: A speculative profile accepting no more than this many tokens per round gains nothing
@@ -651,8 +723,18 @@ def _notes(result: BenchResult) -> list[str]:
         )
     if result.speculative and result.accept_len_log is None and server is not None:
         notes.append("no `accept len` line in the server log to cross-check the accept length")
-    if server is not None and logged is not None and abs(server - logged) > ACCEPT_TOLERANCE * server:
-        notes.append(f"accept length: server_info says {server:.2f}, the log says {logged:.2f}")
+    # The cross-check is between this run's own figures (server_info's is cumulative since start).
+    client = result.accept_len_client
+    if client is not None and logged is not None and abs(client - logged) > ACCEPT_TOLERANCE * client:
+        notes.append(
+            f"accept length: the requests' spec_verify_ct gives {client:.2f}, the log says {logged:.2f}"
+        )
+    s = result.settings
+    if s.request_rate is None and s.requests < s.concurrency:
+        notes.append(
+            f"{s.requests} requests at concurrency {s.concurrency}: at most {s.requests} ran at once "
+            f"(give --requests {s.concurrency} or more)"
+        )
     if any(st.no_usage for st in result.ok_streams):
         notes.append("the server sent no `usage`: tokens counted one per chunk (too low with speculation)")
     elif not all(st.counted for st in result.ok_streams):

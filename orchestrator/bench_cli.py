@@ -36,7 +36,7 @@ from orchestrator.console import (
     plain,
     shown,
 )
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, Interrupted
 from orchestrator.runner import TaskEvent
 
 inventory_option = console.inventory_option("the local lab")
@@ -59,7 +59,8 @@ class _Levels(click.ParamType):
             try:
                 number = self.kind(text)
             except ValueError:
-                self.fail(f"{shown(text)!s} in {shown(value)!s} is not {self._what()}", param, ctx)
+                what = f"{shown(text)!r}" if text else "an empty item"
+                self.fail(f"{what} in {shown(value)!r} is not {self._what()}", param, ctx)
             if not (self.low <= number <= self.high) or (self.kind is float and not math.isfinite(number)):
                 self.fail(f"{number:g} is not in {self.low:g}..{self.high:g}", param, ctx)
             if number in levels:
@@ -167,7 +168,7 @@ def traffic_of(
     base = bench_mod.Settings(
         requests=requests,
         # with a rate and no --concurrency, nothing caps what is in flight
-        concurrency=requests if request_rate and not concurrency else levels[0],
+        concurrency=0 if request_rate and not concurrency else levels[0],
         max_tokens=max_tokens,
         warmup=warmup,
         endpoint=endpoint,
@@ -242,7 +243,13 @@ def bench_table(r: bench_mod.BenchResult) -> Table:
     table.add_row("accept length", accept, "", "", "")
     errors = f"{len(r.errors)} of {len(r.streams)}"
     table.add_row("errors", plain(errors, "red" if r.errors else ""), "", "", "")
-    settings = f"{r.settings.requests} x {r.settings.max_tokens} tokens, concurrency {r.settings.concurrency}"
+    s = r.settings
+    load = f"concurrency {s.concurrency}"
+    if s.request_rate is not None:
+        load = f"{s.request_rate:g} requests/s (Poisson), " + (
+            f"at most {s.concurrency} at once" if s.concurrency else "no cap"
+        )
+    settings = f"{s.requests} x {s.max_tokens} tokens, {load}"
     table.add_row("requests", settings, "", "", "")
     table.add_row("output tokens / wall", f"{r.output_tokens} / {r.duration_s:.1f} s", "", "", "")
     return table
@@ -346,22 +353,36 @@ def bench(
     prof = profile_mod.load(profile_ref) if profile_ref else None
     target = bench_mod.find_target(inv, limit, prof)
     log = bench_mod.journal_messages(inv, target.host)
-    if as_json:
-        results = bench_mod.curve(target, traffic, None, log)
-    else:
-        with _progress() as (on_progress, on_phase, _):
-            name = f"bench {target.profile or '?'} on {target.host}"
-            on_phase(name)
+    ids: list[int] = []
+    failed: list[str] = []
 
-            def on_level(settings: bench_mod.Settings, k: int) -> None:
-                if len(traffic.levels()) > 1 or traffic.repeat > 1:
-                    on_phase(
-                        f"{name} at {settings.level}"
-                        + (f" ({k + 1}/{traffic.repeat})" if traffic.repeat > 1 else "")
-                    )
+    def on_result(result: bench_mod.BenchResult) -> None:  # recorded as it ends: Ctrl-C keeps it
+        ids.append(bench_mod.record(result))
 
-            results = bench_mod.curve(target, traffic, on_progress, log, on_level)
-    ids = [bench_mod.record(r) for r in results]
+    def on_failure(settings: bench_mod.Settings, k: int, why: str, curve_id: str) -> None:
+        ledger.record_bench(bench_mod.failure_row(target, settings, why, curve_id, k))
+        failed.append(f"{settings.level}: {why}")
+
+    try:
+        if as_json:
+            results = bench_mod.curve(target, traffic, None, log, None, on_result, on_failure)
+        else:
+            with _progress() as (on_progress, on_phase, _):
+                name = f"bench {target.profile or '?'} on {target.host}"
+                on_phase(name)
+
+                def on_level(settings: bench_mod.Settings, k: int) -> None:
+                    if len(traffic.levels()) > 1 or traffic.repeat > 1:
+                        repeat = f" ({k + 1}/{traffic.repeat})" if traffic.repeat > 1 else ""
+                        on_phase(f"{name} at {settings.level}{repeat}")
+
+                results = bench_mod.curve(target, traffic, on_progress, log, on_level, on_result, on_failure)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"bench stopped by Ctrl-C: {len(ids)} run(s) were recorded in the ledger (`results`)"
+        ) from None
+    for why in failed:
+        err.print(plain(f"failed: {why}", "red"))
     if as_json:
         if len(results) == 1:
             click.echo(json.dumps({"ledger_id": ids[0], **results[0].row()}, indent=2))
@@ -386,7 +407,8 @@ def _curve_json(results: list[bench_mod.BenchResult], ids: list[int]) -> dict[st
 
     levels = []
     for level, runs in _by_level(results):
-        iv = stats.interval([r.tok_s.mean for r in runs if r.tok_s.mean is not None])
+        speeds = [r.tok_s.mean for r in runs if r.tok_s.mean is not None]
+        iv = stats.interval(speeds) if speeds else stats.Interval(None, None, None, 0)
         levels.append(
             {
                 "level": level,

@@ -305,7 +305,31 @@ def _one_profile(
         for settings in levels:
             _record_failure(base_row, report.run_id, host, _failure(report), settings, report.digest)
         return
-    target = bench_mod.deployed_target(inventory, limit, prof)
+    try:
+        target = bench_mod.deployed_target(inventory, limit, prof)
+    except OrchestratorError as exc:
+        for settings in levels:
+            _record_failure(base_row, report.run_id, "", f"bench failed: {exc}", settings, report.digest)
+        return
+    try:
+        _bench_levels(prof, target, inventory, traffic, base_row, ctx)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"sweep {ctx.sweep_id} stopped by Ctrl-C while benching {prof.name}; the benches before "
+            "it are in the ledger (`results`), and nothing was restored"
+        ) from None
+
+
+def _bench_levels(
+    prof: profile_mod.Profile,
+    target: bench_mod.Target,
+    inventory: Path,
+    traffic: bench_mod.Traffic,
+    base_row: dict[str, Any],
+    ctx: _Context,
+) -> None:
+    """Each level of the traffic, `repeat` times, on the deployed profile; each run recorded."""
+    levels = traffic.levels()
     log = bench_mod.journal_messages(inventory, target.host)
     curve_id = uuid.uuid4().hex[:12]
     for settings in levels:
@@ -389,8 +413,8 @@ def sweep(
 def _leave(
     report: SweepReport, inventory: Path, limit: str | None, leave: profile_mod.Profile | None, ctx: _Context
 ) -> None:
-    """Deploy the profile to leave running: `leave`, else the fastest healthy one."""
-    best = next((e.profile for e in report.entries if e.ok), None)
+    """Deploy the profile to leave running: `leave`, else the best healthy one (`best`)."""
+    best = best_profile(report.entries)
     prof = leave or ctx.by_name.get(best or "")
     report.left = prof.name if prof else ""
     if prof is None:
@@ -400,3 +424,21 @@ def _leave(
     done = deploy_mod.deploy(prof, inventory, deploy_mod.Options(limit=limit), ctx.on_event)
     report.left_ok = done.ok
     report.left_message = "" if done.ok else _failure(done)
+
+
+def best_profile(entries: Sequence[Entry]) -> str | None:
+    """The fastest healthy profile; over several levels, the one measured at every level with the
+    highest mean of its tok/s relative to each level's fastest (not the fastest at the lowest
+    load alone, where speculation wins most)."""
+    levels = {e.level for e in entries if e.ok}
+    if len(levels) <= 1:
+        return next((e.profile for e in entries if e.ok), None)
+    fastest = {lv: max(e.mean or 0.0 for e in entries if e.ok and e.level == lv) for lv in levels}
+    scores: dict[str, list[float]] = {}
+    for e in entries:
+        if e.ok and e.mean is not None and fastest[e.level]:
+            scores.setdefault(e.profile, []).append(e.mean / fastest[e.level])
+    everywhere = {p: v for p, v in scores.items() if len(v) == len(levels)}
+    if not everywhere:
+        return None
+    return max(everywhere, key=lambda p: statistics.fmean(everywhere[p]))

@@ -91,6 +91,64 @@ def test_a_stream_with_no_usage_at_all_counts_chunks_and_says_so() -> None:
     assert [n for _, n in stream.events] == [1, 2] and stream.no_usage
 
 
+def test_tokens_in_a_chunk_without_text_still_count() -> None:
+    chunks = [chat_chunk(" a", 1), chat_chunk(" b", 2), chat_chunk("", 3), chat_chunk("", 3, usage_only=True)]
+    stream, _ = read_with("chat", sse([*chunks, "[DONE]"]))
+    assert [n for _, n in stream.events] == [1, 2, 3]
+
+
+def test_spread_counts_give_the_first_chunk_a_token() -> None:
+    chunks = [
+        chat_chunk("x"),
+        chat_chunk(" " + "y" * 199),
+        chat_chunk(" " + "z" * 199),
+        chat_chunk("", 40, usage_only=True),
+    ]
+    stream, _ = read_with("chat", sse([*chunks, "[DONE]"]))
+    assert [n for _, n in stream.events] == [1, 20, 40]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"object": "error", "message": "out of memory", "code": 500},
+        {"error": {"message": "context too long"}},
+        "null",
+        {"choices": [None]},
+        {"usage": "x", "choices": [{"delta": "a"}]},
+    ],
+)
+def test_an_error_or_odd_chunk_fails_that_request_only(bad: object) -> None:
+    stream, _ = read_with("chat", sse([chat_chunk(" a", 1), bad, chat_chunk(" b", 2), "[DONE]"]))
+    if isinstance(bad, dict) and ("error" in bad or bad.get("object") == "error"):
+        assert "error mid-stream" in stream.error
+    elif bad == "null":
+        assert "not a JSON object" in stream.error
+    else:  # shapes that carry nothing are skipped, the stream goes on
+        assert not stream.error and stream.tokens == 2
+
+
+def test_a_failed_level_is_recorded_and_the_curve_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    def run(target, settings, on_progress, log):
+        if settings.concurrency == 8:
+            raise bench.BenchError("lab: every request failed: HTTP 503")
+        s = bench.Stream(0.0, [(0.1, 1), (1.1, 101)], 1.2)
+        return bench.BenchResult(target, settings, [s], 1.2)
+
+    monkeypatch.setattr(bench, "run", run)
+    seen, failed = [], []
+    results = bench.curve(
+        bench.Target("lab", "a", 1),
+        bench.Traffic(bench.Settings(requests=8), (1, 8, 32)),
+        on_result=lambda r: seen.append(r.settings.level),
+        on_failure=lambda s, k, why, curve: failed.append((s.level, why)),
+    )
+    assert seen == ["c=1", "c=32"] == [r.settings.level for r in results]
+    assert failed == [("c=8", "lab: every request failed: HTTP 503")]
+    row = bench.failure_row(bench.Target("lab", "a", 1), bench.Settings(concurrency=8), "HTTP 503", "cid", 1)
+    assert (row["result"], row["concurrency"], row["curve_id"], row["repeat"]) == ("failed", 8, "cid", 1)
+
+
 def test_completions_sends_the_prompt_as_text() -> None:
     chunk = {"object": "text_completion", "choices": [{"index": 0, "text": " x y"}], "usage": None}
     final = {"object": "text_completion", "choices": [], "usage": {"completion_tokens": 2}}
@@ -124,7 +182,8 @@ def test_levels_of_a_traffic() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--concurrency", "1,x"], "x in 1,x is not a whole number"),
+        (["--concurrency", "1,x"], "'x' in '1,x' is not a whole number"),
+        (["--concurrency", "1,,8"], "an empty item in '1,,8' is not a whole number"),
         (["--concurrency", "0"], "0 is not in 1..1024"),
         (["--concurrency", "4,4"], "4 is given twice"),
         (["--request-rate", "nan"], "is not in"),
@@ -186,10 +245,29 @@ def test_a_curve_runs_each_level_and_repeat_under_one_curve_id(lab: LoggedLab) -
     assert len({r["curve_id"] for r in rows}) == 1 and len({r["run_id"] for r in rows}) == 4
 
 
+def test_each_run_starts_with_a_flushed_cache_and_a_thin_level_says_so(lab: LoggedLab) -> None:
+    server, log = lab.start_logged()
+    target = bench.Target("local", "127.0.0.1", server.port)
+    result = bench.run(target, bench.Settings(requests=2, concurrency=4, max_tokens=8, warmup=1))
+    assert '"POST /flush_cache HTTP/1.1" 200' in log.read_text()
+    assert result.notes == ["2 requests at concurrency 4: at most 2 ran at once (give --requests 4 or more)"]
+
+
+def test_an_open_loop_times_each_request_from_its_arrival(lab: LoggedLab) -> None:
+    server, _ = lab.start_logged()
+    target = bench.Target("local", "127.0.0.1", server.port)
+    # 50/s with room for one at a time: each request waits for the one before it
+    settings = bench.Settings(requests=4, concurrency=1, max_tokens=30, warmup=0, request_rate=50.0, seed=2)
+    result = bench.run(target, settings)
+    ttfts = [s.ttft_s for s in sorted(result.streams, key=lambda s: s.sent)]
+    assert ttfts[-1] > 2 * (30 / BASE_TOK_S), ttfts  # queued behind at least two others
+    assert result.row()["concurrency"] == 1
+
+
 def test_a_request_rate_spreads_the_sends(lab: LoggedLab) -> None:
     server, _ = lab.start_logged()
     target = bench.Target("local", "127.0.0.1", server.port)
-    settings = bench.Settings(requests=6, concurrency=6, max_tokens=8, warmup=0, request_rate=10.0, seed=5)
+    settings = bench.Settings(requests=6, concurrency=0, max_tokens=8, warmup=0, request_rate=10.0, seed=5)
     result = bench.run(target, settings)
     sent = sorted(s.sent for s in result.streams)
     planned = bench.arrivals(6, 10.0, 5)

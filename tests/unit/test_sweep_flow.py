@@ -135,3 +135,17 @@ def test_a_sweep_loads_each_profile_once(fakes: list[str], monkeypatch: pytest.M
     done = CliRunner().invoke(sweep_cli, args)
     assert done.exit_code == 0, done.output
     assert sorted(loads) == ["baseline", "cg_2step", "cg_5tok"]
+
+
+def test_over_several_levels_the_profile_left_is_best_over_all_of_them() -> None:
+    def entry(profile: str, c: int, tok_s: float) -> sweep.Entry:
+        level = sweep.level_of({"concurrency": c, "max_tokens": 64})
+        return sweep.Entry(profile, ok=True, tok_s=[tok_s], level=level)
+
+    # speculation wins alone and loses at 8 and 32: the baseline is better over the curve
+    entries = [entry("eagle3", 1, 60), entry("base", 1, 50), entry("base", 8, 40), entry("eagle3", 8, 25)]
+    entries += [entry("base", 32, 30), entry("eagle3", 32, 20)]
+    assert sweep.best_profile(entries) == "base"
+    assert sweep.best_profile(entries[:2]) == "eagle3"
+    partial = [*entries, entry("fast_once", 1, 99)]  # measured at one level only
+    assert sweep.best_profile(partial) == "base"

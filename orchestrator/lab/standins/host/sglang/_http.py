@@ -209,6 +209,18 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.send_text(200, prometheus_text(self.engine), "text/plain; version=0.0.4; charset=utf-8")
 
+    def flush_cache(self) -> None:
+        """SGLang's /flush_cache (GET or POST): the radix cache emptied, refused (400) while
+        requests run or wait. The stand-in caches no prefixes; the answer is the real one's."""
+        eng = self.engine
+        with eng.lock:
+            idle = eng.running == 0 and eng.queued == 0
+        text = (
+            "Cache flushed.\nPlease check backend logs for more details. "
+            "(When there are running or waiting requests, the operation will not be performed.)\n"
+        )
+        self.send_text(200 if idle else 400, text)
+
     def get_load(self) -> None:
         """One entry per DP rank, as SGLang's /get_load; the stand-in's one engine counts on rank 0."""
         eng = self.engine
@@ -487,8 +499,10 @@ GET_ROUTES = {
     "/server_info": "server_info",
     "/v1/models": "models",
     "/metrics": "metrics",
+    "/flush_cache": "flush_cache",
 }
 POST_ROUTES = {
+    "/flush_cache": "flush_cache",
     "/health_generate": "health",
     "/generate": "generate",
     "/v1/chat/completions": "chat_completions",
