@@ -40,7 +40,7 @@ import statistics
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -459,15 +459,21 @@ async def _stream(
     return stream
 
 
-async def _read_events(resp: httpx.Response, stream: Stream) -> None:
-    """SGLang's SSE: `data: {text, meta_info}` with cumulative counts, then `data: [DONE]`."""
+async def _sse(resp: httpx.Response) -> AsyncIterator[tuple[float, str]]:
+    """Each `data:` payload of a Server-Sent Events stream with its arrival time, up to
+    `data: [DONE]` (SGLang's native and OpenAI streams both end so)."""
     async for line in resp.aiter_lines():
         if not line.startswith("data:"):
             continue
         data = line[5:].strip()
         if data == "[DONE]":
             return
-        now = time.perf_counter()
+        yield time.perf_counter(), data
+
+
+async def _read_events(resp: httpx.Response, stream: Stream) -> None:
+    """SGLang's SSE: `data: {text, meta_info}` with cumulative counts, then `data: [DONE]`."""
+    async for now, data in _sse(resp):
         meta = json.loads(data)["meta_info"]
         tokens = int(meta["completion_tokens"])
         stream.verify_ct = int(meta.get("spec_verify_ct") or 0)
@@ -487,13 +493,7 @@ async def _read_openai(resp: httpx.Response, stream: Stream, chat: bool) -> None
     object in the stream fails the request."""
     chunks: list[tuple[float, int, int | None]] = []  # (arrival, text length so far, tokens so far)
     chars, final = 0, None
-    async for line in resp.aiter_lines():
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            break
-        now = time.perf_counter()
+    async for now, data in _sse(resp):
         item = json.loads(data)
         if not isinstance(item, dict):
             raise StreamError(f"a chunk that is not a JSON object: {data[:80]}")

@@ -458,21 +458,33 @@ def _row_name(table: str, row: sqlite3.Row) -> str:
 
 
 @functools.cache
-def _column_types(version: int) -> dict[str, dict[str, tuple[str, bool]]]:
-    """Per table, each column's declared type and whether it is NOT NULL, after the first
-    `version` migrations, from running them in memory."""
+def _columns_as_made(version: int) -> dict[str, list[tuple[str, str, bool, str | None]]]:
+    """Per table, each column's (name, declared type, NOT NULL, DEFAULT as SQL text or None),
+    after the first `version` migrations, from running them in memory."""
     conn = sqlite3.connect(":memory:")
     try:
         for script in MIGRATIONS[:version]:
             conn.executescript(script)
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        query = 'SELECT name, type, "notnull" FROM pragma_table_info(?)'
+        query = 'SELECT name, type, "notnull", dflt_value FROM pragma_table_info(?)'
         return {
-            t: {name: (kind.upper(), bool(notnull)) for name, kind, notnull in conn.execute(query, (t,))}
+            t: [
+                (name, kind, bool(notnull), default)
+                for name, kind, notnull, default in conn.execute(query, (t,))
+            ]
             for t in tables
         }
     finally:
         conn.close()
+
+
+@functools.cache
+def _column_types(version: int) -> dict[str, dict[str, tuple[str, bool]]]:
+    """Per table, each column's declared type and whether it is NOT NULL."""
+    return {
+        t: {name: (kind.upper(), notnull) for name, kind, notnull, _ in columns}
+        for t, columns in _columns_as_made(version).items()
+    }
 
 
 @dataclass(frozen=True)
@@ -671,16 +683,11 @@ def _bench_select(have: frozenset[str]) -> str:
 
 @functools.cache
 def _column_defaults(version: int) -> dict[str, dict[str, str | None]]:
-    """Per table, each column's DEFAULT as SQL text (None if it has none), after `version` migrations."""
-    conn = sqlite3.connect(":memory:")
-    try:
-        for script in MIGRATIONS[:version]:
-            conn.executescript(script)
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        query = "SELECT name, dflt_value FROM pragma_table_info(?)"
-        return {t: dict(conn.execute(query, (t,)).fetchall()) for t in tables}
-    finally:
-        conn.close()
+    """Per table, each column's DEFAULT as SQL text (None if it has none)."""
+    return {
+        t: {name: default for name, _, _, default in columns}
+        for t, columns in _columns_as_made(version).items()
+    }
 
 
 def to_csv(rows: list[sqlite3.Row] | list[dict[str, Any]]) -> str:
