@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +53,15 @@ class Options:
     rejoin: bool = True
     #: Ansible's forks (hosts worked on at once); None: ansible.cfg's, else runner.DEFAULT_FORKS.
     forks: int | None = None
+    #: Take the host lock under this id instead of the run's: a campaign's deploys share one, so
+    #: each takes over the campaign's own lock.
+    lock_id: str | None = None
+    #: Leave the lock held when the run ends, ok or failed: a campaign holds its hosts between
+    #: trials; its last deploy (same lock_id, keep_lock False) releases it.
+    keep_lock: bool = False
+    #: What the lock record says holds the host, shown to a deploy that has to wait ("tune
+    #: campaign ID"); None: the profile's name.
+    lock_profile: str | None = None
 
 
 #: (host, plan digest) pairs that passed preflight in this process: a sweep's repeats skip them.
@@ -67,15 +76,30 @@ def gateways(where: dict[str, Placement], options: Options) -> dict[str, Gateway
     return {h: p.gateway.model_copy(update=timeout) for h, p in where.items() if p.gateway is not None}
 
 
-def play_vars(prof: Profile, where: dict[str, Placement], options: Options, run_id: str) -> PlayVars:
-    """The deploy's one extra var: a HostPlan per host, and how batches roll."""
-    svc = prof.service
-    ttl = svc.stop_timeout_s + 60 + svc.health_timeout_s + 120
-    lock = None if options.check else hostplan.lock(run_id, prof.name, ttl, options.lock_wait_s)
+def play_vars(
+    prof: Profile,
+    where: dict[str, Placement],
+    options: Options,
+    run_id: str,
+    each: Mapping[str, Profile] | None = None,
+) -> PlayVars:
+    """The deploy's one extra var: a HostPlan per host (from `each[host]` where given, else
+    `prof`), and how batches roll."""
+    mine = each or {}
+    ttl = max(_lock_ttl_s(p) for p in (list(mine.values()) or [prof]))
+    lock = None
+    if not options.check:
+        lock = hostplan.lock(
+            options.lock_id or run_id,
+            options.lock_profile or prof.name,
+            ttl,
+            options.lock_wait_s,
+            keep=options.keep_lock,
+        )
     drained = gateways(where, options)
     hosts = {
         name: hostplan.for_profile(
-            prof,
+            mine.get(name, prof),
             p.plan,
             p.facts,
             preflight=options.preflight and (name, p.plan.digest) not in _PREFLIGHT_PASSED,
@@ -94,15 +118,32 @@ def play_vars(prof: Profile, where: dict[str, Placement], options: Options, run_
     return PlayVars(hosts=hosts, serial=options.serial or 0)
 
 
+def _lock_ttl_s(prof: Profile) -> float:
+    """How long a deploy of `prof` may hold a host before its lock counts as left by a dead one."""
+    svc = prof.service
+    return svc.stop_timeout_s + 60 + svc.health_timeout_s + 120
+
+
 def deploy(
     prof: Profile,
     inventory: Path,
     options: Options = Options(),
     on_event: Callable[[TaskEvent], None] | None = None,
+    *,
+    each: Mapping[str, Profile] | None = None,
 ) -> DeployReport:
-    """Plan, run playbooks/deploy.yml, record the outcome, roll back failed hosts."""
+    """Plan, run playbooks/deploy.yml, record the outcome, roll back failed hosts.
+
+    `each` (host -> profile) gives every host its own profile in the one play (a tune
+    campaign's trials, one per host): its keys are the hosts, and `prof` names the run and gives
+    what they share (secrets, the lock's profile text)."""
     run_id = uuid.uuid4().hex[:12]
-    where = placements(prof, inventory, options.limit)
+    where = (
+        placements(prof, inventory, options.limit)
+        if each is None
+        else _each_placements(prof, each, inventory, options)
+    )
+    limit = options.limit if each is None else ",".join(each)
     multinode = len(where) > 1 and any(p.facts.nnodes > 1 for p in where.values())
     if multinode and (options.serial or options.max_fail_percent is not None):
         raise InputError(
@@ -111,8 +152,10 @@ def deploy(
         )
     if not where:
         raise inventory_mod.no_match(inventory, options.limit)
-    systemd_check.require(prof, [p.plan for p in where.values()])  # systemd's reading, before any host
-    orch = play_vars(prof, where, options, run_id)
+    # systemd's reading, before any host
+    for p, hosts in _by_profile(prof, each, list(where)):
+        systemd_check.require(p, [where[h].plan for h in hosts])
+    orch = play_vars(prof, where, options, run_id, each)
     drained = {h: p.gateway for h, p in orch.hosts.items() if p.gateway is not None}
     keys = gateway_mod.api_keys(inventory, drained)
     # Before anything is stopped: each gateway answers and lists its hosts (a canary's caller took
@@ -125,7 +168,7 @@ def deploy(
             "deploy.yml",
             inventory,
             orch,
-            limit=options.limit,
+            limit=limit,
             check=options.check,
             forks=options.forks,
             secret=secret_bundle(prof),
@@ -148,7 +191,7 @@ def deploy(
     if multinode:
         _group_diagnosis(reports, where)
     plan = next(iter(where.values())).plan
-    digest = "" if multinode else plan.digest  # each rank runs its own unit
+    digest = "" if multinode or each is not None else plan.digest  # each rank or trial: its own unit
     report = DeployReport(prof.name, digest, options.check, reports, str(play.artifacts), run_id)
     report.interrupted = interrupted
     if options.check:
@@ -157,11 +200,77 @@ def deploy(
         if r.host in where:
             record(run_id, r, orch.hosts[r.host], "deploy")
     if options.rollback:
-        _roll_back(report, inventory, orch.hosts, plan.unit_name, on_event, api_key(prof) or "")
+        _roll_back(report, inventory, orch.hosts, plan.unit_name, on_event, api_key(prof) or "", options)
     if drained:  # a worker this run took out goes back, or the report says why it stays out
         owed = reports if options.rejoin else [r for r in reports if not r.ok]
         gateway_mod.restore(owed, drained, keys, api_key(prof) or "")
     return report
+
+
+def _each_placements(
+    prof: Profile, each: Mapping[str, Profile], inventory: Path, options: Options
+) -> dict[str, Placement]:
+    """Each host's placement for its own profile (deploy(each=...)), refusing what one play of
+    several trials cannot carry: a host the inventory lacks, a multi-node server, other secrets."""
+    if options.limit is not None:
+        raise InputError(
+            f"each names the hosts (--limit {options.limit} was given too): leave the limit unset"
+        )
+    if not each:
+        raise InputError("each names no host: map each host to its trial's profile")
+    found = {h.name: h for h in inventory_mod.hosts(inventory, ",".join(each))}
+    missing = [h for h in each if h not in found]
+    if missing:
+        raise InputError(
+            f"each: {', '.join(missing)}: not a host of {inventory} (give host names, not groups or patterns)"
+        )
+    shared = _shared(prof)
+    for host, p in each.items():
+        _refuse_trial(prof, p, found[host], shared)
+    return {host: placements(p, inventory, host)[host] for host, p in each.items()}
+
+
+#: What the trials of one play must share, in _shared's order: the play carries one set of secrets.
+_SHARED = ("api_key", "source variables (api_key.env, secret_env)", "secret_env or service.environment_files")
+
+
+def _shared(prof: Profile) -> tuple[str, list[str], str]:
+    return api_key(prof), secret_env_names(prof), secret_bundle(prof)
+
+
+def _refuse_trial(
+    prof: Profile, p: Profile, host: inventory_mod.InventoryHost, shared: tuple[str, list[str], str]
+) -> None:
+    """InputError when `p` cannot be one trial of `prof`'s play on `host`."""
+    if hostplan.deployment_kind(p, host) == "multinode":
+        said = "the host's orchestrator_deployment" if host.deployment else "deployment.kind"
+        raise InputError(
+            f"each: {host.name}: {p.name} would be a multi-node server ({said} is multinode), and a "
+            "multi-node server cannot be one of several trials: give the host a single-node profile"
+        )
+    differs = next((w for w, a, b in zip(_SHARED, _shared(p), shared, strict=True) if a != b), "")
+    if differs:
+        raise InputError(
+            f"each: {host.name}: {p.name}'s {differs} differ from {prof.name}'s: trials may not vary "
+            "secrets; give every trial the same ones"
+        )
+    if p.service.unit_name != prof.service.unit_name:
+        raise InputError(
+            f"each: {host.name}: {p.name}'s service.unit_name {p.service.unit_name} is not {prof.name}'s "
+            f"{prof.service.unit_name}: trials deploy one unit, under one lock; give them the same name"
+        )
+
+
+def _by_profile(
+    prof: Profile, each: Mapping[str, Profile] | None, hosts: list[str]
+) -> list[tuple[Profile, list[str]]]:
+    """The distinct profiles of a deploy, each with its hosts (without `each`: `prof` on all)."""
+    if each is None:
+        return [(prof, hosts)]
+    groups: dict[int, tuple[Profile, list[str]]] = {}
+    for h in hosts:
+        groups.setdefault(id(each[h]), (each[h], []))[1].append(h)
+    return list(groups.values())
 
 
 def _reports(play: PlayResult, where: dict[str, Placement], check: bool) -> list[HostReport]:
@@ -182,9 +291,11 @@ def _roll_back(
     unit_name: str,
     on_event: Callable[[TaskEvent], None] | None,
     server_key: str = "",
+    options: Options = Options(),
 ) -> None:
     """Put every host this deploy broke back on its last good unit (and a drained one back in its
-    gateway's rotation once healthy: the rollback's play does it, and the report says so)."""
+    gateway's rotation once healthy: the rollback's play does it, and the report says so), under
+    the deploy's own lock id, kept as the deploy keeps it."""
     broken = [r for r in report.hosts if not r.ok and (r.stopped or (report.interrupted and r.locked))]
     timeout = max((p.health_timeout_s for p in plans.values()), default=1800)
     # After a Ctrl-C even the plan's own digest may be what a host needs back (--force-restart).
@@ -203,6 +314,9 @@ def _roll_back(
             on_event,
             gateways=drained,
             secret=secret,
+            lock_id=options.lock_id,
+            keep_lock=options.keep_lock,
+            lock_profile=options.lock_profile,
         )
         for r in broken:
             back = runs[r.host].gateway.get("back") if r.host in runs else None

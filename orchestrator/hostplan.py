@@ -68,6 +68,11 @@ class LockSpec(_Record):
     control: str = Field(description="The control machine's host name.")
     pid: int = Field(description="This process; a lock from a dead PID of this machine is stale.")
     live_pids: list[int] = Field(description="PIDs running on the control machine now.")
+    keep: bool = Field(
+        False,
+        description="Left held when the run ends, ok or failed (a tune campaign holds its hosts "
+        "between trials); a later run under the same run_id without keep releases it.",
+    )
 
 
 class PreflightChecks(_Record):
@@ -209,10 +214,15 @@ def multinode_hosts(
     return _ranks(prof, inventory_mod.hosts(inventory, limit))
 
 
+def deployment_kind(prof: Profile, host: inventory_mod.InventoryHost) -> str:
+    """fleet or multinode: the host's `orchestrator_deployment` variable, else the profile's."""
+    return host.deployment or prof.deployment.kind
+
+
 def _ranks(
     prof: Profile, selected: list[inventory_mod.InventoryHost]
 ) -> list[inventory_mod.InventoryHost] | None:
-    kinds = {h.deployment or prof.deployment.kind for h in selected}
+    kinds = {deployment_kind(prof, h) for h in selected}
     if "multinode" not in kinds:
         return None
     if len(kinds) > 1:
@@ -338,7 +348,7 @@ def run_words(plan: Plan) -> list[str]:
     return [expanded if w == plan_mod.CREDENTIAL_ARG else w for w in plan.exec_argv[2:]]
 
 
-def lock(run_id: str, profile: str, ttl_s: float, wait_s: float) -> LockSpec:
+def lock(run_id: str, profile: str, ttl_s: float, wait_s: float, *, keep: bool = False) -> LockSpec:
     return LockSpec(
         holder=f"{getpass.getuser()}@{socket.gethostname()} (pid {os.getpid()})",
         run_id=run_id,
@@ -348,6 +358,7 @@ def lock(run_id: str, profile: str, ttl_s: float, wait_s: float) -> LockSpec:
         control=socket.gethostname(),
         pid=os.getpid(),
         live_pids=_live_pids(),
+        keep=keep,
     )
 
 

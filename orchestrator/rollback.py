@@ -77,11 +77,18 @@ def rollback_hosts(
     prefer_record: bool = False,
     gateways: dict[str, GatewayPlan] | None = None,
     secret: str = "",
+    *,
+    lock_id: str | None = None,
+    keep_lock: bool = False,
+    lock_profile: str | None = None,
 ) -> dict[str, HostReport]:
     """Restore each host's last known good unit (the host's own record, else the ledger's), start
     it, wait for health. `failed` maps a host to the digest that just failed there, never restored.
     A host behind a gateway (`gateways`) goes back into its rotation once healthy and generating;
     `secret` (the deploy's bundle) gives the server's API key for that.
+    The host lock is taken under `lock_id` (None: `run_id`), named `lock_profile` (None: the
+    restored unit's profile), and left held with `keep_lock`: a campaign's deploy rolls back
+    under the campaign's lock and keeps it.
     Fills in `rolled_back_to` or `rollback_error` on each report, and returns the rollback's own
     report per host it ran on."""
     goods: dict[str, dict[str, Any]] = {}
@@ -92,12 +99,12 @@ def rollback_hosts(
             goods[r.host] = good
     if not goods:  # every healthy deploy ends here: no lock (a scan of /proc) to build
         return {}
-    lock = hostplan.lock(run_id, "rollback", health_timeout_s + 300, LOCK_WAIT_S)
+    lock = hostplan.lock(lock_id or run_id, "rollback", health_timeout_s + 300, LOCK_WAIT_S, keep=keep_lock)
     plans: dict[str, HostPlan] = {
         host: hostplan.for_record(
             unit_name,
             good,
-            lock=lock.model_copy(update={"profile": good["profile"]}),
+            lock=lock.model_copy(update={"profile": lock_profile or good["profile"]}),
             health_timeout_s=health_timeout_s,
             gateway=(gateways or {}).get(host),
         )

@@ -47,6 +47,7 @@ LOCK_OPTIONS: dict[str, dict[str, Any]] = {
     "pid": {"type": "int", "default": 0},
     "live_pids": {"type": "list", "elements": "int", "default": []},
     "profile": {"type": "str", "default": ""},
+    "keep": {"type": "bool", "default": False},
 }
 
 #: The read-only checks before a restart (orchestrator/hostplan.py PreflightChecks): the

@@ -19,6 +19,9 @@ description:
     given, takes the lock (waiting up to its wait_s) and reads everything again, since another
     deploy may have changed the host meanwhile. With I(preflight), then runs the read-only
     preflight checks and fails, releasing the lock, when they find a problem.
+  - A lock with C(keep) true (a tune campaign's, held between its trials) is taken even when no
+    restart is needed, and the probe never releases it; a lock this run holds from before is
+    taken over. A lock of this run id without C(keep) where no restart is needed is released.
 options:
   unit_name:
     description: The systemd unit.
@@ -65,8 +68,9 @@ options:
   lock:
     description:
       - The deploy lock to take when a restart is needed; {} takes none.
-      - "Keys: holder, run_id, ttl_s, wait_s (required); control, pid, live_pids, profile.
-        A lock from a PID of the same control machine that is not in live_pids is stale."
+      - "Keys: holder, run_id, ttl_s, wait_s (required); control, pid, live_pids, profile, keep.
+        A lock from a PID of the same control machine that is not in live_pids is stale.
+        keep: take it even when no restart is needed and never release it here."
     type: dict
     default: {}
   preflight:
@@ -316,22 +320,26 @@ def main() -> None:
         validate_suboptions(module, "preflight", PREFLIGHT_OPTIONS, p["preflight"]) if p["preflight"] else {}
     )
     lock = {} if module.check_mode else lock
+    # A kept lock (a tune campaign's, held between its trials) is taken even where nothing
+    # changes, and no path of this run lets it go: the host stays the campaign's.
+    keep = bool(lock.get("keep"))
     result = {**probe(module), "locked": False, "preflight": {}}
-    if result["restart_needed"] and lock:
+    if lock and (result["restart_needed"] or keep):
         acquire(module, paths, unit, lock)
         # Another deploy may have changed the host while we waited.
         result = {**probe(module), "locked": True, "preflight": {}}
-        if not result["restart_needed"]:
+        if not result["restart_needed"] and not keep:
             release_if_ours(paths, unit, lock["run_id"])
             result["locked"] = False
     elif lock:
         # A lock of this run may be left: its play was stopped (Ctrl-C) before it changed the
-        # host, and this is the rollback that puts it back.
+        # host, and this is the rollback that puts it back (or a campaign's last deploy, which
+        # ends the campaign's lock).
         release_if_ours(paths, unit, lock["run_id"])
     if result["restart_needed"] and checks:
         result["preflight"] = preflight_checks(module, unit, paths, checks)
         if result["preflight"]["problems"]:
-            if result["locked"]:
+            if result["locked"] and not keep:
                 release_if_ours(paths, unit, lock["run_id"])
                 result["locked"] = False
             module.fail_json(

@@ -610,3 +610,18 @@ def test_health_status_is_the_http_status_or_none_when_refused(server: str):
     assert oh.health_status(f"{server}/loading", 2) == 503
     assert oh.health_status("http://127.0.0.1:9/health", 2) is None
     assert oh.health_status("", 2) is None
+
+
+def test_a_kept_lock_is_taken_over_by_its_own_id_with_a_new_expiry_and_waits_for_no_other(lock_paths):
+    """A campaign's next deploy takes over its own kept lock (from now, for its ttl); the lock
+    file says it is kept."""
+    path = oh.lock_path(lock_paths, "sglang.service")
+    oh.acquire(StubModule(), lock_paths, "sglang.service", {**lock("camp"), "keep": True})
+    first = oh.read_json(path)
+    assert first["keep"] is True
+    time.sleep(0.01)
+    oh.acquire(StubModule(), lock_paths, "sglang.service", {**lock("camp"), "ttl_s": 60.0})
+    second = oh.read_json(path)
+    assert second["since"] > first["since"] and second["expires"] == second["since"] + 60.0
+    with pytest.raises(Failed):
+        oh.acquire(StubModule(), lock_paths, "sglang.service", lock("b", pid=20))

@@ -267,3 +267,43 @@ def test_under_the_lock_a_container_profile_is_checked_in_its_image(probe, host,
     assert result["preflight"]["notes"] == [] and not Path(lock_path(paths, "sglang.service")).exists()
     failed, result = run_module(probe, {**probe_args(paths), "preflight": {**checks, "engine": "lxc"}})
     assert failed and "engine" in result["msg"] and "lxc" in result["msg"]
+
+
+# --- a kept lock (a tune campaign's, held between its trials) --------------------------------
+
+
+def kept(run_id: str = "camp1", keep: bool = True) -> dict:
+    return {**lock(run_id), "profile": "tune campaign camp1", "keep": keep}
+
+
+def test_a_kept_lock_is_taken_where_nothing_changes_and_ended_by_the_runs_last_deploy(
+    probe, host, paths, run_module
+):
+    """The campaign holds the host even for a trial that is already deployed; another deploy waits
+    and is told who holds it; the campaign's last deploy (keep false) lets it go."""
+    install(paths)
+    held = Path(lock_path(paths, "sglang.service"))
+    nothing_to_do = {"unit_name": "sglang.service", "paths": paths, "desired_digest": DIGEST}
+    host.answers["systemctl"] = [systemctl_show(**ACTIVE)]
+    failed, result = run_module(probe, {**nothing_to_do, "lock": kept()})
+    assert not failed and not result["restart_needed"] and result["locked"] is True
+    assert json.loads(held.read_text())["keep"] is True
+    other = {**lock("other"), "live_pids": [1]}  # the campaign's process still runs
+    failed, result = run_module(probe, {**nothing_to_do, "lock": other})
+    assert not failed and result["locked"] is False and held.exists()  # no restart: no wait either
+    failed, result = run_module(probe, {**probe_args(paths), "lock": other})
+    assert failed and result["lock_holder"]["profile"] == "tune campaign camp1"
+    assert "deploying tune campaign camp1" in result["msg"]
+    failed, result = run_module(probe, {**nothing_to_do, "lock": kept(keep=False)})
+    assert not failed and result["locked"] is False and not held.exists()
+
+
+def test_preflight_problems_leave_a_kept_lock_held(probe, host, paths, run_module, tmp_path):
+    install(paths)
+    host.answers["systemctl"] = [systemctl_show(**ACTIVE)]
+    host.smi = [(capture("released-query-gpu.csv"), "")]
+    checks = {"python": str(tmp_path / "no-python"), "sglang_version": "0.5.9", "gpus": [0], "port": 1}
+    checks |= {"model_path": str(tmp_path / "no-model"), "log_dir": str(tmp_path), "min_free_mib": 0}
+    failed, result = run_module(probe, {**probe_args(paths), "lock": kept(), "preflight": checks})
+    assert failed and result["msg"].startswith("preflight: ") and result["locked"] is True
+    assert json.loads(Path(lock_path(paths, "sglang.service")).read_text())["run_id"] == "camp1"
