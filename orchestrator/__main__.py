@@ -40,6 +40,7 @@ class LazyGroup(click.Group):
         "bench": "orchestrator.bench_cli:bench",
         "sweep": "orchestrator.bench_cli:sweep",
         "results": "orchestrator.bench_cli:results",
+        "tune": "orchestrator.tune_cli:tune",
         "lab": "orchestrator.lab.cli:lab",
     }
 
@@ -67,7 +68,7 @@ class LazyGroup(click.Group):
 #: The commands that run plays against hosts: each takes -K/--ask-become-pass, given here once for all
 #: (the option sets what every play of the command answers, so no command passes it along itself).
 BECOME_COMMANDS = frozenset(
-    {"deploy", "preflight", "rollback", "status", "stop", "verify", "logs", "bench", "sweep"}
+    {"deploy", "preflight", "rollback", "status", "stop", "verify", "logs", "bench", "sweep", "tune"}
 )
 
 
@@ -356,9 +357,15 @@ def profiles() -> None:
 
 
 @cli.command()
-def schema() -> None:
-    """Print the JSON Schema of a profile file, for editors to complete and check."""
-    click.echo(json.dumps(profile_mod.Profile.model_json_schema(), indent=2))
+@click.argument("kind", type=click.Choice(["profile", "space"]), default="profile")
+def schema(kind: str) -> None:
+    """Print the JSON Schema of a profile file (or of a `tune` space file), for editors."""
+    if kind == "space":
+        from orchestrator import space
+
+        click.echo(json.dumps(space.Space.model_json_schema(), indent=2))
+    else:
+        click.echo(json.dumps(profile_mod.Profile.model_json_schema(), indent=2))
 
 
 inventory_option = console.inventory_option("the local lab, brought up if needed")

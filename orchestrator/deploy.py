@@ -62,6 +62,9 @@ class Options:
     #: What the lock record says holds the host, shown to a deploy that has to wait ("tune
     #: campaign ID"); None: the profile's name.
     lock_profile: str | None = None
+    #: Hold the lock at least this long before it counts as left by a dead run: a campaign
+    #: benches between its deploys, longer than one deploy's own bound.
+    lock_ttl_s: float = 0.0
 
 
 #: (host, plan digest) pairs that passed preflight in this process: a sweep's repeats skip them.
@@ -86,7 +89,7 @@ def play_vars(
     """The deploy's one extra var: a HostPlan per host (from `each[host]` where given, else
     `prof`), and how batches roll."""
     mine = each or {}
-    ttl = max(_lock_ttl_s(p) for p in (list(mine.values()) or [prof]))
+    ttl = max(options.lock_ttl_s, *(_lock_ttl_s(p) for p in (list(mine.values()) or [prof])))
     lock = None
     if not options.check:
         lock = hostplan.lock(

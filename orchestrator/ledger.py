@@ -129,6 +129,36 @@ MIGRATIONS = [
     ALTER TABLE bench_results ADD COLUMN curve_id TEXT NOT NULL DEFAULT '';
     ALTER TABLE bench_results ADD COLUMN repeat INTEGER NOT NULL DEFAULT 0
     """,
+    # 5: tuning campaigns (tune): the space file as read, its hosts and lock, and each trial
+    # that finished (a baseline per host, a point of the space, or a leader's extra runs); the
+    # trials' bench runs are bench_results rows whose sweep_id is the campaign's id.
+    """
+    CREATE TABLE campaigns (
+        id TEXT PRIMARY KEY,
+        time REAL NOT NULL,
+        space_path TEXT NOT NULL,
+        space_digest TEXT NOT NULL,
+        space TEXT NOT NULL,
+        hosts TEXT NOT NULL,                   -- JSON list of host names
+        status TEXT NOT NULL,                  -- running, interrupted, done
+        outcome TEXT NOT NULL DEFAULT '{}'     -- JSON: the verdict and the winner
+    );
+    CREATE TABLE trials (
+        id INTEGER PRIMARY KEY,
+        campaign_id TEXT NOT NULL,
+        time REAL NOT NULL,
+        number INTEGER NOT NULL,               -- the search's trial number (-1: a baseline)
+        kind TEXT NOT NULL,                    -- baseline, trial, confirm
+        point TEXT NOT NULL,                   -- JSON of the varied fields' values
+        profile TEXT NOT NULL,
+        host TEXT NOT NULL,
+        state TEXT NOT NULL,                   -- complete, stopped, failed, infeasible
+        value REAL,                            -- the objective as a ratio to the host's baseline
+        restarted INTEGER NOT NULL DEFAULT 1,
+        diagnosis TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX trials_campaign ON trials (campaign_id, id)
+    """,
 ]
 
 
@@ -701,3 +731,47 @@ def to_csv(rows: list[sqlite3.Row] | list[dict[str, Any]]) -> str:
     for r in rows:
         writer.writerow(["" if r[n] is None else r[n] for n in names])
     return buf.getvalue()
+
+
+# --- tuning campaigns -------------------------------------------------------------------------
+
+
+def record_campaign(row: dict[str, Any]) -> None:
+    """A new campaign (campaigns columns but outcome)."""
+    values = {"time": time.time(), **row}
+    with connect() as conn:
+        conn.execute(
+            f"INSERT INTO campaigns ({', '.join(values)}) VALUES ({','.join('?' * len(values))})",
+            tuple(values.values()),
+        )
+
+
+def update_campaign(campaign_id: str, **changes: Any) -> None:
+    """Set a campaign's status, hosts or outcome."""
+    with connect() as conn:
+        sets = ", ".join(f"{k}=?" for k in changes)
+        conn.execute(f"UPDATE campaigns SET {sets} WHERE id=?", (*changes.values(), campaign_id))
+
+
+def campaign(campaign_id: str) -> sqlite3.Row | None:
+    rows = _select("campaigns", "SELECT * FROM campaigns WHERE id=?", (campaign_id,))
+    return rows[0] if rows else None
+
+
+def campaigns(limit: int = 20) -> list[sqlite3.Row]:
+    return _select("campaigns", "SELECT * FROM campaigns ORDER BY time DESC LIMIT ?", (limit,))
+
+
+def record_trial(row: dict[str, Any]) -> None:
+    """One finished trial of a campaign (trials columns but id)."""
+    values = {"time": time.time(), **row}
+    with connect() as conn:
+        conn.execute(
+            f"INSERT INTO trials ({', '.join(values)}) VALUES ({','.join('?' * len(values))})",
+            tuple(values.values()),
+        )
+
+
+def trials(campaign_id: str) -> list[sqlite3.Row]:
+    """A campaign's finished trials, oldest first."""
+    return _select("trials", "SELECT * FROM trials WHERE campaign_id=? ORDER BY id", (campaign_id,))

@@ -1053,9 +1053,10 @@ def _schema_problems(data: dict[str, Any], source: str) -> list[Problem]:
     return []
 
 
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The model class that owns the field at `loc` (for did-you-mean on unknown keys)."""
-    model: type[BaseModel] | None = Profile
+def _model_at(loc: tuple[Any, ...], root: type[BaseModel] | None = None) -> type[BaseModel] | None:
+    """The model class that owns the field at `loc` (for did-you-mean on unknown keys), from
+    `root` (default: Profile)."""
+    model: type[BaseModel] | None = root or Profile
     for part in loc[:-1]:
         if model is None:
             return None
@@ -1090,11 +1091,13 @@ def _user_loc(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _problem_from_pydantic(err: dict[str, Any], source: str, data: dict[str, Any]) -> Problem:
+def _problem_from_pydantic(
+    err: dict[str, Any], source: str, data: dict[str, Any], root: type[BaseModel] | None = None
+) -> Problem:
     loc = _user_loc(tuple(err["loc"]), data)
     dotted = ".".join(str(p) for p in loc)
     if err["type"] == "extra_forbidden":
-        owner = _model_at(loc)
+        owner = _model_at(loc, root)
         known = list(owner.model_fields) if owner else []
         close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
         hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(known)}"

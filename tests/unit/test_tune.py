@@ -1,0 +1,350 @@
+"""tune's search with deploy and bench replaced by fakes that run at the stand-in's own speed model
+(orchestrator/lab/standins/host/sglang/_speed.py) with its run-to-run noise and host factors.
+
+What needs no host lives here: which points are tried, early stopping, the budget, the per-host
+baselines, ties, resume, the winner's file. tests/lab/test_tune.py runs a small space for real.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator import bench, ledger, space, tune
+from orchestrator import deploy as deploy_mod
+from orchestrator.errors import InputError, Interrupted, ProfileError
+from orchestrator.report import DeployReport, HostReport
+
+SPEED_FILE = Path(tune.__file__).parent / "lab" / "standins" / "host" / "sglang" / "_speed.py"
+_spec = importlib.util.spec_from_file_location("standin_speed", SPEED_FILE)
+assert _spec and _spec.loader
+speed = importlib.util.module_from_spec(_spec)
+sys.modules["standin_speed"] = speed
+_spec.loader.exec_module(speed)
+
+#: code prompts through the chat template: the stand-in's accept_top1 for code.jsonl
+ACCEPT = 0.65
+GRID = {
+    "speculative.num_steps": [1, 2, 3, 5],
+    "speculative.eagle_topk": [1, 2, 4],
+    "speculative.num_draft_tokens": [2, 4, 5, 8, 16],
+}
+
+
+def model_tok_s(prof: Any, concurrency: int) -> float:
+    s = prof.speculative
+    spec = None
+    if s.algorithm is not None:
+        spec = speed.SpecSettings(s.num_steps, s.eagle_topk, s.num_draft_tokens, accept_top1=ACCEPT)
+    return speed.decode_model(90.0, spec, prof.server.cuda_graph, batch=concurrency).tok_s
+
+
+class Lab:
+    """Hosts that run what was deployed at the model's speed, with noise; a profile whose env
+    says FAIL dies on start."""
+
+    def __init__(self, hosts: dict[str, float], seed: int = 0, sigma: float = 0.015):
+        self.factor = hosts
+        self.rng = random.Random(seed)
+        self.sigma = sigma
+        self.running: dict[str, Any] = {}
+        self.deploys: list[dict[str, str]] = []
+        self.interrupt_at: int | None = None
+
+    def deploy(self, prof, inventory, options, on_event, each=None):
+        assign = each or {"lab1": prof}
+        self.deploys.append({h: p.name for h, p in assign.items()})
+        if self.interrupt_at is not None and len(self.deploys) >= self.interrupt_at:
+            report = DeployReport(prof.name, "", False, [], "", "run")
+            report.interrupted = True
+            return report
+        hosts = []
+        for host, p in assign.items():
+            same = self.running.get(host) is not None and self.running[host].name == p.name
+            if p.env.get("FAIL"):
+                hosts.append(
+                    HostReport(
+                        host=host,
+                        ok=False,
+                        step="health",
+                        restarted=True,
+                        stopped=True,
+                        diagnosis="CUDA out of memory: OutOfMemoryError",
+                    )
+                )
+                self.running[host] = None
+                continue
+            hosts.append(HostReport(host=host, ok=True, step="record", restarted=not same))
+            self.running[host] = p
+        return DeployReport(prof.name, "", False, hosts, "", "run")
+
+    def run(self, target, settings, on_progress, log):
+        prof = self.running[target.host]
+        c = settings.concurrency
+        rate = model_tok_s(prof, c) * self.factor[target.host] * self.rng.gauss(1.0, self.sigma)
+        streams = [
+            bench.Stream(0.0, [(0.05, 1), (0.05 + 100 / rate, 101)], 0.05 + 100 / rate) for _ in range(c)
+        ]
+        return bench.BenchResult(
+            target, settings, streams, 0.05 + 100 / rate, "0.5.9", prof.speculative.algorithm is not None, 2.5
+        )
+
+
+@pytest.fixture
+def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Lab:
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("SGLANG_STANDIN_EXACT", "1")
+    fake = Lab({"lab1": 1.0, "lab2": 0.96})
+    monkeypatch.setattr(deploy_mod, "deploy", fake.deploy)
+    monkeypatch.setattr(bench, "run", fake.run)
+    monkeypatch.setattr(
+        bench, "deployed_target", lambda inv, host, prof: bench.Target(host, "a", 1, prof.name)
+    )
+    monkeypatch.setattr(bench, "journal_messages", lambda inv, host, unit="": lambda since: [])
+    return fake
+
+
+def write_space(folder: Path, vary: dict[str, list[Any]] | None = None, **over: Any) -> Path:
+    data: dict[str, Any] = {
+        "extends": "example:cg_5tok",
+        "baseline": "example:baseline",
+        "vary": vary or GRID,
+        "traffic": {"concurrency": [1, 8], "requests": 4, "max_tokens": 16, "repeat": 2},
+        "objective": {"maximize": "tok_s", "at_concurrency": 1},
+        "budget": {"restarts": 10},
+        "search": {"seed": 1},
+    }
+    for key, value in over.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    path = folder / "space.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def campaign(path: Path, hosts: list[str], tmp_path: Path, **kw: Any) -> tune.Campaign:
+    options = tune.Options(leave=kw.pop("leave", "best"), profiles_dir=tmp_path / "profiles")
+    return tune.Campaign(space.expand(path), Path("inv"), hosts, options, **kw)
+
+
+def true_best(x: space.Expanded, concurrency: int = 1) -> float:
+    return max(model_tok_s(p.profile, concurrency) for p in x.valid)
+
+
+# --- the space file ---------------------------------------------------------------------------
+
+
+def test_the_grid_expands_through_the_profile_rules(tmp_path: Path) -> None:
+    x = space.expand(write_space(tmp_path))
+    assert (len(x.points), len(x.valid), len(x.pruned)) == (60, 29, 31)
+    pruned = {p.label: p.pruned for p in x.pruned}
+    assert (
+        "SGLang silently replaces num_draft_tokens 4 by num_steps + 1 = 2"
+        in pruned["num_steps=1 eagle_topk=1 num_draft_tokens=4"]
+    )
+    assert (
+        "16 exceeds num_steps x eagle_topk + 1 = 11" in pruned["num_steps=5 eagle_topk=2 num_draft_tokens=16"]
+    )
+    one = next(p for p in x.valid if p.label == "num_steps=3 eagle_topk=2 num_draft_tokens=5")
+    assert one.name == "cg_5tok.3-2-5"
+    assert (one.profile.speculative.num_steps, one.profile.speculative.eagle_topk) == (3, 2)
+    assert one.profile.speculative.algorithm == "EAGLE3"  # the rest is the extended profile's
+
+
+@pytest.mark.parametrize(
+    ("vary", "over", "message"),
+    [
+        ({"speculative.num_step": [1]}, {}, "speculative has no field 'num_step': did you mean 'num_steps'?"),
+        ({"name": ["x"]}, {}, "name is the same for every trial of a campaign"),
+        ({"speculative": [1]}, {}, "speculative is a section: name one of its fields"),
+        ({"server.port.x": [1]}, {}, "server.port is a value, not a section"),
+        ({"speculative.num_steps": [2, 2]}, {}, "2 given twice"),
+        (
+            {"speculative.num_steps": [2]},
+            {"objective": {"at_concurrency": 4}},
+            "not a level of traffic.concurrency",
+        ),
+        ({"speculative.num_steps": [2]}, {"budget": {"restarts": 0}}, "budget.restarts"),
+        ({"speculative.num_steps": [2]}, {"tarffic": {}}, "unknown key; did you mean 'traffic'?"),
+    ],
+)
+def test_a_bad_space_names_what_to_fix(tmp_path: Path, vary: dict, over: dict, message: str) -> None:
+    path = write_space(tmp_path, vary, **over)
+    with pytest.raises(ProfileError) as exc:
+        space.load(path)
+    assert message in str(exc.value)
+
+
+def test_a_varied_value_reaches_the_profile_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "space.yml"
+    path.write_text(
+        "extends: example:cg_5tok\nbaseline: example:baseline\n"
+        "vary:\n  env.SGLANG_VERSION_TAG: [1.10, 1.1]\n  server.cuda_graph: [false, null]\n"
+    )
+    x = space.expand(path)
+    tags = {p.label: p.profile.env["SGLANG_VERSION_TAG"] for p in x.valid}
+    assert tags["SGLANG_VERSION_TAG=1.10 cuda_graph=off"] == "1.10"  # not YAML 1.1's 1.1
+    assert tags["SGLANG_VERSION_TAG=1.1 cuda_graph=off"] == "1.1"
+    assert len({p.name for p in x.valid}) == 4  # 1.10 and 1.1 are two points
+    graphs = {p.label: p.profile.server.cuda_graph for p in x.valid}
+    assert graphs["SGLANG_VERSION_TAG=1.10 cuda_graph=default"] is True  # null: the extended profile's
+
+
+def test_the_winner_file_keeps_each_number_as_written() -> None:
+    from orchestrator import yaml12
+
+    text = tune._dump(
+        {"env": {"A": yaml12.Float(1.1, "1.10")}, "speculative": {"num_steps": yaml12.Int(3, "3")}}
+    )
+    assert "A: 1.10\n" in text and "num_steps: 3\n" in text
+
+
+def test_the_space_schema_is_published() -> None:
+    from click.testing import CliRunner
+
+    from orchestrator.__main__ import cli
+
+    result = CliRunner().invoke(cli, ["schema", "space"])
+    assert result.exit_code == 0
+    assert '"vary"' in result.output and '"budget"' in result.output
+
+
+# --- the search ---------------------------------------------------------------------------------
+
+
+def test_tune_finds_the_grid_winner_with_a_third_of_its_restarts(lab: Lab, tmp_path: Path) -> None:
+    path = write_space(tmp_path)
+    outcome = campaign(path, ["lab1"], tmp_path).run()
+    x = space.expand(path)
+    best = true_best(x)
+    assert outcome.restarts <= len(x.valid) / 3 + 1
+    assert outcome.winner is not None
+    assert model_tok_s(outcome.winner.profile, 1) >= best * 0.97  # the winner or one within noise of it
+    states = [t.state for t in outcome.trials if t.kind == "trial"]
+    assert "stopped" in states  # a clearly worse point got one run, not the curve
+    # the deploys asked for: the baseline, trials, and the one left at the end
+    assert lab.deploys[0] == {"lab1": "baseline"} and len(lab.deploys) <= outcome.restarts + 1
+    assert "beats the baseline" in outcome.verdict and outcome.winner_beats_baseline
+    assert outcome.left == outcome.winner.profile.name
+
+
+def test_two_hosts_score_against_their_own_baseline(lab: Lab, tmp_path: Path) -> None:
+    lab.factor = {"lab1": 1.0, "lab2": 0.8}  # lab2 is a fifth slower at everything
+    path = write_space(tmp_path, budget={"restarts": 8})
+    outcome = campaign(path, ["lab1", "lab2"], tmp_path).run()
+    assert lab.deploys[0] == {"lab1": "baseline", "lab2": "baseline"}
+    assert all(len(d) == 2 for d in lab.deploys[1:3])  # two trials a round, one play each
+    for t in outcome.trials:
+        if t.kind == "trial" and t.state == "complete":
+            expected = model_tok_s(t.profile, 1) / 90.0
+            assert t.value == pytest.approx(expected, rel=0.06), t.host  # the host factor cancels
+
+
+def test_a_trial_that_fails_to_start_is_recorded_and_the_campaign_goes_on(lab: Lab, tmp_path: Path) -> None:
+    path = write_space(
+        tmp_path,
+        {"speculative.num_steps": [2, 3], "env.FAIL": [None, "1"]},
+        budget={"restarts": 6},
+        search={"sampler": "grid", "seed": 1},
+    )
+    outcome = campaign(path, ["lab1"], tmp_path).run()
+    failed = [t for t in outcome.trials if t.state == "failed"]
+    assert failed and all("CUDA out of memory" in t.diagnosis for t in failed)
+    assert all(t.params["env.FAIL"] == "1" for t in failed)
+    assert outcome.winner is not None and outcome.winner.params["env.FAIL"] is None
+    rows = ledger.trials(outcome.campaign_id)
+    assert any(r["state"] == "failed" and "CUDA out of memory" in r["diagnosis"] for r in rows)
+
+
+def test_a_tie_is_reported_as_one(lab: Lab, tmp_path: Path) -> None:
+    # 3 steps, 5 draft tokens: top-k 2 and 4 build the same tree in the model, the same speed
+    path = write_space(
+        tmp_path,
+        {"speculative.eagle_topk": [2, 4]},
+        search={"sampler": "grid", "confirm": 2},
+        budget={"restarts": 6},
+    )
+    outcome = campaign(path, ["lab1"], tmp_path).run()
+    assert outcome.leaders == "tie"
+    extra = [t for t in outcome.trials if t.kind == "confirm"]
+    assert 1 <= len(extra) <= 4
+
+
+def test_an_interrupted_campaign_resumes_without_measuring_again(lab: Lab, tmp_path: Path) -> None:
+    path = write_space(tmp_path, budget={"restarts": 8})
+    first = campaign(path, ["lab1"], tmp_path)
+    lab.interrupt_at = 4  # the baseline and two trials done, Ctrl-C during the third trial's deploy
+    with pytest.raises(Interrupted, match=f"--resume {first.id}"):
+        first.run()
+    assert ledger.campaign(first.id)["status"] == "interrupted"
+    before = [d for d in lab.deploys[:3]]
+    measured = {r["profile"] for r in ledger.trials(first.id)}
+    assert len(measured) == 3
+    lab.interrupt_at = None
+    lab.deploys.clear()
+    outcome = campaign(path, [], tmp_path, resume=first.id).run()
+    after = ledger.trials(first.id)[len(measured) :]
+    searched = {r["profile"] for r in after if r["kind"] == "trial"}
+    assert searched and not searched & measured, (before, searched)  # no point searched twice
+    assert not [r for r in after if r["kind"] == "baseline"]  # nor the baseline measured again
+    assert {"lab1": "baseline"} not in lab.deploys[:-1]
+    confirmed = {r["profile"] for r in after if r["kind"] == "confirm"}
+    assert confirmed <= {t.profile.name for t in outcome.trials if t.kind == "trial"}
+    assert outcome.restarts <= 8
+    assert ledger.campaign(first.id)["status"] == "done"
+
+
+def test_resume_refuses_another_space_file(lab: Lab, tmp_path: Path) -> None:
+    path = write_space(tmp_path, budget={"restarts": 3})
+    done = campaign(path, ["lab1"], tmp_path).run()
+    write_space(tmp_path, budget={"restarts": 4})
+    with pytest.raises(InputError, match="not the file campaign"):
+        campaign(path, [], tmp_path, resume=done.campaign_id).run()
+
+
+def test_the_winner_file_extends_the_space_profile_and_never_overwrites(lab: Lab, tmp_path: Path) -> None:
+    path = write_space(
+        tmp_path,
+        {"speculative.num_steps": [2, 3], "speculative.num_draft_tokens": [4, 5]},
+        budget={"restarts": 5},
+    )
+    c = campaign(path, ["lab1"], tmp_path)
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    taken = folder / f"cg_5tok-tuned-{c.id[:6]}.yml"
+    taken.write_text("# mine\n")
+    outcome = c.run()
+    assert outcome.winner_file.endswith(f"cg_5tok-tuned-{c.id[:6]}-2.yml")
+    assert taken.read_text() == "# mine\n"
+    data = yaml.safe_load(Path(outcome.winner_file).read_text())
+    assert data["extends"] == "example:cg_5tok"
+    assert data["speculative"] == {
+        "num_steps": outcome.winner.params["speculative.num_steps"],
+        "num_draft_tokens": outcome.winner.params["speculative.num_draft_tokens"],
+    }
+    from orchestrator import profile
+
+    prof = profile.load(outcome.winner_file)
+    assert prof.speculative.eagle_topk == 4  # the rest comes from cg_5tok
+
+
+def test_check_estimates_from_the_ledger(lab: Lab, tmp_path: Path) -> None:
+    path = write_space(tmp_path)
+    x = space.expand(path)
+    guess = tune.estimate(x, 1)
+    assert "a guess" in guess.basis
+    for seconds in (30.0, 40.0, 50.0):
+        ledger.record_deploy(
+            ledger.DeployRow(
+                "r", "lab1", "sglang.service", "baseline", "d", "deploy", "healthy", True, seconds
+            )
+        )
+    one, four = tune.estimate(x, 1), tune.estimate(x, 4)
+    assert one.restart_s == 40.0 and "median of the ledger's last 3 restarting deploys" in one.basis
+    assert one.restarts == 10 and four.restarts == 10
+    assert four.wall_s < one.wall_s / 2  # four trials a round
