@@ -1,0 +1,165 @@
+"""How well `tune` searches, on the lab, printed as numbers (never asserted):
+
+- the exhaustive grid once, as SGLang's bench_speculative.py would run it: every valid point of
+  a 4 x 3 x 5 space (29 of 60 pass the profile rules), the same traffic, no early stop. Its best
+  point at the scored level is the reference winner;
+- `tune` (TPE, early stopping, leaders confirmed) with N different noise seeds: for each, the
+  winner, whether it is the reference winner or within noise of it (Welch's test over the grid's
+  own runs of both points), the restarts and the wall time;
+- the same campaign on 1 host and on 4 hosts, with the same number of trials: the wall times.
+
+Goals (the tune issue): the reference winner, or one within noise, in at least 9 of 10 runs, with
+at most 1/3 of the grid's restarts; 4 hosts in at most 0.35x the wall time of 1.
+
+The stand-in's noise is on (1.5% a run, host factors in [0.96, 1.0]); each campaign's profiles set
+SGLANG_STANDIN_NOISE_SEED to its seed, so each run draws another series.
+
+Usage: python3 benchmarks/tune_quality.py [--seeds 10] [--skip-grid] [--skip-hosts]
+Needs the lab (four hosts; brought up if it is not). Takes about half an hour on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from orchestrator import stats
+from orchestrator.paths import ROOT, state_dir
+
+HOSTS = ["lab1", "lab2", "lab3", "lab4"]
+GRID = """\
+  speculative.num_steps: [1, 2, 3, 5]
+  speculative.eagle_topk: [1, 2, 4]
+  speculative.num_draft_tokens: [2, 4, 5, 8, 16]
+"""
+TRAFFIC = f"""\
+traffic:
+  endpoint: chat
+  dataset: {ROOT / "tests/data/datasets/code.jsonl"}
+  concurrency: [1, 8]
+  requests: 8
+  max_tokens: 32
+  warmup: 1
+  repeat: 2
+objective: {{maximize: tok_s, at_concurrency: 1}}
+"""
+
+
+def profiles(folder: Path, seed: int) -> None:
+    """cg_5tok and baseline, each with this run's noise seed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "base.yml").write_text((ROOT / "profiles/base.yml").read_text())
+    for name in ("cg_5tok", "baseline"):
+        text = (ROOT / f"profiles/{name}.yml").read_text()
+        (folder / f"{name}.yml").write_text(text + f"env:\n  SGLANG_STANDIN_NOISE_SEED: '{seed}'\n")
+
+
+def space(folder: Path, search: str, budget: int) -> Path:
+    path = folder / "space.yml"
+    path.write_text(f"extends: cg_5tok\nbaseline: baseline\nvary:\n{GRID}{TRAFFIC}budget: {{restarts: {budget}}}\n"
+                    f"search: {search}\n")  # fmt: skip
+    return path
+
+
+def tune(folder: Path, path: Path, hosts: list[str]) -> dict:
+    argv = [sys.executable, "-m", "orchestrator", "--profiles-dir", str(folder), "tune", str(path)]
+    argv += ["--limit", ",".join(hosts), "--leave", "none", "--json"]
+    began = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    if not done.stdout.strip():
+        raise SystemExit(f"tune failed (rc {done.returncode}): {done.stderr[-2000:]}")
+    outcome = json.loads(done.stdout)
+    outcome["measured_wall_s"] = time.monotonic() - began
+    return outcome
+
+
+def runs(campaign: str, profile: str) -> list[float]:
+    """A point's decode tok/s at c=1 in a campaign, as ratios to its host's baseline mean."""
+    conn = sqlite3.connect(state_dir() / "ledger.sqlite")
+    rows = conn.execute(
+        "SELECT host, profile, tok_s FROM bench_results WHERE sweep_id=? AND concurrency=1 AND result='ok'",
+        (campaign,),
+    ).fetchall()
+    conn.close()
+    base: dict[str, list[float]] = {}
+    for host, name, tok in rows:
+        if name == "baseline":
+            base.setdefault(host, []).append(tok)
+    means = {h: sum(v) / len(v) for h, v in base.items()}
+    return [tok / means[host] for host, name, tok in rows if name == profile and host in means]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--skip-grid", metavar="CAMPAIGN", help="reuse this grid campaign's id")
+    parser.add_argument("--skip-hosts", action="store_true")
+    args = parser.parse_args()
+    subprocess.run([sys.executable, "-m", "orchestrator", "lab", "up"], check=True, capture_output=True)
+    work = Path(tempfile.mkdtemp(prefix="tune-quality-"))
+
+    # the reference: every valid point, all four hosts, no early stop and no confirmation
+    folder = work / "grid"
+    profiles(folder, 1000)
+    if args.skip_grid:
+        grid_id = args.skip_grid
+        grid = {"campaign_id": grid_id, "restarts": "?", "wall_s": 0.0, "trials": []}
+    else:
+        grid = tune(folder, space(folder, "{sampler: grid, early_stop: false, confirm: 0}", 29 + 4), HOSTS)
+        grid_id = grid["campaign_id"]
+    conn = sqlite3.connect(state_dir() / "ledger.sqlite")
+    points = [r[0] for r in conn.execute("SELECT DISTINCT profile FROM trials WHERE campaign_id=? AND kind='trial' "
+                                         "AND state='complete'", (grid_id,))]  # fmt: skip
+    conn.close()
+    scored = {p: runs(grid_id, p) for p in points}
+    reference = max(scored, key=lambda p: sum(scored[p]) / len(scored[p]))
+    ref_mean = sum(scored[reference]) / len(scored[reference])
+    print(
+        f"grid {grid_id}: {len(points)} points measured, {grid['restarts']} restarts, {grid['wall_s']:.0f} s"
+    )
+    print(f"reference winner: {reference} {ref_mean:.3f}x the baseline at c=1")
+    close = sorted(scored, key=lambda p: -sum(scored[p]) / len(scored[p]))[:6]
+    for p in close:
+        verdict = stats.compare(scored[p], scored[reference]).verdict if p != reference else "-"
+        print(f"  {p}: {sum(scored[p]) / len(scored[p]):.3f}x ({verdict} against the reference)")
+
+    found = 0
+    for seed in range(args.seeds):
+        folder = work / f"seed{seed}"
+        profiles(folder, seed)
+        o = tune(folder, space(folder, f"{{seed: {seed}}}", 11), HOSTS)
+        winner = o["winner"]
+        if winner == reference:
+            how = "the reference winner"
+        elif winner in scored:
+            verdict = stats.compare(scored[winner], scored[reference]).verdict
+            how = f"{verdict} against the reference"
+        else:
+            how = "not measured by the grid"
+        ok = winner == reference or how.startswith(("within noise", "faster", "too few"))
+        found += ok
+        print(f"seed {seed}: winner {winner} ({how}), {o['restarts']} restarts, {o['wall_s']:.0f} s, "
+              f"leaders {o['leaders'] or '-'}: {o['verdict']}")  # fmt: skip
+    print(f"found the reference winner or one within noise in {found} of {args.seeds} runs "
+          f"(budget 11 restarts on 4 hosts; the grid: 29 trials + 4 baselines = 33)")  # fmt: skip
+
+    if not args.skip_hosts:
+        walls = {}
+        for n in (1, 4):
+            folder = work / f"hosts{n}"
+            profiles(folder, 77)
+            o = tune(folder, space(folder, "{seed: 7, confirm: 0}", n + 8), HOSTS[:n])
+            trials = sum(1 for t in o["trials"] if t["kind"] == "trial")
+            walls[n] = o["measured_wall_s"]
+            print(f"{n} host(s): {trials} trials, {o['restarts']} restarts, {walls[n]:.0f} s wall")
+        print(f"4 hosts / 1 host wall time: {walls[4] / walls[1]:.2f}x (goal <= 0.35x)")
+
+
+if __name__ == "__main__":
+    main()
