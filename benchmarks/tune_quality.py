@@ -62,8 +62,8 @@ def profiles(folder: Path, seed: int) -> None:
 
 def space(folder: Path, search: str, budget: int) -> Path:
     path = folder / "space.yml"
-    path.write_text(f"extends: cg_5tok\nbaseline: baseline\nvary:\n{GRID}{TRAFFIC}budget: {{restarts: {budget}}}\n"
-                    f"search: {search}\n")  # fmt: skip
+    head = "extends: cg_5tok\nbaseline: baseline\nvary:\n"
+    path.write_text(f"{head}{GRID}{TRAFFIC}budget: {{restarts: {budget}}}\nsearch: {search}\n")
     return path
 
 
@@ -114,8 +114,8 @@ def main() -> None:
         grid = tune(folder, space(folder, "{sampler: grid, early_stop: false, confirm: 0}", 29 + 4), HOSTS)
         grid_id = grid["campaign_id"]
     conn = sqlite3.connect(state_dir() / "ledger.sqlite")
-    points = [r[0] for r in conn.execute("SELECT DISTINCT profile FROM trials WHERE campaign_id=? AND kind='trial' "
-                                         "AND state='complete'", (grid_id,))]  # fmt: skip
+    query = "SELECT DISTINCT profile FROM trials WHERE campaign_id=? AND kind='trial' AND state='complete'"
+    points = [r[0] for r in conn.execute(query, (grid_id,))]
     conn.close()
     scored = {p: runs(grid_id, p) for p in points}
     reference = max(scored, key=lambda p: sum(scored[p]) / len(scored[p]))
