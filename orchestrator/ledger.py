@@ -155,7 +155,8 @@ MIGRATIONS = [
         state TEXT NOT NULL,                   -- complete, stopped, failed, infeasible
         value REAL,                            -- the objective as a ratio to the host's baseline
         restarted INTEGER NOT NULL DEFAULT 1,
-        diagnosis TEXT NOT NULL DEFAULT ''
+        diagnosis TEXT NOT NULL DEFAULT '',
+        curve_id TEXT NOT NULL DEFAULT ''      -- its bench_results rows' curve_id
     );
     CREATE INDEX trials_campaign ON trials (campaign_id, id)
     """,

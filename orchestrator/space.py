@@ -63,11 +63,21 @@ def _scalar(value: Any) -> Any:
 #: One value a varied field takes, as read.
 Value = Annotated[Any, AfterValidator(_scalar)]
 
-#: Profile fields a campaign may not vary: what names the trial, and secrets (every trial of a
-#: campaign runs on the same hosts with the same credentials).
-FIXED = ("name", "description", "extends", "api_key", "secret_env")
+#: Profile fields a campaign may not vary: what names the trial, secrets (every trial of a
+#: campaign runs on the same hosts with the same credentials), the unit (one unit, one lock a
+#: host) and the deployment's shape (a trial is one host: never a multi-node server).
+FIXED = (
+    "name",
+    "description",
+    "extends",
+    "api_key",
+    "secret_env",
+    "service.environment_files",
+    "service.unit_name",
+    "deployment",
+)
 #: Most points a space may expand to (a 4 x 3 x 5 grid is 60).
-MAX_POINTS = 4096
+MAX_POINTS = 1024
 
 
 class _Model(BaseModel):
@@ -231,10 +241,12 @@ def _text(value: Value) -> str:
     return str(value)
 
 
-def _name(base: str, params: dict[str, Value]) -> str:
+def _name(base: str, params: dict[str, Value], hashed: bool = False) -> str:
     """A profile name that shows the point: `cg_5tok.3-4-5`, `cg_5tok.on-Ring`."""
     parts = [re.sub(r"[^A-Za-z0-9_.]", "_", _text(v)) for v in params.values()]
     name = f"{base}.{'-'.join(parts)}"
+    if hashed:
+        name += "." + hashlib.sha256(point_key(params).encode()).hexdigest()[:6]
     if len(name) > 80:  # a long text value: keep it a name, still one per point
         name = f"{base}.{hashlib.sha256(point_key(params).encode()).hexdigest()[:10]}"
     return name
@@ -313,8 +325,9 @@ def _field_problems(space: Space) -> list[tuple[str, str]]:
 def _field_problem(field: str) -> str:
     """Why `field` is not a dotted profile field a campaign may vary ('' when it is)."""
     parts = field.split(".")
-    if parts[0] in FIXED:
-        return f"{parts[0]} is the same for every trial of a campaign; set it in the extended profile"
+    fixed = next((f for f in FIXED if field == f or field.startswith(f + ".")), None)
+    if fixed:
+        return f"{fixed} is the same for every trial of a campaign; set it in the extended profile"
     model: type[BaseModel] | None = profile_mod.Profile
     for i, part in enumerate(parts):
         if model is None:  # inside a mapping (nccl, env): any key, nothing below it
@@ -339,8 +352,9 @@ def _field_problem(field: str) -> str:
     return ""
 
 
-def _set(data: dict[str, Any], field: str, value: Value) -> None:
-    """`data` with the dotted field set (null: removed, so the default applies)."""
+def _set(data: dict[str, Any], field: str, value: Value, keep_null: bool = False) -> None:
+    """`data` with the dotted field set (null: removed, so the default applies; `keep_null`: an
+    explicit null, which a profile that extends another reads as "the default" too)."""
     *path, last = field.split(".")
     node = data
     for part in path:
@@ -349,7 +363,7 @@ def _set(data: dict[str, Any], field: str, value: Value) -> None:
             child = {}
             node[part] = child
         node = child
-    if value is None:
+    if value is None and not keep_null:
         node.pop(last, None)
     else:
         node[last] = value
@@ -383,21 +397,48 @@ def expand(path: Path) -> Expanded:
         baseline = profile_mod.load(_ref(space.baseline, path))
     except InputError as exc:
         raise InputError(f"{path}: {exc}") from None
+    _same_unit(base, baseline, path)
     points = []
     values = list(space.vary.values())
     for combo in itertools.product(*values):
         params = dict(zip(space.vary, combo, strict=True))
         points.append(_point(base_data, base.name, space.extends, params, path))
+    names = [p.name for p in points]
+    if len(set(names)) < len(names):  # `a b` and `a_b` read alike in a name: each gets its key's hash
+        points = [_point(base_data, base.name, space.extends, p.params, path, hashed=True) for p in points]
+    if not any(p.profile is not None for p in points):
+        reasons = "; ".join(f"{p.label}: {p.pruned}" for p in points[:3])
+        raise InputError(f"{path}: every point of vary is refused by the profile rules ({reasons}): fix vary")
     return Expanded(space, path, digest, base, baseline, points, traffic(space, path))
 
 
+def _same_unit(base: profile_mod.Profile, baseline: profile_mod.Profile, path: Path) -> None:
+    """The baseline takes the trials' unit on each host (one unit, one lock), and is one host."""
+    if baseline.service.unit_name != base.service.unit_name:
+        raise InputError(
+            f"{path}: baseline {baseline.name}'s service.unit_name {baseline.service.unit_name} is not "
+            f"{base.name}'s {base.service.unit_name}: the baseline and the trials must be the same unit"
+        )
+    for prof in (base, baseline):
+        if prof.deployment.kind == "multinode":
+            raise InputError(
+                f"{path}: {prof.name} is a multi-node deployment: a tune trial is one host; "
+                "extend a single-host profile"
+            )
+
+
 def _point(
-    base_data: dict[str, Any], base_name: str, extends: str, params: dict[str, Value], path: Path
+    base_data: dict[str, Any],
+    base_name: str,
+    extends: str,
+    params: dict[str, Value],
+    path: Path,
+    hashed: bool = False,
 ) -> Point:
     data = _copy(base_data)
     for field, value in params.items():
         _set(data, field, value)
-    name = _name(base_name, params)
+    name = _name(base_name, params, hashed)
     data |= {"name": name, "extends": extends, "description": f"tune trial: {label(params)}"}
     source = f"{path.name} {label(params)}"
     try:

@@ -21,7 +21,6 @@ Engine layer: never prints. `Campaign.run()` returns a `Outcome`; the CLI (tune_
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import statistics
@@ -156,6 +155,8 @@ class Trial:
     value: float | None = None
     restarted: bool = True
     diagnosis: str = ""
+    #: its bench runs' curve_id
+    curve_id: str = ""
 
     @property
     def label(self) -> str:
@@ -173,6 +174,7 @@ class Trial:
             "value": self.value,
             "restarted": int(self.restarted),
             "diagnosis": self.diagnosis[:500],
+            "curve_id": self.curve_id,
         }
 
 
@@ -331,11 +333,17 @@ class Campaign:
         self.started = time.monotonic()
         self.phase = ""
         self.durations: list[float] = []
+        #: curve ids of the runs that count (rows())
+        self.curves: set[str] = set()
 
     # ---- ledger
 
     def rows(self) -> list[Any]:
-        return [r for r in ledger.bench_results() if r["sweep_id"] == self.id]
+        """The campaign's bench runs that count: those of recorded trials and of the ones in
+        flight (a trial cut off by Ctrl-C left runs that a resumed campaign measures anew)."""
+        return [
+            r for r in ledger.bench_results() if r["sweep_id"] == self.id and r["curve_id"] in self.curves
+        ]
 
     @property
     def restarts_used(self) -> int:
@@ -378,6 +386,12 @@ class Campaign:
     # ---- set-up
 
     def _start(self) -> None:
+        if not self.resumed and self.budget < len(self.hosts) + 1:
+            raise InputError(
+                f"{self.x.path}: budget.restarts {self.budget} does not cover a baseline on each of the "
+                f"{len(self.hosts)} hosts and one trial: raise it to at least {len(self.hosts) + 1}, "
+                "or --limit fewer hosts"
+            )
         if self.resumed:
             row = ledger.campaign(self.id)
             if row is None:
@@ -433,7 +447,9 @@ class Campaign:
                 r["value"],
                 bool(r["restarted"]),
                 r["diagnosis"],
+                r["curve_id"],
             )
+            self.curves.add(r["curve_id"])
             self.trials.append(trial)
 
     def _tell_known(self, t: Trial) -> None:
@@ -524,7 +540,9 @@ class Campaign:
         ]
         if trial.kind == "confirm":
             order = [(scored, 0)]
-        curve_id = uuid.uuid4().hex[:12]
+        curve_id = trial.curve_id = uuid.uuid4().hex[:12]
+        with self.lock:
+            self.curves.add(curve_id)
         base_row = {
             "sweep_id": self.id,
             "profile": trial.profile.name,
@@ -553,6 +571,11 @@ class Campaign:
                         trial.state, trial.value = "stopped", value
                         return
         trial.value = self._value(trial.profile.name)
+        own = baselines(self.rows(), self.baseline.name, self.level, self.metric)
+        if trial.kind == "baseline" and trial.host not in own:
+            trial.state = "failed"
+            trial.diagnosis = f"{trial.host}: the baseline measured nothing at {settings_level(scored).load}"
+            return
         if trial.value is None:
             trial.state, trial.diagnosis = "failed", f"{trial.host}: no run measured anything"
             return
@@ -604,32 +627,48 @@ class Campaign:
                 t.state, t.diagnosis = "failed", outcome[host]
             else:
                 healthy.append(host)
-        sessions = self._sessions(healthy)
-        with ThreadPoolExecutor(max_workers=max(1, len(healthy))) as pool:
-            futures = {h: pool.submit(self._bench, assign[h], sessions, asked.get(h)) for h in healthy}
-            try:
-                for f in futures.values():
-                    while True:
-                        try:
-                            f.result(timeout=0.5)
-                            break
-                        except TimeoutError:
-                            continue
-            except KeyboardInterrupt:
-                self.stop.set()
-                for f in futures.values():
-                    with contextlib.suppress(_Stop):
-                        f.result()
-                raise Interrupted(self._stopped(" while benching")) from None
-            except _Stop:
-                raise
+        self._bench_all({h: assign[h] for h in healthy}, asked)
         for host, t in assign.items():
             self.running.pop(host, None)
-            if t.kind == "trial" and host in asked:
-                self._tell(asked[host], t)
-            self._record(t)
+            if host not in healthy:
+                self._finish(t, asked.get(host))
         self.durations.append(time.monotonic() - begun)
         self._status()
+
+    def _bench_all(self, assign: dict[str, Trial], asked: Mapping[str, Any]) -> None:
+        """Bench each host's trial side by side; each one finished is told and recorded at once.
+        Ctrl-C lets the runs in flight end, records the trials that finished and raises
+        Interrupted; a trial cut off mid-bench is not recorded (its runs never count: rows())."""
+        sessions = self._sessions(assign)
+        with ThreadPoolExecutor(max_workers=max(1, len(assign))) as pool:
+            futures = {h: pool.submit(self._bench, t, sessions, asked.get(h)) for h, t in assign.items()}
+            pending = dict(futures)
+            try:
+                while pending:
+                    for host, f in list(pending.items()):
+                        try:
+                            f.result(timeout=0.2)
+                        except TimeoutError:
+                            continue
+                        del pending[host]
+                        self.running.pop(host, None)
+                        self._finish(assign[host], asked.get(host))
+            except KeyboardInterrupt:
+                self.stop.set()
+                for host, f in pending.items():
+                    try:
+                        f.result()
+                    except _Stop:
+                        continue
+                    self._finish(assign[host], asked.get(host))
+                raise Interrupted(self._stopped(" while benching")) from None
+
+    def _finish(self, t: Trial, asked: Any | None) -> None:
+        if t.kind == "trial" and asked is not None:
+            self._tell(asked, t)
+        if t.kind == "confirm" and t.state != "failed":
+            t.state = "complete"
+        self._record(t)
 
     def _tell(self, asked: Any, t: Trial) -> None:
         optuna = _optuna()
@@ -650,7 +689,8 @@ class Campaign:
         return {space_mod.point_key(t.params): t for t in self.trials if t.kind == "trial"}
 
     def _baselines(self) -> None:
-        """Each host that has no baseline measured in this campaign gets one."""
+        """Each host that has no baseline measured in this campaign gets one (complete only where
+        that host's own runs at the scored level measured something)."""
         have = {t.host for t in self.trials if t.kind == "baseline" and t.state == "complete"}
         todo = [h for h in self.hosts if h not in have]
         if not todo:
@@ -783,13 +823,7 @@ class Campaign:
                     t.state, t.diagnosis = "failed", outcome[host]
                     self._record(t)
                     assign.pop(host)
-        sessions = self._sessions(assign)
-        with ThreadPoolExecutor(max_workers=max(1, len(assign))) as pool:
-            for f in [pool.submit(self._bench, t, sessions, None) for t in assign.values()]:
-                f.result()
-        for t in assign.values():
-            t.state = t.state if t.state == "failed" else "complete"
-            self._record(t)
+        self._bench_all(assign, {})
 
     # ---- outcome
 
@@ -887,8 +921,12 @@ class Campaign:
 
             extends = os.path.relpath(Path(profile_mod._parent_ref(extends, self.x.path)), folder)
         data: dict[str, Any] = {}
+        parent, _ = profile_mod.load_raw(space_mod._ref(self.x.space.extends, self.x.path))
         for key, value in winner.params.items():
-            space_mod._set(data, key, value)
+            # null is the default: written where the extended profile sets the field (a null there
+            # resets it), left out where it does not
+            if value is not None or _has(parent, key):
+                space_mod._set(data, key, value, keep_null=True)
         text = _dump({"extends": extends, "description": summary, **data})
         header = f"# written by `orchestrator tune` (campaign {self.id}, {self.x.path.name})\n"
         with open(path, "x") as fh:
@@ -900,9 +938,12 @@ class Campaign:
         """Deploy what `--leave` says on every host, releasing the campaign's lock."""
         leave = self.options.leave
         if leave == "best":
-            prof = (
-                outcome.winner.profile if outcome.winner and outcome.winner_beats_baseline else self.baseline
-            )
+            prof = self.baseline
+            if outcome.winner and outcome.winner_beats_baseline:
+                # the written file, so that what runs is named as the file that says it
+                prof = (
+                    profile_mod.load(outcome.winner_file) if outcome.winner_file else outcome.winner.profile
+                )
         elif leave == "baseline":
             prof = self.baseline
         else:
@@ -920,23 +961,22 @@ class Campaign:
         report = deploy_mod.deploy(
             next(iter(assign.values())), self.inventory, options, self.options.on_event, each=assign
         )
+        if report.interrupted:
+            raise Interrupted(
+                f"tune campaign {self.id} stopped by Ctrl-C while leaving {outcome.left} deployed; the "
+                f"search is done and recorded: `tune {self.x.path} --resume {self.id}` measures nothing "
+                "more and deploys it again"
+            )
         outcome.left_ok = report.ok
         if not report.ok:
             outcome.left_message = sweep_mod._failure(report)
 
-    def run(self) -> Outcome:
-        self._start()
-        try:
-            self._baselines()
-            self._search()
-            leaders = self._confirm()
-        except Interrupted:
-            ledger.update_campaign(self.id, status="interrupted")
-            raise
-        except KeyboardInterrupt:  # between a play and a bench: nothing half-done to undo
-            self.stop.set()
-            ledger.update_campaign(self.id, status="interrupted")
-            raise Interrupted(self._stopped("")) from None
+    def _phases(self) -> Outcome:
+        """Baselines, the search, the leaders' extra runs; the outcome, the winner's file and what
+        is left deployed."""
+        self._baselines()
+        self._search()
+        leaders = self._confirm()
         ranked = self._ranked()
         winner = ranked[0] if ranked else None
         verdict, beats = self._verdict(winner)
@@ -956,9 +996,22 @@ class Campaign:
             failures=[t for t in self.trials if t.state == "failed"],
         )
         if winner is not None:
-            summary = f"tuned: {verdict}"
-            outcome.winner_file = self._write_winner(winner, summary)
+            outcome.winner_file = self._write_winner(winner, f"tuned: {verdict}")
         self._leave(outcome)
+        return outcome
+
+    def run(self) -> Outcome:
+        self._start()
+        try:
+            outcome = self._phases()
+        except Interrupted:
+            ledger.update_campaign(self.id, status="interrupted")
+            raise
+        except KeyboardInterrupt:  # between a play and a bench: nothing half-done to undo
+            self.stop.set()
+            ledger.update_campaign(self.id, status="interrupted")
+            raise Interrupted(self._stopped("")) from None
+        winner, verdict, leaders = outcome.winner, outcome.verdict, outcome.leaders
         outcome.wall_s = time.monotonic() - self.started
         ledger.update_campaign(
             self.id,
@@ -973,6 +1026,15 @@ class Campaign:
             ),
         )
         return outcome
+
+
+def _has(data: Mapping[str, Any], dotted: str) -> bool:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _dump(data: dict[str, Any]) -> str:

@@ -230,7 +230,7 @@ def test_tune_finds_the_grid_winner_with_a_third_of_its_restarts(lab: Lab, tmp_p
     # the deploys asked for: the baseline, trials, and the one left at the end
     assert lab.deploys[0] == {"lab1": "baseline"} and len(lab.deploys) <= outcome.restarts + 1
     assert "beats the baseline" in outcome.verdict and outcome.winner_beats_baseline
-    assert outcome.left == outcome.winner.profile.name
+    assert outcome.left == Path(outcome.winner_file).stem  # what runs is named as the file
 
 
 def test_two_hosts_score_against_their_own_baseline(lab: Lab, tmp_path: Path) -> None:
@@ -348,3 +348,43 @@ def test_check_estimates_from_the_ledger(lab: Lab, tmp_path: Path) -> None:
     assert one.restart_s == 40.0 and "median of the ledger's last 3 restarting deploys" in one.basis
     assert one.restarts == 10 and four.restarts == 10
     assert four.wall_s < one.wall_s / 2  # four trials a round
+
+
+def test_a_null_winner_is_written_as_null_and_means_the_default(lab: Lab, tmp_path: Path) -> None:
+    from orchestrator import profile
+
+    path = write_space(tmp_path, {"server.cuda_graph": [None]}, budget={"restarts": 3})
+    outcome = campaign(path, ["lab1"], tmp_path).run()
+    data = yaml.safe_load(Path(outcome.winner_file).read_text())
+    assert data["server"] == {"cuda_graph": None}
+    assert profile.load(outcome.winner_file).server.cuda_graph == outcome.winner.profile.server.cuda_graph
+
+
+def test_values_that_read_alike_in_a_name_are_two_trials(tmp_path: Path) -> None:
+    x = space.expand(write_space(tmp_path, {"env.X": ["a b", "a_b", "a/b", "on"]}))
+    assert len({p.name for p in x.valid}) == 4
+
+
+def test_a_budget_below_the_baselines_is_refused(lab: Lab, tmp_path: Path) -> None:
+    path = write_space(tmp_path, budget={"restarts": 2})
+    with pytest.raises(InputError, match="raise it to at least 3"):
+        campaign(path, ["lab1", "lab2"], tmp_path).run()
+    assert lab.deploys == []
+
+
+def test_ctrl_c_mid_round_records_the_trials_that_finished(lab: Lab, tmp_path: Path, monkeypatch) -> None:
+    path = write_space(tmp_path, budget={"restarts": 8})
+    c = campaign(path, ["lab1", "lab2"], tmp_path)
+    real = lab.run
+
+    def run(target, settings, on_progress, log):
+        if target.host == "lab2" and lab.running["lab2"].name != "baseline":
+            raise KeyboardInterrupt  # as Ctrl-C lands in the main thread while lab2 benches
+        return real(target, settings, on_progress, log)
+
+    monkeypatch.setattr(bench, "run", run)
+    with pytest.raises((Interrupted, KeyboardInterrupt)):
+        c.run()
+    kinds = [(r["kind"], r["host"]) for r in ledger.trials(c.id)]
+    assert ("baseline", "lab1") in kinds and ("baseline", "lab2") in kinds
+    assert ("trial", "lab2") not in kinds
