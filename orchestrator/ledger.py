@@ -655,11 +655,16 @@ def record_bench(row: dict[str, Any], db: Path | None = None) -> int:
     unknown = set(row) - set(BENCH_COLUMNS)
     if unknown:
         raise ValueError(f"not bench_results columns: {sorted(unknown)}")
+    return _insert("bench_results", row, db)
+
+
+def _insert(table: str, row: dict[str, Any], db: Path | None = None) -> int:
+    """Append `row` (time: now unless given) to `table`; its id."""
     values = {"time": time.time(), **row}
     names = ", ".join(values)
     marks = ",".join("?" * len(values))
     with connect(db) as conn:
-        cur = conn.execute(f"INSERT INTO bench_results ({names}) VALUES ({marks})", tuple(values.values()))
+        cur = conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", tuple(values.values()))
         return int(cur.lastrowid or 0)
 
 
@@ -739,12 +744,7 @@ def to_csv(rows: list[sqlite3.Row] | list[dict[str, Any]]) -> str:
 
 def record_campaign(row: dict[str, Any]) -> None:
     """A new campaign (campaigns columns but outcome)."""
-    values = {"time": time.time(), **row}
-    with connect() as conn:
-        conn.execute(
-            f"INSERT INTO campaigns ({', '.join(values)}) VALUES ({','.join('?' * len(values))})",
-            tuple(values.values()),
-        )
+    _insert("campaigns", row)
 
 
 def update_campaign(campaign_id: str, **changes: Any) -> None:
@@ -759,18 +759,9 @@ def campaign(campaign_id: str) -> sqlite3.Row | None:
     return rows[0] if rows else None
 
 
-def campaigns(limit: int = 20) -> list[sqlite3.Row]:
-    return _select("campaigns", "SELECT * FROM campaigns ORDER BY time DESC LIMIT ?", (limit,))
-
-
 def record_trial(row: dict[str, Any]) -> None:
     """One finished trial of a campaign (trials columns but id)."""
-    values = {"time": time.time(), **row}
-    with connect() as conn:
-        conn.execute(
-            f"INSERT INTO trials ({', '.join(values)}) VALUES ({','.join('?' * len(values))})",
-            tuple(values.values()),
-        )
+    _insert("trials", row)
 
 
 def trials(campaign_id: str) -> list[sqlite3.Row]:

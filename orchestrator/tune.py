@@ -79,17 +79,34 @@ def _metric(row: Mapping[str, Any], name: str) -> float | None:
     return None if value is None else float(value)
 
 
+def runs_at(
+    rows: Iterable[Mapping[str, Any]], profile: str, level: sweep_mod.Level
+) -> list[Mapping[str, Any]]:
+    """A profile's runs at `level` that measured something."""
+    return [
+        r
+        for r in rows
+        if r["profile"] == profile and sweep_mod.measured(r) and sweep_mod.level_of(r) == level
+    ]
+
+
+def _per_host(
+    rows: Iterable[Mapping[str, Any]], profile: str, level: sweep_mod.Level, metric: str
+) -> dict[str, list[float]]:
+    """A profile's metric at `level`, run by run, per host."""
+    found: dict[str, list[float]] = {}
+    for r in runs_at(rows, profile, level):
+        value = _metric(r, metric)
+        if value is not None:
+            found.setdefault(r["host"], []).append(value)
+    return found
+
+
 def baselines(
     rows: Iterable[Mapping[str, Any]], baseline: str, level: sweep_mod.Level, metric: str
 ) -> dict[str, float]:
     """Per host, the mean of the baseline's runs at `level`."""
-    found: dict[str, list[float]] = {}
-    for r in rows:
-        if r["profile"] == baseline and sweep_mod.measured(r) and sweep_mod.level_of(r) == level:
-            value = _metric(r, metric)
-            if value is not None:
-                found.setdefault(r["host"], []).append(value)
-    return {h: statistics.fmean(v) for h, v in found.items() if v}
+    return {h: statistics.fmean(v) for h, v in _per_host(rows, baseline, level, metric).items()}
 
 
 def ratios(
@@ -101,11 +118,10 @@ def ratios(
 ) -> list[float]:
     """A profile's runs at `level`, each as a ratio to its own host's baseline mean."""
     out = []
-    for r in rows:
-        if r["profile"] == profile and sweep_mod.measured(r) and sweep_mod.level_of(r) == level:
-            value, ref = _metric(r, metric), base.get(r["host"])
-            if value is not None and ref:
-                out.append(value / ref)
+    for r in runs_at(rows, profile, level):
+        value, ref = _metric(r, metric), base.get(r["host"])
+        if value is not None and ref:
+            out.append(value / ref)
     return out
 
 
@@ -113,15 +129,9 @@ def run_noise(
     rows: Iterable[Mapping[str, Any]], baseline: str, level: sweep_mod.Level, metric: str
 ) -> float | None:
     """The baselines' run-to-run coefficient of variation at `level`, pooled over hosts."""
-    per_host: dict[str, list[float]] = {}
-    for r in rows:
-        if r["profile"] == baseline and sweep_mod.measured(r) and sweep_mod.level_of(r) == level:
-            value = _metric(r, metric)
-            if value is not None:
-                per_host.setdefault(r["host"], []).append(value)
     cvs = [
         statistics.stdev(v) / statistics.fmean(v)
-        for v in per_host.values()
+        for v in _per_host(rows, baseline, level, metric).values()
         if len(v) > 1 and statistics.fmean(v)
     ]
     return statistics.fmean(cvs) if cvs else None
@@ -129,12 +139,7 @@ def run_noise(
 
 def p99_ttft_ms(rows: Iterable[Mapping[str, Any]], profile: str, level: sweep_mod.Level) -> float | None:
     values = [
-        float(r["ttft_p99_s"]) * 1000
-        for r in rows
-        if r["profile"] == profile
-        and sweep_mod.measured(r)
-        and sweep_mod.level_of(r) == level
-        and r["ttft_p99_s"] is not None
+        float(r["ttft_p99_s"]) * 1000 for r in runs_at(rows, profile, level) if r["ttft_p99_s"] is not None
     ]
     return statistics.fmean(values) if values else None
 
@@ -856,11 +861,7 @@ class Campaign:
     def _level_row(
         self, rows: list[Any], level: sweep_mod.Level, name: str, label: str, base: Mapping[str, float]
     ) -> LevelBest:
-        runs = [
-            r
-            for r in rows
-            if r["profile"] == name and sweep_mod.measured(r) and sweep_mod.level_of(r) == level
-        ]
+        runs = runs_at(rows, name, level)
         tok = [float(r["tok_s"]) for r in runs]
         accepts = [a for r in runs if (a := sweep_mod._level_accept(r)) is not None]
         found = ratios(rows, name, level, self.metric, base)
