@@ -31,10 +31,8 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    Strict,
     ValidationError,
     model_validator,
 )
@@ -45,8 +43,9 @@ from orchestrator import profile as profile_mod
 from orchestrator import systemd_check, yaml12
 from orchestrator.errors import InputError, Problem, ProfileError
 
-Int = Annotated[int, Strict(), BeforeValidator(profile_mod._one_reading)]
-Number = Annotated[float, Strict(), BeforeValidator(profile_mod._one_reading)]
+#: Counts and numbers as a profile takes them (strict; a number YAML 1.1 reads otherwise refused).
+Int = profile_mod.Int
+Number = profile_mod.Number
 
 
 def _scalar(value: Any) -> Any:
