@@ -134,3 +134,12 @@ def test_verify_finds_our_ansible_without_our_venv_on_path(monkeypatch: pytest.M
     ours = sysconfig.get_path("scripts")
     monkeypatch.setenv("PATH", os.pathsep.join(["/usr/bin", ours, "/bin"]))
     assert verify_run._path_first_ours().split(os.pathsep) == [ours, "/usr/bin", "/bin"]
+
+
+def test_no_two_test_files_share_a_name() -> None:
+    """The test folders are not packages, so pytest imports each test file by its bare name: two
+    files named alike fail the whole collection ("import file mismatch"), as CI did once."""
+    seen: dict[str, Path] = {}
+    for path in sorted((CHECKOUT / "tests").rglob("*.py")):
+        other = seen.setdefault(path.name, path)
+        assert other == path or path.name == "conftest.py", f"{other} and {path} share a name"

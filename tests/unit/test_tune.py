@@ -2,7 +2,7 @@
 (orchestrator/lab/standins/host/sglang/_speed.py) with its run-to-run noise and host factors.
 
 What needs no host lives here: which points are tried, early stopping, the budget, the per-host
-baselines, ties, resume, the winner's file. tests/lab/test_tune.py runs a small space for real.
+baselines, ties, resume, the winner's file. tests/lab/test_tune_lab.py runs a small space for real.
 """
 
 from __future__ import annotations
