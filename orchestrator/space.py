@@ -272,6 +272,14 @@ class Expanded:
     def pruned(self) -> list[Point]:
         return [p for p in self.points if p.profile is None]
 
+    @property
+    def incumbent(self) -> Point | None:
+        """The valid point that runs as the space's own profile does (every varied field at the
+        value it has there), if the space holds one: a campaign measures it first, so the verdict
+        says whether anything beats what runs today."""
+        mine = _settings(self.base)
+        return next((p for p in self.valid if p.profile is not None and _settings(p.profile) == mine), None)
+
     def level(self) -> bench_mod.Settings:
         """The traffic's level the objective scores."""
         o, levels = self.space.objective, self.traffic.levels()
@@ -281,6 +289,11 @@ class Expanded:
             if s.request_rate is None and s.concurrency == o.at_concurrency:
                 return s
         return levels[0]
+
+
+def _settings(prof: profile_mod.Profile) -> dict[str, Any]:
+    """What a profile runs, without what only names it."""
+    return prof.model_dump(exclude={"name", "description", "extends"})
 
 
 def load(path: Path) -> Space:

@@ -274,6 +274,18 @@ def _pruner(margin: Callable[[], float]) -> Any:
     return Behind()
 
 
+def _ordinal(values: Sequence[Any]) -> bool:
+    """Whether a field's values are all numbers: then the sampler sees their order (TPE models
+    neighbours alike), not unrelated categories."""
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def _ranks(values: Sequence[Any]) -> list[int]:
+    """The value indexes in the sampler's order: by value for numbers, else as written."""
+    order = list(range(len(values)))
+    return sorted(order, key=lambda i: float(values[i])) if _ordinal(values) else order
+
+
 def _sampler(search: space_mod.Search, vary: Mapping[str, list[Any]]) -> Any:
     """The sampler over each field's value indexes (Optuna copies what it keeps, and a value
     keeps its text only as the space file's own object)."""
@@ -329,6 +341,9 @@ class Campaign:
         self.baseline = expanded.baseline
         self.by_key = {p.key: p for p in expanded.points}
         self.dists: dict[str, Any] = {}
+        #: field -> value indexes in the sampler's order (by value, for a field of numbers)
+        self.ranks: dict[str, list[int]] = {}
+        self.asked_incumbent = expanded.space.search.sampler == "grid"  # a grid asks every point anyway
         self.trials: list[Trial] = []
         #: host -> the profile it runs now (None: unknown, after a failed deploy)
         self.deployed: dict[str, profile_mod.Profile | None] = dict.fromkeys(self.hosts)
@@ -426,8 +441,13 @@ class Campaign:
                 }
             )
         optuna = _optuna()
+        self.ranks = {k: _ranks(v) for k, v in self.x.space.vary.items()}
         self.dists = {
-            k: optuna.distributions.CategoricalDistribution(list(range(len(v))))
+            k: (
+                optuna.distributions.IntDistribution(0, len(v) - 1)
+                if _ordinal(v)
+                else optuna.distributions.CategoricalDistribution(list(range(len(v))))
+            )
             for k, v in self.x.space.vary.items()
         }
         sampler = _sampler(self.x.space.search, self.x.space.vary)
@@ -481,15 +501,16 @@ class Campaign:
         self.study.add_trial(frozen)
 
     def _values(self, indexes: Mapping[str, int]) -> dict[str, Any]:
-        """A sampler's point (an index per field) as the space's values, in the space's order."""
-        return {k: v[indexes[k]] for k, v in self.x.space.vary.items()}
+        """A sampler's point (a rank per field) as the space's values, in the space's order."""
+        return {k: v[self.ranks[k][indexes[k]]] for k, v in self.x.space.vary.items()}
 
     def _indexes(self, params: Mapping[str, Any]) -> dict[str, int]:
-        """The index of each value among its field's, by the text it was written with."""
+        """The sampler's rank of each value among its field's, found by the text it was written
+        with."""
         out = {}
         for k, values in self.x.space.vary.items():
             keys = [space_mod.point_key({k: v}) for v in values]
-            out[k] = keys.index(space_mod.point_key({k: params[k]}))
+            out[k] = self.ranks[k].index(keys.index(space_mod.point_key({k: params[k]})))
         return out
 
     def _margin(self) -> float:
@@ -717,6 +738,16 @@ class Campaign:
         measured ones as what they measured); None when the space has no such point left."""
         measured = self._measured()
         optuna = _optuna()
+        first = self.x.incumbent
+        if (
+            first is not None
+            and first.key not in measured
+            and first.key not in taken
+            and not self.asked_incumbent
+        ):
+            self.asked_incumbent = True  # once: a failed incumbent is a measured point too
+            self.study.enqueue_trial(self._indexes(first.params))
+            return self.study.ask(self.dists), first
         for _ in range(MAX_ASKS):
             asked = self.study.ask(self.dists)
             point = self.by_key[space_mod.point_key(self._values(asked.params))]
@@ -876,6 +907,26 @@ class Campaign:
         )
 
     def _verdict(self, winner: Trial | None) -> tuple[str, bool]:
+        text, beats = self._against_baseline(winner)
+        return text + self._against_incumbent(winner), beats
+
+    def _against_incumbent(self, winner: Trial | None) -> str:
+        """How the space's own profile (measured first where the space holds its point) did, when
+        it is not the winner: what the campaign gained over what ran before it."""
+        first = self.x.incumbent
+        if winner is None or first is None or first.key == space_mod.point_key(winner.params):
+            return f"; it is {self.x.base.name}'s own setting" if winner is not None and first else ""
+        ranked = {space_mod.point_key(t.params): t for t in self._ranked()}
+        tried = [t for t in self.trials if t.kind == "trial" and space_mod.point_key(t.params) == first.key]
+        if not tried:
+            return ""
+        t = ranked.get(first.key, tried[-1])
+        how = {"stopped": ", stopped early", "infeasible": ", over the p99 TTFT limit"}.get(t.state, "")
+        if t.value is None:
+            return f"; {self.x.base.name}'s own setting ({t.label}): {t.state}"
+        return f"; {self.x.base.name}'s own setting ({t.label}): {t.value:.2f}x{how}"
+
+    def _against_baseline(self, winner: Trial | None) -> tuple[str, bool]:
         where = (
             f"at {self.level.axis} {self.level.x:g}"
             if self.level.request_rate is not None

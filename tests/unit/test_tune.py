@@ -233,6 +233,44 @@ def test_tune_finds_the_grid_winner_with_a_third_of_its_restarts(lab: Lab, tmp_p
     assert outcome.left == Path(outcome.winner_file).stem  # what runs is named as the file
 
 
+def test_the_space_profile_own_setting_is_measured_first_and_named_in_the_verdict(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """A campaign answers "does anything beat what runs today": the point that runs as the space's
+    profile does (cg_16tok is 5/4/16) is the first trial, and the verdict says how it did."""
+    path = write_space(tmp_path, extends="example:cg_16tok", budget={"restarts": 8})
+    x = space.expand(path)
+    assert x.incumbent is not None and x.incumbent.name == "cg_16tok.5-4-16"
+    outcome = campaign(path, ["lab1"], tmp_path).run()
+    assert lab.deploys[1] == {"lab1": "cg_16tok.5-4-16"}
+    assert outcome.winner is not None and outcome.winner.profile.name != "cg_16tok.5-4-16"
+    assert "; cg_16tok's own setting (num_steps=5 eagle_topk=4 num_draft_tokens=16): 1.0" in outcome.verdict
+
+
+def test_a_space_without_the_profile_own_setting_has_no_incumbent(tmp_path: Path) -> None:
+    x = space.expand(write_space(tmp_path, {"speculative.num_draft_tokens": [8, 16]}))
+    assert x.incumbent is None  # cg_5tok verifies 5 draft tokens
+
+
+def test_numbers_are_ordered_for_the_sampler_and_other_values_are_not(lab: Lab, tmp_path: Path) -> None:
+    """TPE sees a field of numbers as ordered (neighbours alike), whatever order the file lists
+    them in; booleans, strings and a null among numbers stay categories."""
+    assert tune._ranks([16, 2, 5]) == [1, 2, 0] and tune._ordinal([16, 2, 5])
+    assert (
+        not tune._ordinal([2, None])
+        and not tune._ordinal([True, False])
+        and tune._ranks(["b", "a"]) == [0, 1]
+    )
+    vary = {"speculative.num_draft_tokens": [8, 4, 5], "server.cuda_graph": [True, False]}
+    path = write_space(tmp_path, vary, budget={"restarts": 7}, search={"sampler": "grid", "confirm": 0})
+    c = campaign(path, ["lab1"], tmp_path, leave="none")
+    outcome = c.run()
+    assert type(c.dists["speculative.num_draft_tokens"]).__name__ == "IntDistribution"
+    assert type(c.dists["server.cuda_graph"]).__name__ == "CategoricalDistribution"
+    tried = sorted(space.point_key(t.params) for t in outcome.trials if t.kind == "trial")
+    assert tried == sorted(p.key for p in space.expand(path).valid)  # each point once, none twice
+
+
 def test_two_hosts_score_against_their_own_baseline(lab: Lab, tmp_path: Path) -> None:
     lab.factor = {"lab1": 1.0, "lab2": 0.8}  # lab2 is a fifth slower at everything
     path = write_space(tmp_path, budget={"restarts": 8})
