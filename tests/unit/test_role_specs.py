@@ -1,59 +1,44 @@
-"""Each role says the same thing four times: defaults/main.yml, meta/argument_specs.yml, its
-module's argument_spec and the module's DOCUMENTATION. They must agree in names, types,
-defaults and requiredness (a role variable is the module option with the role's prefix), and
-the role's task must pass every option from its variable. Host paths come from Python only:
-no default anywhere repeats one."""
+"""A module option is declared once: in the module's ARGUMENT_SPEC, with its description (options
+several modules take: in module_utils/orchestrator_host.py). scripts/role_specs.py writes what follows
+from it: the DOCUMENTATION options, the doc fragment of `paths`, each role's meta/argument_specs.yml
+and defaults/main.yml. Here the written files are held to it, read back as Ansible reads them
+(ansible-doc, and the validator validate_argument_spec runs), and what is still written by hand is
+checked: a role's tasks pass every option from its variable. Host paths come from Python only: no
+default anywhere repeats one."""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 import types
 from pathlib import Path
 from typing import Any
 
-import ansible.module_utils
 import pytest
 import yaml
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from orchestrator.hostplan import HostPaths, LockSpec, PreflightChecks
-from orchestrator.paths import MODULE_UTILS_DIR, ROLES_DIR
-
-if str(MODULE_UTILS_DIR) not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(MODULE_UTILS_DIR))
-
-from ansible.module_utils import orchestrator_host as host  # found through the path above
-
-#: The module each role's tasks/main.yml runs.
-ROLE_MODULE = {
-    "gpu_idle": "gpu_idle",
-    "sglang_drain": "sglang_drain",
-    "sglang_gateway": "sglang_gateway",
-    "sglang_health": "sglang_health_wait",
-    "sglang_preflight": "sglang_preflight",
-    "sglang_probe": "sglang_probe",
-    "sglang_record": "sglang_record",
-    "sglang_service": "sglang_start",
-    "sglang_stop": "sglang_stop",
-    "sglang_unit": "sglang_unit",
-    "sglang_units": "sglang_units_info",
-}
-#: Role variables whose option is not the name less the role's prefix.
-RENAMED = {
-    "sglang_unit_name": "unit_name",  # the prefix sglang_unit_ eats the option's own "unit_"
-    "sglang_health_unit_name": "unit",  # sglang_health_wait's options predate the role's names
-    "sglang_record_unit_content": "unit",  # the option is the record's own key
-}
-HOST_PATHS = ("/etc/systemd/system", "/etc/orchestrator", "/run/orchestrator")
-MODULE_FILES = sorted(ROLES_DIR.glob("*/library/*.py"))
+from orchestrator.paths import MODULE_UTILS_DIR, PLAYBOOKS_DIR, ROLES_DIR, ROOT
 
 
-def load(path: Path) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
+def _script() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("role_specs_script", ROOT / "scripts/role_specs.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+gen = _script()
+host = gen.host  # module_utils/orchestrator_host.py, as the modules import it
+ROLES = sorted(p.name for p in ROLES_DIR.iterdir() if p.is_dir())
+MODULE_FILES = sorted(ROLES_DIR.glob("*/library/*.py"))
+HOST_PATHS = ("/etc/systemd/system", "/etc/orchestrator", "/run/orchestrator")
 
 
 def role_spec(role: str, entry: str = "main") -> dict[str, dict]:
@@ -61,13 +46,16 @@ def role_spec(role: str, entry: str = "main") -> dict[str, dict]:
     return specs["argument_specs"][entry]["options"]
 
 
-def option_name(role: str, var: str) -> str:
-    assert var.startswith(f"{role}_"), f"{var} lacks the role's prefix"
-    return RENAMED.get(var, var.removeprefix(f"{role}_"))
+def entries(role: str) -> dict[str, tuple[str, dict[str, dict]]]:
+    """{entry point: (module, its ARGUMENT_SPEC)} of a role."""
+    return {
+        entry: (module, gen.load(ROLES_DIR / role / "library" / f"{module}.py").ARGUMENT_SPEC)
+        for entry, module in gen.entry_points(ROLES_DIR / role).items()
+    }
 
 
 def norm(spec: dict[str, dict]) -> dict[str, dict[str, Any]]:
-    """What must agree about each option, from an argument_spec, argument_specs.yml or DOCUMENTATION."""
+    """What must agree about each option, from an ARGUMENT_SPEC, argument_specs.yml or DOCUMENTATION."""
     out = {}
     for name, opt in spec.items():
         sub = opt.get("options") or opt.get("suboptions")
@@ -76,62 +64,106 @@ def norm(spec: dict[str, dict]) -> dict[str, dict[str, Any]]:
             "elements": opt.get("elements"),
             "required": bool(opt.get("required", False)),
             "default": opt.get("default"),
+            "choices": opt.get("choices"),
+            "description": opt.get("description"),
             "options": norm(sub) if sub else None,
         }
     return out
 
 
-def test_every_role_is_known():
-    assert sorted(p.name for p in ROLES_DIR.iterdir() if p.is_dir()) == sorted(ROLE_MODULE)
+def ansible_doc(*args: str) -> dict[str, Any]:
+    """`ansible-doc --json ARGS` with the checkout's doc fragments, as a developer runs it."""
+    env = {
+        **os.environ,
+        "ANSIBLE_DOC_FRAGMENT_PLUGINS": str(PLAYBOOKS_DIR / "doc_fragments"),
+        "ANSIBLE_LIBRARY": ":".join(str(p) for p in sorted(ROLES_DIR.glob("*/library"))),
+    }
+    argv = [sys.executable, "-m", "ansible.cli.doc", "--json", *args]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and not done.stderr.strip(), done.stderr
+    return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("role", sorted(ROLE_MODULE))
-def test_defaults_are_exactly_the_options_with_a_default(role):
-    defaults = yaml.safe_load((ROLES_DIR / role / "defaults/main.yml").read_text()) or {}
-    options = role_spec(role)
-    assert defaults == {name: opt["default"] for name, opt in options.items() if "default" in opt}
-    for name, opt in options.items():
-        assert not (opt.get("required") and "default" in opt), f"{name} is required and has a default"
-        assert opt.get("required") or "default" in opt, f"{name} is neither required nor has a default"
+def var_option(role: str, var: str) -> str:
+    renamed = {v: o for o, v in gen.RENAMED.get(role, {}).items()}
+    assert var in renamed or var.startswith(f"{role}_"), f"{var} lacks the role's prefix"
+    return renamed.get(var, var.removeprefix(f"{role}_"))
 
 
-@pytest.mark.parametrize("role", sorted(r for r, m in ROLE_MODULE.items() if m))
-def test_role_variables_are_the_modules_options(role):
-    module = load(ROLES_DIR / role / "library" / f"{ROLE_MODULE[role]}.py")
-    options = {option_name(role, var): opt for var, opt in role_spec(role).items()}
-    assert norm(options) == norm(module.ARGUMENT_SPEC)
+def test_the_written_files_are_as_the_script_writes_them():
+    stale = [str(p.relative_to(ROOT)) for p in gen.stale(gen.expected())]
+    assert not stale, f"{', '.join(stale)}: not as {gen.COMMAND} writes them from the ARGUMENT_SPECs; run it"
 
 
-@pytest.mark.parametrize("path", MODULE_FILES, ids=lambda p: p.stem)
-def test_documentation_matches_the_argument_spec(path):
-    module = load(path)
-    doc = yaml.safe_load(module.DOCUMENTATION)
-    assert doc["module"] == path.stem
-    assert norm(doc["options"]) == norm(module.ARGUMENT_SPEC)
-    assert set(doc["attributes"]) >= {"check_mode", "diff_mode"}
-    assert all(a["support"] in ("full", "partial", "none") for a in doc["attributes"].values())
-    assert yaml.safe_load(module.EXAMPLES)
-    for key, ret in yaml.safe_load(module.RETURN).items():
-        assert {"description", "type", "returned"} <= set(ret), f"RETURN {key}"
+def test_the_script_refuses_an_option_without_a_description_or_both_required_and_a_default():
+    with pytest.raises(gen.Failed, match="option a has no description"):
+        gen._check("m.py", {"a": {"type": "str", "default": ""}})
+    with pytest.raises(gen.Failed, match="option a must be either required or have a default"):
+        gen._check("m.py", {"a": {"type": "str", "required": True, "default": "", "description": "A."}})
+    with pytest.raises(gen.Failed, match="option a must be either required or have a default"):
+        gen._check("m.py", {"a": {"type": "str", "description": "A."}})
 
 
-@pytest.mark.parametrize("role", sorted(r for r, m in ROLE_MODULE.items() if m))
+def test_ansible_doc_reads_every_module_as_its_argument_spec():
+    docs = ansible_doc("-t", "module", *(p.stem for p in MODULE_FILES))
+    assert sorted(docs) == sorted(p.stem for p in MODULE_FILES)
+    for path in MODULE_FILES:
+        doc, spec = docs[path.stem], gen.load(path).ARGUMENT_SPEC
+        assert norm(doc["doc"]["options"]) == norm(spec), path.stem
+        attributes = doc["doc"]["attributes"]
+        assert set(attributes) >= {"check_mode", "diff_mode"}, path.stem
+        assert all(a["support"] in ("full", "partial", "none") for a in attributes.values()), path.stem
+        assert yaml.safe_load(doc["examples"]), path.stem
+        for key, ret in doc["return"].items():
+            assert {"description", "type", "returned"} <= set(ret), f"{path.stem}: RETURN {key}"
+
+
+def _named(spec: dict[str, dict], names: dict[str, str]) -> dict[str, dict]:
+    """A spec whose descriptions say I(role_variable) for I(option), as a role states them."""
+    return {
+        name: {
+            **opt,
+            "description": gen._named(opt["description"], names),
+            **({"options": _named(opt["options"], names)} if "options" in opt else {}),
+        }
+        for name, opt in spec.items()
+    }
+
+
+def test_ansible_doc_reads_every_role_as_its_modules_options():
+    """A role variable is its module's option with the role's prefix (gen.RENAMED aside), and a
+    description's I(option) names the variable."""
+    docs = ansible_doc("-t", "role", "--roles-path", str(ROLES_DIR), *ROLES)
+    for role in ROLES:
+        for entry, (module, spec) in entries(role).items():
+            names = {option: gen.role_var(role, option) for option in spec}
+            options = docs[role]["entry_points"][entry]["options"]
+            assert sorted(options) == sorted(names.values()), (role, entry)
+            back = {option: options[var] for option, var in names.items()}
+            assert norm(back) == norm(_named(spec, names)), (role, entry, module)
+            for var, opt in options.items():  # what a module hides, the role's validation hides too
+                assert opt.get("no_log", False) == spec[var_option(role, var)].get("no_log", False), var
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_a_role_accepts_what_its_modules_examples_pass(role):
+    """With the validator validate_argument_spec runs on a role's variables at import_role."""
+    for entry, (module, _) in entries(role).items():
+        path = ROLES_DIR / role / "library" / f"{module}.py"
+        for example in yaml.safe_load(gen.load(path).EXAMPLES):
+            given = {gen.role_var(role, option): value for option, value in example[module].items()}
+            result = ArgumentSpecValidator(role_spec(role, entry)).validate(given)
+            assert not result.error_messages, (role, entry, example["name"])
+
+
+@pytest.mark.parametrize("role", ROLES)
 def test_the_task_passes_every_option_from_its_variable(role):
-    tasks = yaml.safe_load((ROLES_DIR / role / "tasks/main.yml").read_text())
-    [task] = [t for t in tasks if ROLE_MODULE[role] in t]
-    passed = task[ROLE_MODULE[role]]
-    assert passed == {option_name(role, var): f"{{{{ {var} }}}}" for var in role_spec(role)}
-    assert task["register"] == f"__{role}"
-
-
-def test_the_release_entry_point_passes_the_lock_modules_options():
-    lock = load(ROLES_DIR / "sglang_probe/library/sglang_lock.py")
-    [task] = yaml.safe_load((ROLES_DIR / "sglang_probe/tasks/release.yml").read_text())
-    assert set(task["sglang_lock"]) == set(lock.ARGUMENT_SPEC)
-    main, release = role_spec("sglang_probe"), role_spec("sglang_probe", "release")
-    for var, opt in release.items():
-        assert opt["type"] == main[var]["type"] and opt.get("required")
-        assert any(var in passed for passed in task["sglang_lock"].values()), var
+    for entry, (module, spec) in entries(role).items():
+        tasks = yaml.safe_load((ROLES_DIR / role / "tasks" / f"{entry}.yml").read_text())
+        [task] = [t for t in tasks if module in t]
+        assert task[module] == {option: f"{{{{ {gen.role_var(role, option)} }}}}" for option in spec}
+        if entry == "main":
+            assert task["register"] == f"__{role}"
 
 
 def test_the_shared_option_specs_are_the_host_plans_records():
@@ -157,7 +189,7 @@ def _code_strings(path: Path) -> list[str]:
     docs = {"DOCUMENTATION", "EXAMPLES", "RETURN"}
     skip = {
         id(node.value)
-        for node in tree.body
+        for node in ast.walk(tree)
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") in docs for t in node.targets)
     }
     return [
@@ -169,11 +201,12 @@ def _code_strings(path: Path) -> list[str]:
 
 def test_no_default_or_code_repeats_a_host_path():
     found = []
-    for role in ROLE_MODULE:
+    for role in ROLES:
         found += _defaults(yaml.safe_load((ROLES_DIR / role / "defaults/main.yml").read_text()) or {})
-        found += _defaults(role_spec(role))
-    for path in [*MODULE_FILES, MODULE_UTILS_DIR / "orchestrator_host.py"]:
+        found += _defaults(yaml.safe_load((ROLES_DIR / role / "meta/argument_specs.yml").read_text()))
+    for path in [*MODULE_FILES, MODULE_UTILS_DIR / "orchestrator_host.py", gen.FRAGMENT_FILE]:
         found += _code_strings(path)
-        if path.parent.name == "library":
-            found += _defaults(yaml.safe_load(load(path).DOCUMENTATION)["options"])
+    for path in MODULE_FILES:
+        found += _defaults(yaml.safe_load(gen.load_doc(path))["options"])
+    found += _defaults(yaml.safe_load(gen.load(gen.FRAGMENT_FILE).ModuleDocFragment.DOCUMENTATION))
     assert [s for s in found if any(p in s for p in HOST_PATHS)] == []

@@ -17,65 +17,49 @@ description:
     cgroup, or else by the C(orchestrator.unit) label of the docker or podman container it runs
     in (its main PID or a descendant). Only installed engines are asked, and only when a process
     is in no unit's cgroup.
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is killed, nothing is waited for and busy GPUs do not fail.
+  diff_mode: {support: none}
+# Written by python3 scripts/role_specs.py from ARGUMENT_SPEC below:
+extends_documentation_fragment: [orchestrator_paths]
 options:
   paths:
-    description:
-      - Where orchestrator keeps things on the host. Its units (C(state_dir)/units/*.json) are
-        how a process on a GPU is known to be another orchestrator unit's, never killed.
-    type: dict
-    required: true
-    suboptions:
-      unit_dir: {description: Where unit files live., type: str, required: true}
-      state_dir: {description: Root-only state (the units' facts)., type: str, required: true}
-      lock_dir: {description: Where deploy locks live (tmpfs)., type: str, required: true}
+    description: Where orchestrator keeps things on the host. Its units (C(state_dir)/units/*.json) are how a
+      process on a GPU is known to be another orchestrator unit's, never killed.
   gpus:
     description: GPU indices to check (our GPU set); empty means every GPU on the host.
     type: list
     elements: int
     default: []
   max_used_mib:
-    description: A GPU counts as idle at or below this many MiB used.
+    description: A GPU counts as idle at or below this many MiB used (an idle H200 reads 0).
     type: int
     default: 0
   release_timeout_s:
     description: Wait this long for memory to be released before failing.
     type: float
     default: 30.0
-  poll_interval_s:
-    description: Seconds between nvidia-smi queries while waiting.
-    type: float
-    default: 0.5
+  poll_interval_s: {description: Seconds between nvidia-smi queries while waiting., type: float, default: 0.5}
   nvidia_smi:
     description: The nvidia-smi executable (a name looked up in PATH, or a path).
     type: str
     default: nvidia-smi
   kill_holders:
-    description:
-      - Kill exactly the processes nvidia-smi lists on the checked GPUs (SIGTERM, then SIGKILL
-        after 5 s), then wait for release, at least 10 s even with I(release_timeout_s=0).
-        Only PIDs whose argv[0] matches the listed name are touched, so a PID from another
-        namespace is never killed by mistake, and never a process of an orchestrator unit of
-        this host (another server, which its own unit stops).
+    description: Kill exactly the processes nvidia-smi lists on the checked GPUs (SIGTERM, then SIGKILL after
+      5 s), then wait for release, at least 10 s even with I(release_timeout_s=0). Only PIDs whose argv[0]
+      matches the listed name are touched, so a PID from another namespace is never killed by mistake, and
+      never a process of an orchestrator unit of this host (another server, which its own unit stops).
     type: bool
     default: false
   allow_unit:
-    description:
-      - Only processes outside this systemd unit count as busy (checked before our server
-        stops, so a foreign holder fails the deploy while the server still runs). memory.used
-        cannot tell owners apart, so this mode judges by the process list alone; a process of
-        another orchestrator unit counts as busy.
+    description: Only processes outside this systemd unit count as busy (checked before our server stops, so a
+      foreign holder fails the deploy while the server still runs). memory.used cannot tell owners apart, so
+      this mode judges by the process list alone; a process of another orchestrator unit counts as busy.
     type: str
     default: ""
-  fail:
-    description: Fail when a GPU is busy; with false, only report.
-    type: bool
-    default: true
-attributes:
-  check_mode:
-    support: full
-    details: In check mode nothing is killed, nothing is waited for and busy GPUs do not fail.
-  diff_mode:
-    support: none
+  fail: {description: "Fail when a GPU is busy; with false, only report.", type: bool, default: true}
 """
 
 EXAMPLES = r"""
@@ -137,15 +121,65 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.orchestrator_host import PATHS_SPEC, idle_message, wait_idle
 
 ARGUMENT_SPEC = {
-    "paths": PATHS_SPEC,
-    "gpus": {"type": "list", "elements": "int", "default": []},
-    "max_used_mib": {"type": "int", "default": 0},
-    "release_timeout_s": {"type": "float", "default": 30.0},
-    "poll_interval_s": {"type": "float", "default": 0.5},
-    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
-    "kill_holders": {"type": "bool", "default": False},
-    "allow_unit": {"type": "str", "default": ""},
-    "fail": {"type": "bool", "default": True},
+    "paths": {
+        **PATHS_SPEC,
+        "description": (
+            "Where orchestrator keeps things on the host. Its units (C(state_dir)/units/*.json) are "
+            "how a process on a GPU is known to be another orchestrator unit's, never killed."
+        ),
+    },
+    "gpus": {
+        "type": "list",
+        "elements": "int",
+        "default": [],
+        "description": "GPU indices to check (our GPU set); empty means every GPU on the host.",
+    },
+    "max_used_mib": {
+        "type": "int",
+        "default": 0,
+        "description": "A GPU counts as idle at or below this many MiB used (an idle H200 reads 0).",
+    },
+    "release_timeout_s": {
+        "type": "float",
+        "default": 30.0,
+        "description": "Wait this long for memory to be released before failing.",
+    },
+    "poll_interval_s": {
+        "type": "float",
+        "default": 0.5,
+        "description": "Seconds between nvidia-smi queries while waiting.",
+    },
+    "nvidia_smi": {
+        "type": "str",
+        "default": "nvidia-smi",
+        "description": "The nvidia-smi executable (a name looked up in PATH, or a path).",
+    },
+    "kill_holders": {
+        "type": "bool",
+        "default": False,
+        "description": (
+            "Kill exactly the processes nvidia-smi lists on the checked GPUs (SIGTERM, then SIGKILL "
+            "after 5 s), then wait for release, at least 10 s even with I(release_timeout_s=0). Only "
+            "PIDs whose argv[0] matches the listed name are touched, so a PID from another namespace "
+            "is never killed by mistake, and never a process of an orchestrator unit of this host "
+            "(another server, which its own unit stops)."
+        ),
+    },
+    "allow_unit": {
+        "type": "str",
+        "default": "",
+        "description": (
+            "Only processes outside this systemd unit count as busy (checked before our server stops, "
+            "so a foreign holder fails the deploy while the server still runs). memory.used cannot "
+            "tell owners apart, so this mode judges by the process list alone; a process of another "
+            "orchestrator unit counts as busy."
+        ),
+    },
+    "fail": {
+        "type": "bool",
+        "default": True,
+        "description": "Fail when a GPU is busy; with false, only report.",
+    },
 }
 
 

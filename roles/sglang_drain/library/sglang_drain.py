@@ -15,29 +15,26 @@ description:
   - "I(mode=prove): GET /health_generate (SGLang runs one short generation for it) must answer 200
     within I(timeout_s)."
   - Changes nothing.
+attributes:
+  check_mode: {support: none}
+  diff_mode: {support: none}
+# Written by python3 scripts/role_specs.py from ARGUMENT_SPEC below:
 options:
-  url:
-    description: The server's base URL, from the host itself.
-    type: str
-    required: true
+  url: {description: "The server's base URL, from the host itself.", type: str, required: true}
   mode:
     description: "drain: wait for requests in flight; prove: /health_generate answers 200."
     type: str
     required: true
     choices: [drain, prove]
   api_key:
-    description: "The server's API key (SGLang's /get_load wants it)."
+    description: The server's API key (SGLang's /get_load wants it); empty when it has none.
     type: str
     default: ""
   timeout_s:
-    description: Seconds to wait.
+    description: "drain: seconds to wait for the requests in flight (then it returns those left); prove:
+      seconds /health_generate may take to answer 200."
     type: float
     default: 60.0
-attributes:
-  check_mode:
-    support: none
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""
@@ -78,10 +75,27 @@ from ansible.module_utils.orchestrator_gateway import GatewayError, drain
 from ansible.module_utils.orchestrator_host import health_status
 
 ARGUMENT_SPEC = {
-    "url": {"type": "str", "required": True},
-    "mode": {"type": "str", "required": True, "choices": ["drain", "prove"]},
-    "api_key": {"type": "str", "default": "", "no_log": True},
-    "timeout_s": {"type": "float", "default": 60.0},
+    "url": {"type": "str", "required": True, "description": "The server's base URL, from the host itself."},
+    "mode": {
+        "type": "str",
+        "required": True,
+        "choices": ["drain", "prove"],
+        "description": "drain: wait for requests in flight; prove: /health_generate answers 200.",
+    },
+    "api_key": {
+        "type": "str",
+        "default": "",
+        "no_log": True,
+        "description": "The server's API key (SGLang's /get_load wants it); empty when it has none.",
+    },
+    "timeout_s": {
+        "type": "float",
+        "default": 60.0,
+        "description": (
+            "drain: seconds to wait for the requests in flight (then it returns those left); prove: "
+            "seconds /health_generate may take to answer 200."
+        ),
+    },
 }
 
 

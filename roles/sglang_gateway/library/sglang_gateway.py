@@ -15,22 +15,21 @@ description:
   - "I(state=absent): DELETE /workers/{id}; returns once the gateway no longer lists it. A worker
     that is not listed is left as it is (a rollback after a failed start finds it so)."
   - "I(state=present): POST /workers unless listed, then waits until the gateway lists it healthy."
+attributes:
+  check_mode: {support: full}
+  diff_mode: {support: none}
+# Written by python3 scripts/role_specs.py from ARGUMENT_SPEC below:
 options:
-  url:
-    description: The gateway's base URL.
-    type: str
-    required: true
-  worker_url:
-    description: The URL the gateway knows the server by.
-    type: str
-    required: true
+  url: {description: The gateway's base URL., type: str, required: true}
+  worker_url: {description: The URL the gateway knows the server by., type: str, required: true}
   state:
     description: "absent: out of rotation; present: back in rotation and healthy."
     type: str
     required: true
     choices: [absent, present]
   api_key:
-    description: The gateway's admin API key.
+    description: The gateway's admin API key (smg --control-plane-api-keys, --api-key); empty when it has
+      none.
     type: str
     default: ""
   worker_api_key:
@@ -41,11 +40,6 @@ options:
     description: Seconds the gateway may take to drop the worker or list it healthy.
     type: float
     default: 120.0
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""
@@ -76,12 +70,37 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.orchestrator_gateway import GatewayError, add, find, remove, seen, workers
 
 ARGUMENT_SPEC = {
-    "url": {"type": "str", "required": True},
-    "worker_url": {"type": "str", "required": True},
-    "state": {"type": "str", "required": True, "choices": ["absent", "present"]},
-    "api_key": {"type": "str", "default": "", "no_log": True},
-    "worker_api_key": {"type": "str", "default": "", "no_log": True},
-    "timeout_s": {"type": "float", "default": 120.0},
+    "url": {"type": "str", "required": True, "description": "The gateway's base URL."},
+    "worker_url": {
+        "type": "str",
+        "required": True,
+        "description": "The URL the gateway knows the server by.",
+    },
+    "state": {
+        "type": "str",
+        "required": True,
+        "choices": ["absent", "present"],
+        "description": "absent: out of rotation; present: back in rotation and healthy.",
+    },
+    "api_key": {
+        "type": "str",
+        "default": "",
+        "no_log": True,
+        "description": (
+            "The gateway's admin API key (smg --control-plane-api-keys, --api-key); empty when it has none."
+        ),
+    },
+    "worker_api_key": {
+        "type": "str",
+        "default": "",
+        "no_log": True,
+        "description": "The server's own API key, given to the gateway with the worker.",
+    },
+    "timeout_s": {
+        "type": "float",
+        "default": 120.0,
+        "description": "Seconds the gateway may take to drop the worker or list it healthy.",
+    },
 }
 
 

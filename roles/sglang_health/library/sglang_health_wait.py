@@ -15,32 +15,16 @@ description:
   - Polls I(url) from the host until it answers 200; between polls reads the unit's state and
     fails at once when the server exited or restarted, with the journal of this start.
   - Changes nothing.
-options:
-  url:
-    description: Health URL polled from the host itself.
-    type: str
-    required: true
-  unit:
-    description: The systemd unit running the server.
-    type: str
-    required: true
-  timeout_s:
-    description: Give up after this many seconds.
-    type: float
-    default: 1800.0
-  interval_s:
-    description: Seconds between polls (at most 1).
-    type: float
-    default: 0.25
-  journal_lines:
-    description: Journal lines returned on failure.
-    type: int
-    default: 40
 attributes:
-  check_mode:
-    support: none
-  diff_mode:
-    support: none
+  check_mode: {support: none}
+  diff_mode: {support: none}
+# Written by python3 scripts/role_specs.py from ARGUMENT_SPEC below:
+options:
+  url: {description: Health URL polled from the host itself., type: str, required: true}
+  unit: {description: The systemd unit running the server., type: str, required: true}
+  timeout_s: {description: Give up after this many seconds., type: float, default: 1800.0}
+  interval_s: {description: Seconds between polls (at most 1)., type: float, default: 0.25}
+  journal_lines: {description: Journal lines returned on failure., type: int, default: 40}
 """
 
 EXAMPLES = r"""
@@ -82,11 +66,11 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.orchestrator_host import health_status, systemctl_show
 
 ARGUMENT_SPEC = {
-    "url": {"type": "str", "required": True},
-    "unit": {"type": "str", "required": True},
-    "timeout_s": {"type": "float", "default": 1800.0},
-    "interval_s": {"type": "float", "default": 0.25},
-    "journal_lines": {"type": "int", "default": 40},
+    "url": {"type": "str", "required": True, "description": "Health URL polled from the host itself."},
+    "unit": {"type": "str", "required": True, "description": "The systemd unit running the server."},
+    "timeout_s": {"type": "float", "default": 1800.0, "description": "Give up after this many seconds."},
+    "interval_s": {"type": "float", "default": 0.25, "description": "Seconds between polls (at most 1)."},
+    "journal_lines": {"type": "int", "default": 40, "description": "Journal lines returned on failure."},
 }
 PROPS = (
     "ActiveState",

@@ -19,19 +19,13 @@ description:
     orchestrator's header line nor stored facts, or it is masked."
   - "With a container I(engine), the containers it makes to ask the image and the engine (C(run --rm),
     C(create) then C(rm)) are never left behind, and the C(create) is never started."
+attributes:
+  check_mode: {support: full}
+  diff_mode: {support: none}
+# Written by python3 scripts/role_specs.py from ARGUMENT_SPEC below:
+extends_documentation_fragment: [orchestrator_paths]
 options:
-  unit_name:
-    description: Our unit; it may hold the port and the GPUs.
-    type: str
-    required: true
-  paths:
-    description: Where orchestrator keeps things on the host.
-    type: dict
-    required: true
-    suboptions:
-      unit_dir: {description: Where unit files live., type: str, required: true}
-      state_dir: {description: Root-only state directory., type: str, required: true}
-      lock_dir: {description: Where deploy locks live (tmpfs)., type: str, required: true}
+  unit_name: {description: Our unit; it may hold the port and the GPUs., type: str, required: true}
   checks:
     description: What the plan needs on the host.
     type: dict
@@ -48,10 +42,9 @@ options:
       draft_model_path: {description: Draft model directory; empty if none., type: str, default: ""}
       algorithm: {description: Speculative algorithm; empty if none., type: str, default: ""}
       gpus:
-        description:
-          - nvidia-smi indices of the GPUs the server uses on this host, the only ones looked at.
-            Each must exist; a process on one of them outside I(unit_name) is a problem, named
-            as another orchestrator unit (never killed) where it runs in one.
+        description: nvidia-smi indices of the GPUs the server uses on this host, the only ones looked at.
+          Each must exist; a process on one of them outside I(unit_name) is a problem, named as another
+          orchestrator unit (never killed) where it runs in one.
         type: list
         elements: int
         required: true
@@ -64,16 +57,14 @@ options:
       min_free_mib: {description: Free space the logs need., type: int, default: 1024}
       nvidia_smi: {description: The nvidia-smi executable., type: str, default: nvidia-smi}
       allow_gpu_holders:
-        description:
-          - Processes outside I(unit_name) on the GPUs are no problem (the deploy kills them);
-            those of another orchestrator unit still are (never killed).
+        description: Processes outside I(unit_name) on the GPUs are no problem (the deploy kills them); those
+          of another orchestrator unit still are (never killed).
         type: bool
         default: false
       unit_content:
-        description:
-          - The planned unit text, checked with C(systemd-analyze verify) before anything stops
-            (unless that very text is installed); a non-zero exit, or a line of the unit systemd
-            says it ignores or cannot parse, is a problem; empty skips the check.
+        description: The planned unit text, checked with C(systemd-analyze verify) before anything stops
+          (unless that very text is installed); a non-zero exit, or a line of the unit systemd says it ignores
+          or cannot parse, is a problem; empty skips the check.
         type: str
         default: ""
       user:
@@ -82,13 +73,13 @@ options:
         default: root
       engine:
         description:
-          - The container engine of a container runtime (runtime.kind); empty for SGLang on the
-            host's I(python).
-          - "With an engine, it must be installed and answer C(ENGINE version); the image must be
-            here (or be pulled at start, as I(pull) allows: preflight never pulls); I(sglang_version)
-            and I(flags) are checked against the image's own SGLang and C(--help), run once per
-            image in a throw-away container (C(run --rm --pull=never) with I(run_options)) and
-            cached by image ID under C(state_dir)/images; I(python) is the image's."
+          - The container engine of a container runtime (runtime.kind); empty for SGLang on the host's
+            I(python).
+          - "With an engine, it must be installed and answer C(ENGINE version); the image must be here (or be
+            pulled at start, as I(pull) allows: preflight never pulls); I(sglang_version) and I(flags) are
+            checked against the image's own SGLang and C(--help), run once per image in a throw-away container
+            (C(run --rm --pull=never) with I(run_options)) and cached by image ID under C(state_dir)/images;
+            I(python) is the image's."
           - Model and drafter are mounted at the same paths, so their checks read the host's files.
         type: str
         default: ""
@@ -105,38 +96,31 @@ options:
         elements: str
         default: []
       run_options:
-        description:
-          - "The unit's engine options a throw-away container of the image also needs on this host
-            (network, cgroups, ulimits), one word each."
+        description: The unit's engine options a throw-away container of the image also needs on this host
+          (network, cgroups, ulimits), one word each.
         type: list
         elements: str
         default: []
       run_words:
         description:
-          - "The unit's C(ENGINE run) command after the verb, one word each, as systemd runs it; empty
-            skips this check. The engine's own C(create) (never started, removed at once) judges
-            every option before the stop: a refusal is a problem, with the engine's message and the
-            options it names. It gets a name and label of its own, no C(-d), C(--replace) or pull;
-            podman creates it over an empty root file system, docker from the image."
-          - "Each C(--device) host path and each I(mounts) source under /dev is resolved on this
-            host: one that leads to an NVIDIA device node (a link, a directory holding one) is a
-            problem; GPUs reach the container from the unit's own GPU words only. With docker, whose
-            daemon opens devices only at start, a C(--device) this host lacks is one too."
+          - "The unit's C(ENGINE run) command after the verb, one word each, as systemd runs it; empty skips
+            this check. The engine's own C(create) (never started, removed at once) judges every option before
+            the stop: a refusal is a problem, with the engine's message and the options it names. It gets a
+            name and label of its own, no C(-d), C(--replace) or pull; podman creates it over an empty root
+            file system, docker from the image."
+          - "Each C(--device) host path and each I(mounts) source under /dev is resolved on this host: one
+            that leads to an NVIDIA device node (a link, a directory holding one) is a problem; GPUs reach the
+            container from the unit's own GPU words only. With docker, whose daemon opens devices only at
+            start, a C(--device) this host lacks is one too."
         type: list
         elements: str
         default: []
       secret_files:
-        description:
-          - The unit's secret files (its C(--config) mount's source, its C(--env-file)), given to
-            that C(create) as empty files in their place.
+        description: The unit's secret files (its C(--config) mount's source, its C(--env-file)), given to
+          that C(create) as empty files in their place.
         type: list
         elements: str
         default: []
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""
@@ -201,9 +185,18 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.orchestrator_host import PATHS_SPEC, PREFLIGHT_OPTIONS, preflight_checks
 
 ARGUMENT_SPEC = {
-    "unit_name": {"type": "str", "required": True},
+    "unit_name": {
+        "type": "str",
+        "required": True,
+        "description": "Our unit; it may hold the port and the GPUs.",
+    },
     "paths": PATHS_SPEC,
-    "checks": {"type": "dict", "required": True, "options": PREFLIGHT_OPTIONS},
+    "checks": {
+        "type": "dict",
+        "required": True,
+        "options": PREFLIGHT_OPTIONS,
+        "description": "What the plan needs on the host.",
+    },
 }
 
 

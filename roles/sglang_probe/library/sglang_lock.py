@@ -8,28 +8,15 @@ module: sglang_lock
 short_description: Release this run's deploy lock on the host
 description:
   - Removes the lock of I(unit_name) only when it holds I(run_id); another run's lock is left alone.
-options:
-  unit_name:
-    description: The systemd unit the lock guards.
-    type: str
-    required: true
-  paths:
-    description: Where orchestrator keeps things on the host (the lock lives in lock_dir).
-    type: dict
-    required: true
-    suboptions:
-      unit_dir: {description: Where unit files live., type: str, required: true}
-      state_dir: {description: Root-only state directory., type: str, required: true}
-      lock_dir: {description: Where deploy locks live (tmpfs)., type: str, required: true}
-  run_id:
-    description: Only a lock holding this run id is removed.
-    type: str
-    required: true
 attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+  check_mode: {support: full}
+  diff_mode: {support: none}
+# Written by python3 scripts/role_specs.py from ARGUMENT_SPEC below:
+extends_documentation_fragment: [orchestrator_paths]
+options:
+  unit_name: {description: The systemd unit the lock guards., type: str, required: true}
+  paths: {description: Where orchestrator keeps things on the host (the lock lives in lock_dir).}
+  run_id: {description: Only a lock holding this run id is removed., type: str, required: true}
 """
 
 EXAMPLES = r"""
@@ -55,9 +42,12 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.orchestrator_host import PATHS_SPEC, lock_path, read_json, release_if_ours
 
 ARGUMENT_SPEC = {
-    "unit_name": {"type": "str", "required": True},
-    "paths": PATHS_SPEC,
-    "run_id": {"type": "str", "required": True},
+    "unit_name": {"type": "str", "required": True, "description": "The systemd unit the lock guards."},
+    "paths": {
+        **PATHS_SPEC,
+        "description": "Where orchestrator keeps things on the host (the lock lives in lock_dir).",
+    },
+    "run_id": {"type": "str", "required": True, "description": "Only a lock holding this run id is removed."},
 }
 
 

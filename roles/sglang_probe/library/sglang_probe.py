@@ -22,45 +22,38 @@ description:
   - A lock with C(keep) true (a tune campaign's, held between its trials) is taken even when no
     restart is needed, and the probe never releases it; a lock this run holds from before is
     taken over. A lock of this run id without C(keep) where no restart is needed is released.
+attributes:
+  check_mode:
+    support: full
+    details: In check mode no lock is taken; the preflight checks (read-only) still run.
+  diff_mode: {support: none}
+# Written by python3 scripts/role_specs.py from ARGUMENT_SPEC below:
+extends_documentation_fragment: [orchestrator_paths]
 options:
-  unit_name:
-    description: The systemd unit.
-    type: str
-    required: true
-  paths:
-    description: Where orchestrator keeps things on the host.
-    type: dict
-    required: true
-    suboptions:
-      unit_dir: {description: Where unit files live., type: str, required: true}
-      state_dir: {description: Root-only state (unit facts, last-good records)., type: str, required: true}
-      lock_dir: {description: Where deploy locks live (tmpfs)., type: str, required: true}
+  unit_name: {description: "The systemd unit to read (and to lock, with I(lock)).", type: str, required: true}
   desired_digest:
     description: Digest of the planned unit; empty to only report (no restart decision).
     type: str
     default: ""
   secret_path:
-    description: Host path of the secret --config file; empty if none.
+    description: Host path of the secret --config file to compare with I(secret_content); empty if none.
     type: str
     default: ""
   secret_content:
-    description:
-      - The planned secret file's text; the file at I(secret_path) is compared with it here, on
-        the host, so no digest of the key leaves the control machine. Never logged.
+    description: The planned secret file's text; the file at I(secret_path) is compared with it here, on the
+      host, so no digest of the key leaves the control machine. Never logged.
     type: str
     default: ""
   env_path:
-    description: Host path of the unit's secret EnvironmentFile=; empty if none.
+    description: Host path of the unit's secret EnvironmentFile= to compare with I(env_content); empty if
+      none.
     type: str
     default: ""
   env_content:
     description: The planned environment file's text, compared like I(secret_content). Never logged.
     type: str
     default: ""
-  force_restart:
-    description: Restart even when nothing changed.
-    type: bool
-    default: false
+  force_restart: {description: Restart even when nothing changed., type: bool, default: false}
   health_url:
     description: Health URL asked once when the service is active; empty uses the stored facts' one.
     type: str
@@ -68,9 +61,9 @@ options:
   lock:
     description:
       - The deploy lock to take when a restart is needed; {} takes none.
-      - "Keys: holder, run_id, ttl_s, wait_s (required); control, pid, live_pids, profile, keep.
-        A lock from a PID of the same control machine that is not in live_pids is stale.
-        keep: take it even when no restart is needed and never release it here."
+      - "Keys: holder, run_id, ttl_s, wait_s (required); control, pid, live_pids, profile, keep. A lock from a
+        PID of the same control machine that is not in live_pids is stale. keep: take it even when no restart
+        is needed and never release it here."
     type: dict
     default: {}
   preflight:
@@ -79,12 +72,6 @@ options:
       - Keys as the I(checks) option of the sglang_preflight module.
     type: dict
     default: {}
-attributes:
-  check_mode:
-    support: full
-    details: In check mode no lock is taken; the preflight checks (read-only) still run.
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""
@@ -201,17 +188,72 @@ from ansible.module_utils.orchestrator_host import (
 )
 
 ARGUMENT_SPEC = {
-    "unit_name": {"type": "str", "required": True},
+    "unit_name": {
+        "type": "str",
+        "required": True,
+        "description": "The systemd unit to read (and to lock, with I(lock)).",
+    },
     "paths": PATHS_SPEC,
-    "desired_digest": {"type": "str", "default": ""},
-    "secret_path": {"type": "str", "default": "", "no_log": False},
-    "secret_content": {"type": "str", "default": "", "no_log": True},
-    "env_path": {"type": "str", "default": "", "no_log": False},
-    "env_content": {"type": "str", "default": "", "no_log": True},
-    "force_restart": {"type": "bool", "default": False},
-    "health_url": {"type": "str", "default": ""},
-    "lock": {"type": "dict", "default": {}},
-    "preflight": {"type": "dict", "default": {}},
+    "desired_digest": {
+        "type": "str",
+        "default": "",
+        "description": "Digest of the planned unit; empty to only report (no restart decision).",
+    },
+    "secret_path": {
+        "type": "str",
+        "default": "",
+        "no_log": False,
+        "description": (
+            "Host path of the secret --config file to compare with I(secret_content); empty if none."
+        ),
+    },
+    "secret_content": {
+        "type": "str",
+        "default": "",
+        "no_log": True,
+        "description": (
+            "The planned secret file's text; the file at I(secret_path) is compared with it here, on "
+            "the host, so no digest of the key leaves the control machine. Never logged."
+        ),
+    },
+    "env_path": {
+        "type": "str",
+        "default": "",
+        "no_log": False,
+        "description": (
+            "Host path of the unit's secret EnvironmentFile= to compare with I(env_content); empty if none."
+        ),
+    },
+    "env_content": {
+        "type": "str",
+        "default": "",
+        "no_log": True,
+        "description": "The planned environment file's text, compared like I(secret_content). Never logged.",
+    },
+    "force_restart": {"type": "bool", "default": False, "description": "Restart even when nothing changed."},
+    "health_url": {
+        "type": "str",
+        "default": "",
+        "description": "Health URL asked once when the service is active; empty uses the stored facts' one.",
+    },
+    "lock": {
+        "type": "dict",
+        "default": {},
+        "description": [
+            "The deploy lock to take when a restart is needed; {} takes none.",
+            "Keys: holder, run_id, ttl_s, wait_s (required); control, pid, live_pids, profile, keep. A "
+            "lock from a PID of the same control machine that is not in live_pids is stale. keep: take "
+            "it even when no restart is needed and never release it here.",
+        ],
+    },
+    "preflight": {
+        "type": "dict",
+        "default": {},
+        "description": [
+            "The checks to run under the lock when a restart is needed; {} runs none.",
+            "Keys as the I(checks) option of the sglang_preflight module.",
+        ],
+    },
 }
 PROPS = (
     "LoadState",

@@ -15,44 +15,21 @@ description:
     C({profile, digest, unit, time, facts}), time in UTC ISO 8601.
   - Leaves the record alone when it already holds the same digest and facts (its time stays).
   - Then releases the host's deploy lock when I(release_run_id) holds it.
+attributes:
+  check_mode: {support: full}
+  diff_mode: {support: none}
+# Written by python3 scripts/role_specs.py from ARGUMENT_SPEC below:
+extends_documentation_fragment: [orchestrator_paths]
 options:
-  unit_name:
-    description: The systemd unit.
-    type: str
-    required: true
-  paths:
-    description: Where orchestrator keeps things on the host.
-    type: dict
-    required: true
-    suboptions:
-      unit_dir: {description: Where unit files live., type: str, required: true}
-      state_dir: {description: Root-only state directory (last-good records)., type: str, required: true}
-      lock_dir: {description: Where deploy locks live (tmpfs)., type: str, required: true}
-  profile:
-    description: The profile the unit was rendered from.
-    type: str
-    required: true
-  digest:
-    description: Digest of the unit text.
-    type: str
-    required: true
-  unit:
-    description: The unit text.
-    type: str
-    required: true
-  facts:
-    description: The facts of the unit (as sglang_unit stored them).
-    type: dict
-    required: true
+  unit_name: {description: The systemd unit whose healthy deploy is recorded., type: str, required: true}
+  profile: {description: The profile the unit was rendered from., type: str, required: true}
+  digest: {description: Digest of the unit text., type: str, required: true}
+  unit: {description: The unit text., type: str, required: true}
+  facts: {description: The facts of the unit (as sglang_unit stored them)., type: dict, required: true}
   release_run_id:
     description: Release the deploy lock if this run id holds it; empty releases nothing.
     type: str
     default: ""
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""
@@ -94,13 +71,25 @@ from ansible.module_utils.orchestrator_host import (
 )
 
 ARGUMENT_SPEC = {
-    "unit_name": {"type": "str", "required": True},
+    "unit_name": {
+        "type": "str",
+        "required": True,
+        "description": "The systemd unit whose healthy deploy is recorded.",
+    },
     "paths": PATHS_SPEC,
-    "profile": {"type": "str", "required": True},
-    "digest": {"type": "str", "required": True},
-    "unit": {"type": "str", "required": True},
-    "facts": {"type": "dict", "required": True},
-    "release_run_id": {"type": "str", "default": ""},
+    "profile": {"type": "str", "required": True, "description": "The profile the unit was rendered from."},
+    "digest": {"type": "str", "required": True, "description": "Digest of the unit text."},
+    "unit": {"type": "str", "required": True, "description": "The unit text."},
+    "facts": {
+        "type": "dict",
+        "required": True,
+        "description": "The facts of the unit (as sglang_unit stored them).",
+    },
+    "release_run_id": {
+        "type": "str",
+        "default": "",
+        "description": "Release the deploy lock if this run id holds it; empty releases nothing.",
+    },
 }
 
 

@@ -17,17 +17,14 @@ description:
   - Enables the unit when it is not enabled, and starts it when it is not active.
   - Fails naming the unit and systemctl's message; whether the server then stays up is for the
     health wait (sglang_health_wait) to see.
-options:
-  unit_name:
-    description: The systemd unit.
-    type: str
-    required: true
 attributes:
   check_mode:
     support: full
     details: In check mode nothing is reloaded, enabled or started; the result says what would be.
-  diff_mode:
-    support: none
+  diff_mode: {support: none}
+# Written by python3 scripts/role_specs.py from ARGUMENT_SPEC below:
+options:
+  unit_name: {description: The systemd unit to start., type: str, required: true}
 """
 
 EXAMPLES = r"""
@@ -55,7 +52,9 @@ started:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.orchestrator_host import systemctl_show
 
-ARGUMENT_SPEC = {"unit_name": {"type": "str", "required": True}}
+ARGUMENT_SPEC = {
+    "unit_name": {"type": "str", "required": True, "description": "The systemd unit to start."},
+}
 PROPS = ("LoadState", "NeedDaemonReload", "UnitFileState", "ActiveState")
 
 

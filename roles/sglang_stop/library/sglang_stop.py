@@ -24,29 +24,25 @@ description:
   - Then waits until memory.used of the unit's GPUs is at most I(max_used_mib), failing with
     C(GPUs not idle after waiting N s) naming what holds them. Processes outside the unit are
     killed only with I(kill_gpu_holders), and never those of another orchestrator unit.
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is stopped; the GPUs are reported, busy or not, without failing.
+  diff_mode: {support: none}
+# Written by python3 scripts/role_specs.py from ARGUMENT_SPEC below:
+extends_documentation_fragment: [orchestrator_paths]
 options:
-  unit_name:
-    description: The systemd unit.
-    type: str
-    required: true
+  unit_name: {description: The systemd unit to stop., type: str, required: true}
   paths:
-    description:
-      - Where orchestrator keeps things on the host. The unit's stored facts give its GPUs when
-        I(gpus) is empty; the other units' facts name their processes, never killed.
-    type: dict
-    required: true
-    suboptions:
-      unit_dir: {description: Where unit files live., type: str, required: true}
-      state_dir: {description: Root-only state (the units' facts)., type: str, required: true}
-      lock_dir: {description: Where deploy locks live (tmpfs)., type: str, required: true}
+    description: Where orchestrator keeps things on the host. The unit's stored facts give its GPUs when
+      I(gpus) is empty; the other units' facts name their processes, never killed.
   gone_timeout_s:
     description: Seconds to wait for the unit's cgroup to empty after the stop.
     type: float
     default: 30.0
   gpus:
-    description:
-      - GPU indices to wait for; empty means the GPUs in the unit's stored facts, and every GPU
-        on the host only for a unit stored without them.
+    description: GPU indices to wait for; empty means the GPUs in the unit's stored facts, and every GPU on
+      the host only for a unit stored without them.
     type: list
     elements: int
     default: []
@@ -55,31 +51,17 @@ options:
     type: float
     default: 30.0
   kill_gpu_holders:
-    description:
-      - Kill the processes nvidia-smi still lists on the GPUs after the stop (as gpu_idle does),
-        except those of another orchestrator unit of this host.
+    description: Kill the processes nvidia-smi still lists on the GPUs after the stop (as gpu_idle does),
+      except those of another orchestrator unit of this host.
     type: bool
     default: false
-  max_used_mib:
-    description: A GPU counts as released at or below this many MiB used.
-    type: int
-    default: 0
-  nvidia_smi:
-    description: The nvidia-smi executable.
-    type: str
-    default: nvidia-smi
+  max_used_mib: {description: A GPU counts as released at or below this many MiB used., type: int, default: 0}
+  nvidia_smi: {description: The nvidia-smi executable., type: str, default: nvidia-smi}
   disable:
-    description:
-      - Also disable the unit, so that a reboot does not start it again and its port counts as
-        free for another unit (C(orchestrator stop)); a restart within a deploy leaves it enabled.
+    description: Also disable the unit, so that a reboot does not start it again and its port counts as free
+      for another unit (C(orchestrator stop)); a restart within a deploy leaves it enabled.
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-    details: In check mode nothing is stopped; the GPUs are reported, busy or not, without failing.
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""
@@ -131,15 +113,56 @@ from ansible.module_utils.orchestrator_host import (
 )
 
 ARGUMENT_SPEC = {
-    "unit_name": {"type": "str", "required": True},
-    "paths": PATHS_SPEC,
-    "gone_timeout_s": {"type": "float", "default": 30.0},
-    "gpus": {"type": "list", "elements": "int", "default": []},
-    "gpu_release_timeout_s": {"type": "float", "default": 30.0},
-    "kill_gpu_holders": {"type": "bool", "default": False},
-    "max_used_mib": {"type": "int", "default": 0},
-    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
-    "disable": {"type": "bool", "default": False},
+    "unit_name": {"type": "str", "required": True, "description": "The systemd unit to stop."},
+    "paths": {
+        **PATHS_SPEC,
+        "description": (
+            "Where orchestrator keeps things on the host. The unit's stored facts give its GPUs when "
+            "I(gpus) is empty; the other units' facts name their processes, never killed."
+        ),
+    },
+    "gone_timeout_s": {
+        "type": "float",
+        "default": 30.0,
+        "description": "Seconds to wait for the unit's cgroup to empty after the stop.",
+    },
+    "gpus": {
+        "type": "list",
+        "elements": "int",
+        "default": [],
+        "description": (
+            "GPU indices to wait for; empty means the GPUs in the unit's stored facts, and every GPU "
+            "on the host only for a unit stored without them."
+        ),
+    },
+    "gpu_release_timeout_s": {
+        "type": "float",
+        "default": 30.0,
+        "description": "Seconds to wait for the GPUs' memory to be released.",
+    },
+    "kill_gpu_holders": {
+        "type": "bool",
+        "default": False,
+        "description": (
+            "Kill the processes nvidia-smi still lists on the GPUs after the stop (as gpu_idle does), "
+            "except those of another orchestrator unit of this host."
+        ),
+    },
+    "max_used_mib": {
+        "type": "int",
+        "default": 0,
+        "description": "A GPU counts as released at or below this many MiB used.",
+    },
+    "nvidia_smi": {"type": "str", "default": "nvidia-smi", "description": "The nvidia-smi executable."},
+    "disable": {
+        "type": "bool",
+        "default": False,
+        "description": (
+            "Also disable the unit, so that a reboot does not start it again and its port counts as "
+            "free for another unit (C(orchestrator stop)); a restart within a deploy leaves it "
+            "enabled."
+        ),
+    },
 }
 PROPS = (*OWNER_PROPS, "ActiveState", "MainPID", "ControlGroup", "UnitFileState")
 RUNNING = ("active", "activating", "deactivating", "reloading")

@@ -28,60 +28,41 @@ description:
   - "Writes nothing over a unit that is not orchestrator's (systemd loads it from another file,
     such as /lib/systemd/system/ssh.service, its file in I(paths.unit_dir) has neither
     orchestrator's header line nor stored facts, or it is masked): fails naming it."
+attributes:
+  check_mode:
+    support: full
+    details: Nothing is written and the unit is not verified; changed and the diff say what would change.
+  diff_mode: {support: full, details: The diff is the unit text's; the secret is never shown.}
+# Written by python3 scripts/role_specs.py from ARGUMENT_SPEC below:
+extends_documentation_fragment: [orchestrator_paths]
 options:
   unit_name:
     description: The systemd unit name (its file name in I(paths.unit_dir)).
     type: str
     required: true
-  paths:
-    description: Where orchestrator keeps things on the host.
-    type: dict
-    required: true
-    suboptions:
-      unit_dir: {description: Where unit files live., type: str, required: true}
-      state_dir: {description: Root-only state directory (unit facts)., type: str, required: true}
-      lock_dir: {description: Where deploy locks live (tmpfs)., type: str, required: true}
-  content:
-    description: The unit text the plan rendered.
-    type: str
-    required: true
+  content: {description: The unit text the plan rendered., type: str, required: true}
   facts:
     description: The facts of this unit (profile, port, bind, gpus, health_url, rank, nnodes).
     type: dict
     required: true
   secret_path:
-    description: Host path of the secret --config file; empty if none.
+    description: Host path of the secret --config file, written with I(secret_content) (0600, root); empty if
+      none.
     type: str
     default: ""
-  secret_content:
-    description: The secret config's text.
-    type: str
-    default: ""
+  secret_content: {description: The secret config's text. Never logged., type: str, default: ""}
   env_path:
-    description: Host path of the unit's EnvironmentFile= (secret variables); empty if none.
+    description: Host path of the unit's EnvironmentFile= (secret variables), written with I(env_content)
+      (0600, owned by I(env_owner)); empty if none.
     type: str
     default: ""
-  env_content:
-    description: The environment file's text.
-    type: str
-    default: ""
-  env_owner:
-    description: Owner of I(env_path) (the service user).
-    type: str
-    default: root
+  env_content: {description: The environment file's text. Never logged., type: str, default: ""}
+  env_owner: {description: Owner of I(env_path) (the service user)., type: str, default: root}
   verified_digest:
-    description:
-      - Digest of a unit text this run's preflight already had systemd-analyze verify accept;
-        when it is I(content)'s, the check is not run twice.
+    description: Digest of a unit text this run's preflight already had systemd-analyze verify accept; when it
+      is I(content)'s, the check is not run twice.
     type: str
     default: ""
-attributes:
-  check_mode:
-    support: full
-    details: Nothing is written and the unit is not verified; changed and the diff say what would change.
-  diff_mode:
-    support: full
-    details: The diff is the unit text's; the secret is never shown.
 """
 
 EXAMPLES = r"""
@@ -130,16 +111,61 @@ from ansible.module_utils.orchestrator_host import (
 )
 
 ARGUMENT_SPEC = {
-    "unit_name": {"type": "str", "required": True},
+    "unit_name": {
+        "type": "str",
+        "required": True,
+        "description": "The systemd unit name (its file name in I(paths.unit_dir)).",
+    },
     "paths": PATHS_SPEC,
-    "content": {"type": "str", "required": True},
-    "facts": {"type": "dict", "required": True},
-    "secret_path": {"type": "str", "default": "", "no_log": False},
-    "secret_content": {"type": "str", "default": "", "no_log": True},
-    "env_path": {"type": "str", "default": "", "no_log": False},
-    "env_content": {"type": "str", "default": "", "no_log": True},
-    "env_owner": {"type": "str", "default": "root"},
-    "verified_digest": {"type": "str", "default": ""},
+    "content": {"type": "str", "required": True, "description": "The unit text the plan rendered."},
+    "facts": {
+        "type": "dict",
+        "required": True,
+        "description": "The facts of this unit (profile, port, bind, gpus, health_url, rank, nnodes).",
+    },
+    "secret_path": {
+        "type": "str",
+        "default": "",
+        "no_log": False,
+        "description": (
+            "Host path of the secret --config file, written with I(secret_content) (0600, root); "
+            "empty if none."
+        ),
+    },
+    "secret_content": {
+        "type": "str",
+        "default": "",
+        "no_log": True,
+        "description": "The secret config's text. Never logged.",
+    },
+    "env_path": {
+        "type": "str",
+        "default": "",
+        "no_log": False,
+        "description": (
+            "Host path of the unit's EnvironmentFile= (secret variables), written with I(env_content) "
+            "(0600, owned by I(env_owner)); empty if none."
+        ),
+    },
+    "env_content": {
+        "type": "str",
+        "default": "",
+        "no_log": True,
+        "description": "The environment file's text. Never logged.",
+    },
+    "env_owner": {
+        "type": "str",
+        "default": "root",
+        "description": "Owner of I(env_path) (the service user).",
+    },
+    "verified_digest": {
+        "type": "str",
+        "default": "",
+        "description": (
+            "Digest of a unit text this run's preflight already had systemd-analyze verify accept; "
+            "when it is I(content)'s, the check is not run twice."
+        ),
+    },
 }
 
 

@@ -10,26 +10,17 @@ description:
   - A unit is orchestrator's when C(state_dir)/units/<unit>.json holds its facts (sglang_unit
     writes them with the unit) and its unit file is still installed.
   - Changes nothing.
+attributes:
+  check_mode: {support: full}
+  diff_mode: {support: none}
+# Written by python3 scripts/role_specs.py from ARGUMENT_SPEC below:
+extends_documentation_fragment: [orchestrator_paths]
 options:
-  paths:
-    description: Where orchestrator keeps things on the host.
-    type: dict
-    required: true
-    suboptions:
-      unit_dir: {description: Where unit files live., type: str, required: true}
-      state_dir: {description: Root-only state (the units' facts)., type: str, required: true}
-      lock_dir: {description: Where deploy locks live (tmpfs)., type: str, required: true}
   unit_name:
-    description:
-      - Only this unit, listed whether it is installed or not (C(status --unit)); empty lists
-        every orchestrator unit of the host.
+    description: Only this unit, listed whether it is installed or not (C(status --unit)); empty lists every
+      orchestrator unit of the host.
     type: str
     default: ""
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""
@@ -52,7 +43,14 @@ from ansible.module_utils.orchestrator_host import PATHS_SPEC, installed_units
 
 ARGUMENT_SPEC = {
     "paths": PATHS_SPEC,
-    "unit_name": {"type": "str", "default": ""},
+    "unit_name": {
+        "type": "str",
+        "default": "",
+        "description": (
+            "Only this unit, listed whether it is installed or not (C(status --unit)); empty lists "
+            "every orchestrator unit of the host."
+        ),
+    },
 }
 
 
