@@ -176,7 +176,7 @@ preflight:
   type: dict
   returned: always
 lock_holder:
-  description: The lock's content (holder, run_id, profile, since, ...) when another deploy held it past wait_s.
+  description: The lock's content (holder, run_id, profile, since, ...) another deploy held.
   type: dict
   returned: failure, when another deploy held the lock past wait_s
 """
