@@ -1,7 +1,10 @@
-"""Facts in: each host's module results, picked by the module an event ran (its action).
+"""Facts in: each host's module results, typed (results.py), picked by the module an event ran
+(its action).
 
 A task's display name is for people; renaming one in YAML changes nothing here. The action
-names are the modules in roles/*/library (see docs/architecture.md).
+names are the modules in roles/*/library (see docs/architecture.md). Every result of those
+modules in a play is validated on the way (of_run), read or not: a host whose module differs from
+orchestrator's is a ResultError, never a report read with defaults.
 """
 
 from __future__ import annotations
@@ -10,19 +13,39 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.results import (
+    DRAIN,
+    GATEWAY,
+    GPU_IDLE,
+    HEALTH,
+    PREFLIGHT,
+    PROBE,
+    RECORD,
+    SHAPES,
+    START,
+    STOP,
+    UNIT,
+    UNITS,
+    BusyGpu,
+    Gpu,
+    GpuIdleFailed,
+    GpuIdleResult,
+    GpuProcess,
+    HealthFailed,
+    HealthResult,
+    ModuleResult,
+    PreflightFailed,
+    PreflightResult,
+    ProbeFailed,
+    ProbeResult,
+    StopFailed,
+    StopResult,
+    UnitFailed,
+    UnitResult,
+    parse,
+)
 from orchestrator.runner import HostRun, TaskEvent
 
-PROBE = "sglang_probe"
-UNITS = "sglang_units_info"
-PREFLIGHT = "sglang_preflight"
-STOP = "sglang_stop"
-GPU_IDLE = "gpu_idle"
-UNIT = "sglang_unit"
-START = "sglang_start"
-HEALTH = "sglang_health_wait"
-RECORD = "sglang_record"
-GATEWAY = "sglang_gateway"
-DRAIN = "sglang_drain"
 COMMAND = "ansible.builtin.command"
 
 #: Actions in play order, with the step name users see.
@@ -40,43 +63,59 @@ STEPS = {
 }
 
 
+def typed(e: TaskEvent) -> ModuleResult | None:
+    """The result of a finished task of one of orchestrator's modules, typed (results.parse):
+    its success model, or its failure model (empty for an unreachable host, where it never ran).
+    None for a start, a skip, or another action."""
+    if e.action not in SHAPES or e.kind not in ("ok", "changed", "failed", "unreachable"):
+        return None
+    if e.kind == "unreachable":
+        return SHAPES[e.action].failed()
+    return parse(e.action, e.result, e.kind == "failed", e.host)
+
+
 def step_of(e: TaskEvent) -> str:
     """The step an event belongs to: a probe that failed on its preflight checks is `preflight`,
     a stop that failed on the GPUs is `GPUs idle`."""
-    if e.action == PROBE and e.result.get("preflight", {}).get("problems"):
+    r = typed(e)
+    if e.action == PROBE and r is not None and r.preflight and r.preflight.problems:
         return STEPS[PREFLIGHT]
-    if e.action == STOP and e.kind == "failed" and (e.result.get("gpus") or {}).get("busy"):
+    if e.action == STOP and e.kind == "failed" and isinstance(r.gpus, GpuIdleResult) and r.gpus.busy:
         return STEPS[GPU_IDLE]
-    if e.action == GATEWAY and e.result.get("state"):
-        return "gateway out" if e.result["state"] == "absent" else "gateway back"
-    if e.action == DRAIN and e.result.get("mode") == "prove":
+    if e.action == GATEWAY and r is not None and r.state:
+        return "gateway out" if r.state == "absent" else "gateway back"
+    if e.action == DRAIN and r is not None and r.mode == "prove":
         return "prove"
     return STEPS.get(e.action, "")
 
 
 @dataclass
 class Gpus:
+    """What nvidia-smi said of a host's GPUs (gpu_idle, or the GPU wait of sglang_stop)."""
+
     idle: bool | None = None
-    gpus: list[dict[str, Any]] = field(default_factory=list)
-    holders: list[dict[str, Any]] = field(default_factory=list)
-    busy: list[dict[str, Any]] = field(default_factory=list)
-    killed: list[dict[str, Any]] = field(default_factory=list)
+    gpus: list[Gpu] = field(default_factory=list)
+    holders: list[GpuProcess] = field(default_factory=list)
+    busy: list[BusyGpu] = field(default_factory=list)
+    killed: list[GpuProcess] = field(default_factory=list)
 
     @classmethod
-    def of(cls, result: dict[str, Any] | None) -> Gpus | None:
-        if not result or "gpus" not in result:
+    def of(cls, r: GpuIdleResult | GpuIdleFailed | None) -> Gpus | None:
+        """None where nvidia-smi was not read (the task did not run, or failed before)."""
+        if r is None or r.gpus is None:
             return None
-        keys = ("gpus", "holders", "busy", "killed")
-        return cls(result.get("idle"), *(list(result.get(k) or []) for k in keys))
+        return cls(r.idle, list(r.gpus), list(r.holders or []), list(r.busy or []), list(r.killed or []))
 
-    @property
-    def used_mib(self) -> int:
-        return sum(g.get("memory_used_mib") or 0 for g in self.gpus)
+    def summary(self) -> dict[str, Any]:
+        """{idle, busy} as reports and the ledger keep them, busy GPUs as the module listed them."""
+        return {"idle": self.idle, "busy": [b.model_dump() for b in self.busy]}
 
 
 @dataclass
 class Probe:
-    """What the host ran before this play (roles/sglang_probe)."""
+    """What the host ran before this play (roles/sglang_probe), as far as its probe said: the
+    fields of results.ProbeResult, each with a default where it said nothing (it failed early,
+    or never ran)."""
 
     installed: bool = False
     digest: str = ""
@@ -94,41 +133,27 @@ class Probe:
     health_status: int | None = None
     last_good: dict[str, Any] = field(default_factory=dict)
     locked: bool = False
-    preflight: dict[str, Any] = field(default_factory=dict)
+    preflight: PreflightResult | None = None
 
     @classmethod
-    def of(cls, result: dict[str, Any] | None) -> Probe:
-        r = result or {}
-        return cls(
-            installed=bool(r.get("installed")),
-            digest=r.get("digest", ""),
-            profile=r.get("profile", ""),
-            unit=r.get("unit", ""),
-            facts=r.get("facts") or {},
-            state=r.get("state") or {},
-            uptime_s=r.get("uptime_s"),
-            restart_needed=bool(r.get("restart_needed")),
-            reasons=list(r.get("reasons") or []),
-            healthy=bool(r.get("healthy")),
-            health_url=r.get("health_url", ""),
-            health_status=r.get("health_status"),
-            last_good=r.get("last_good") or {},
-            locked=bool(r.get("locked")),
-            preflight=r.get("preflight") or {},
-        )
+    def of(cls, r: ProbeResult | ProbeFailed | None) -> Probe:
+        if r is None:
+            return cls()
+        said = {name: getattr(r, name) for name in ProbeResult.model_fields}
+        return cls(**{name: value for name, value in said.items() if value is not None})
 
 
 @dataclass
 class HostFacts:
-    """Every result one host's play returned, typed."""
+    """Every result one host's play returned, typed (None: the task did not run)."""
 
     host: str
     probe: Probe
-    preflight: dict[str, Any]
-    stop: dict[str, Any]
+    preflight: PreflightResult | PreflightFailed | None
+    stop: StopResult | StopFailed | None
     gpus: Gpus | None
-    unit: dict[str, Any]
-    health: dict[str, Any]
+    unit: UnitResult | UnitFailed | None
+    health: HealthResult | HealthFailed | None
     started: bool
     failed: TaskEvent | None
     changed: bool
@@ -144,6 +169,7 @@ class HostFacts:
 
     @property
     def message(self) -> str:
+        """Ansible's `msg` of the task that failed."""
         return self.failed.result.get("msg", "") if self.failed else ""
 
     @property
@@ -154,7 +180,8 @@ class HostFacts:
 
     @property
     def problems(self) -> list[str]:
-        return list(self.preflight.get("problems") or self.probe.preflight.get("problems") or [])
+        own = self.preflight.problems if self.preflight else None
+        return list(own or (self.probe.preflight.problems if self.probe.preflight else None) or [])
 
 
 @dataclass
@@ -171,8 +198,9 @@ def unit_runs(run: HostRun) -> list[UnitRun]:
     """Each unit sglang_units_info listed, in its order, with the probe its iteration ran (an
     include loop runs its items in order: the n-th probe is the n-th unit's; a unit the play
     never reached has an empty one) and the journal read for that probe's invocation."""
-    listed = (run.result_of(UNITS) or {}).get("units") or []
-    probes = [Probe.of(e.result) for e in run.events if e.action == PROBE and e.kind in ("ok", "changed")]
+    listed = _last_results(run).get(UNITS)
+    probes = [Probe.of(typed(e)) for e in run.events if e.action == PROBE and e.kind in ("ok", "changed")]
+    # ansible.builtin.command's own result, Ansible's module: its `cmd` and `stdout`.
     logs = {
         arg.removeprefix("_SYSTEMD_INVOCATION_ID="): (e.result.get("stdout") or "").splitlines()
         for e in run.events
@@ -181,25 +209,36 @@ def unit_runs(run: HostRun) -> list[UnitRun]:
         if isinstance(arg, str) and arg.startswith("_SYSTEMD_INVOCATION_ID=")
     }
     runs = []
-    for i, name in enumerate(listed):
+    for i, name in enumerate((listed.units if listed else None) or []):
         probe = probes[i] if i < len(probes) else Probe()
         runs.append(UnitRun(name, probe, logs.get(probe.state.get("InvocationID") or "", [])))
     return runs
 
 
+def _last_results(run: HostRun) -> dict[str, ModuleResult]:
+    """{action: the typed result of the last finished task that ran it}, for orchestrator's
+    modules; every one of their results is validated on the way, read or not."""
+    last: dict[str, ModuleResult] = {}
+    for e in run.events:
+        r = typed(e)
+        if r is not None:
+            last[e.action] = r
+    return last
+
+
 def of_run(run: HostRun) -> HostFacts:
-    probe = run.result_of(PROBE)
-    stop = run.result_of(STOP) or {}
-    gpus = Gpus.of(stop.get("gpus")) or Gpus.of(run.result_of(GPU_IDLE))
+    last = _last_results(run)
+    stop = last.get(STOP)
+    waited = stop.gpus if stop is not None and isinstance(stop.gpus, GpuIdleResult) else None
     return HostFacts(
         host=run.host,
-        probe=Probe.of(probe),
-        preflight=run.result_of(PREFLIGHT) or {},
+        probe=Probe.of(last.get(PROBE)),
+        preflight=last.get(PREFLIGHT),
         stop=stop,
-        gpus=gpus,
-        unit=run.result_of(UNIT) or {},
-        health=run.result_of(HEALTH) or {},
-        started=run.result_of(START) is not None,
+        gpus=Gpus.of(waited) or Gpus.of(last.get(GPU_IDLE)),
+        unit=last.get(UNIT),
+        health=last.get(HEALTH),
+        started=START in last,
         failed=run.failed,
         changed=run.changed,
         elapsed_s=round((run.finished or time.monotonic()) - run.started, 1),
@@ -213,16 +252,18 @@ def gateway_steps(run: HostRun) -> dict[str, Any]:
     listed before and after (out, back) or what the server said (drain, prove); {} without one."""
     found: dict[str, Any] = {}
     for e in run.events:
-        if e.kind in ("start", "skipped") or e.action not in (GATEWAY, DRAIN):
+        r = typed(e) if e.action in (GATEWAY, DRAIN) else None
+        if r is None:
             continue
-        r = e.result
         if e.action == GATEWAY:
-            name = "out" if r.get("state") == "absent" else "back"
-            found[name] = {"changed": e.kind == "changed", "before": r.get("before"), "after": r.get("after")}
+            name = "out" if r.state == "absent" else "back"
+            found[name] = {"changed": e.kind == "changed", "before": r.before, "after": r.after}
+        elif r.mode == "prove":
+            name = "prove"
+            found[name] = {"status": r.status, "waited_s": r.waited_s}
         else:
-            name = "prove" if r.get("mode") == "prove" else "drain"
-            keys = ("status", "waited_s") if name == "prove" else ("in_flight", "waited_s", "timed_out")
-            found[name] = {k: r.get(k) for k in keys}
+            name = "drain"
+            found[name] = {"in_flight": r.in_flight, "waited_s": r.waited_s, "timed_out": r.timed_out}
         if e.kind in ("failed", "unreachable"):
-            found[name]["error"] = r.get("msg", "")
+            found[name]["error"] = e.result.get("msg", "")
     return found

@@ -15,6 +15,7 @@ from orchestrator.hostplan import PlayVars, Target, for_profile, placements
 from orchestrator.logs import accept_from_log
 from orchestrator.profile import Profile
 from orchestrator.report import HostReport, step
+from orchestrator.results import PreflightFailed
 from orchestrator.runner import run_playbook
 
 
@@ -78,9 +79,9 @@ def _gpu_share(gpus: facts_mod.Gpus | None, wanted: list[int]) -> tuple[int, lis
     """(MiB used, holders) of the GPUs in `wanted` ([]: every GPU), out of one nvidia-smi read."""
     if gpus is None:
         return 0, []
-    mine = [g for g in gpus.gpus if not wanted or g.get("index") in wanted]
-    holders = [h for h in gpus.holders if not wanted or h.get("gpu") in wanted]
-    return sum(g.get("memory_used_mib") or 0 for g in mine), holders
+    mine = [g for g in gpus.gpus if not wanted or g.index in wanted]
+    holders = [h.model_dump() for h in gpus.holders if not wanted or h.gpu in wanted]
+    return sum(g.memory_used_mib or 0 for g in mine), holders
 
 
 def _unit_row(f: facts_mod.HostFacts, u: facts_mod.UnitRun) -> HostStatus:
@@ -140,7 +141,7 @@ def stop(inventory: Path, *, unit_name: str = "sglang.service", limit: str | Non
                 step=step(f),
                 changed=f.changed,
                 message=f.message,
-                gpus={"idle": f.gpus.idle, "busy": f.gpus.busy} if f.gpus else {},
+                gpus=f.gpus.summary() if f.gpus else {},
                 elapsed_s=f.elapsed_s,
             )
         )
@@ -176,16 +177,16 @@ def preflight(prof: Profile, inventory: Path, limit: str | None = None) -> list[
     results = []
     for run in play.hosts.values():
         f = facts_mod.of_run(run)
-        res = f.preflight
+        res = f.preflight or PreflightFailed()  # the check never ran: nothing known
         problems = f.problems or ([f.message or "failed"] if f.failed else [])
         results.append(
             PreflightResult(
                 host=run.host,
                 ok=not problems,
                 problems=problems,
-                notes=list(res.get("notes") or []),
-                sglang_version=res.get("sglang_version", ""),
-                gpus=res.get("gpus", 0),
+                notes=list(res.notes or []),
+                sglang_version=res.sglang_version or "",
+                gpus=res.gpus or 0,
                 elapsed_s=f.elapsed_s,
             )
         )

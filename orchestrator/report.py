@@ -8,6 +8,7 @@ from typing import Any
 
 from orchestrator.diagnose import classify
 from orchestrator.facts import STEPS, HostFacts, step_of
+from orchestrator.results import HealthFailed, HealthResult, UnitDiff
 
 
 @dataclass
@@ -86,12 +87,12 @@ class DeployReport:
 
 def host_report(f: HostFacts, digest: str, planned_unit: str, check: bool) -> HostReport:
     """A deploy's (or rollback's) report of one host."""
-    probe, health = f.probe, f.health
+    probe, health = f.probe, f.health or HealthFailed()  # no wait ran: nothing known
     noop_healthy = not probe.restart_needed and probe.healthy
     restarted = probe.restart_needed and not check and f.failed is None
     report = HostReport(
         host=f.host,
-        ok=f.failed is None and (check or health.get("reason") == "healthy" or noop_healthy),
+        ok=f.failed is None and (check or health.reason == "healthy" or noop_healthy),
         step=step(f),
         changed=f.changed,
         restarted=restarted,
@@ -100,22 +101,23 @@ def host_report(f: HostFacts, digest: str, planned_unit: str, check: bool) -> Ho
         previous_digest=probe.digest,
         message=f.message,
         reasons=probe.reasons,
-        journal=health.get("journal", []) if f.failed else [],
-        diff=_diff(f.unit.get("diff")),
+        # A journal comes only with a failed wait.
+        journal=list(health.journal or []) if isinstance(health, HealthFailed) and f.failed else [],
+        diff=_diff(f.unit.diff if f.unit else None),
         previous_unit=probe.unit,
         planned_unit=planned_unit,
-        gpus={"idle": f.gpus.idle, "busy": f.gpus.busy} if f.gpus else {},
+        gpus=f.gpus.summary() if f.gpus else {},
         elapsed_s=f.elapsed_s,
-        killed=f.gpus.killed if f.gpus else [],
+        killed=[k.model_dump() for k in f.gpus.killed] if f.gpus else [],
         problems=f.problems,
         stopped=f.stopped,
         locked=probe.locked,
-        exited_at=(health.get("unit_state") or {}).get("ExecMainExitTimestamp", "") if f.failed else "",
+        exited_at=(health.unit_state or {}).get("ExecMainExitTimestamp", "") if f.failed else "",
         last_good=probe.last_good,
         gateway=dict(f.gateway),
     )
     if f.failed:
-        report.diagnosis = _diagnosis(report, health)
+        report.diagnosis = _diagnosis(report, f.health)
     return report
 
 
@@ -128,40 +130,30 @@ def step(f: HostFacts) -> str:
     return STEPS.get(next((a for a in reversed(f.done) if a in STEPS), ""), "connect")
 
 
-def _diagnosis(report: HostReport, health: dict[str, Any]) -> str:
+def _diagnosis(report: HostReport, health: HealthResult | HealthFailed | None) -> str:
     if report.step == "preflight" and report.problems:
         return f"preflight: {len(report.problems)} problem(s), nothing was stopped: " + "; ".join(
             report.problems
         )
-    if report.step == "health" and health:
-        return str(classify(report.journal, health.get("unit_state"), health.get("reason", "")))
+    if report.step == "health" and health is not None:
+        return str(classify(report.journal, health.unit_state, health.reason or ""))
     first = report.message.strip().splitlines()[0] if report.message.strip() else "no message"
     return f"failed at {report.step}: {first}"
 
 
-def _healthy_after(health: dict[str, Any], noop_healthy: bool) -> float | None:
+def _healthy_after(health: HealthResult | HealthFailed, noop_healthy: bool) -> float | None:
     """Seconds from start to healthy; 0 for a server that was healthy and left alone."""
-    if health.get("reason") == "healthy":
-        return health["elapsed_s"]
+    if health.reason == "healthy":
+        return health.elapsed_s
     return 0.0 if noop_healthy else None
 
 
-def _diff(diff: Any) -> str:
-    """The unit's diff as the module returned it (check mode with --diff)."""
-    diffs = diff if isinstance(diff, list) else [diff] if isinstance(diff, dict) else []
-    text = ""
-    for d in diffs:
-        if d.get("prepared"):
-            text += d["prepared"]
-            continue
-        before, after = d.get("before", ""), d.get("after", "")
-        if isinstance(before, str) and isinstance(after, str):
-            text += "".join(
-                difflib.unified_diff(
-                    before.splitlines(True),
-                    after.splitlines(True),
-                    d.get("before_header", "a"),
-                    d.get("after_header", "b"),
-                )
-            )
-    return text
+def _diff(diff: UnitDiff | None) -> str:
+    """The unit's diff as sglang_unit returned it (check mode with --diff)."""
+    if diff is None:
+        return ""
+    return "".join(
+        difflib.unified_diff(
+            diff.before.splitlines(True), diff.after.splitlines(True), diff.before_header, diff.after_header
+        )
+    )

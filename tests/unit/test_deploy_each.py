@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hostresults import result
 
 from orchestrator import deploy, hostplan, rollback
 from orchestrator import plan as plan_mod
@@ -234,11 +235,11 @@ def test_a_failed_trial_is_rolled_back_under_the_campaigns_lock_which_it_keeps(
         "unit": good.unit,
         "facts": hostplan.unit_facts(before).model_dump(),
     }
-    probe = {"restart_needed": True, "locked": True, "digest": good.digest, "last_good": last_good}
+    probe = result("sglang_probe", restart_needed=True, locked=True, digest=good.digest, last_good=last_good)
     failed = _run(
         "gpu2",
         ("ok", "sglang_probe", probe),
-        ("ok", "sglang_stop", {}),
+        ("ok", "sglang_stop", result("sglang_stop")),
         ("failed", "sglang_health_wait", {"reason": "exited", "msg": "exited"}),
     )
     seen: list[PlayVars] = []

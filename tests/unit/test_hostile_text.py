@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner, Result
+from hostresults import result
 
 from orchestrator import hostops, ledger
 from orchestrator import logs as logs_mod
@@ -141,19 +142,22 @@ def test_results_shows_ledger_text_with_markup_and_escapes_as_text() -> None:
 def test_status_shows_what_a_host_says_as_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A host's state file (its profile, its digest) and an unreachable host's message, as the
     status play hands them over."""
-    probe = {
-        "installed": True,
-        "digest": "\x1b[2J",
-        "profile": "[/b]\x1b]0;t\x07",  # short: the status table has 13 columns to fit
-        "facts": {"profile": "p", "port": 30000, "gpus": [0]},
-        "state": {"ActiveState": "on\x1b[31m", "MainPID": "42", "InvocationID": ""},
-        "health_url": "http://127.0.0.1:30000/health",
-        "health_status": 200,
-        "uptime_s": 1.0,
-    }
+    probe = result(
+        "sglang_probe",
+        installed=True,
+        digest="\x1b[2J",
+        profile="[/b]\x1b]0;t\x07",  # short: the status table has 13 columns to fit
+        facts={"profile": "p", "port": 30000, "gpus": [0]},
+        state={"ActiveState": "on\x1b[31m", "MainPID": "42", "InvocationID": ""},
+        health_url="http://127.0.0.1:30000/health",
+        health_status=200,
+        uptime_s=1.0,
+    )
     gpu1 = HostRun("[/bold]")
     gpu1.events = [
-        TaskEvent("[/bold]", "ok", "", "sglang_units_info", {"units": ["sglang.service"]}),
+        TaskEvent(
+            "[/bold]", "ok", "", "sglang_units_info", result("sglang_units_info", units=["sglang.service"])
+        ),
         TaskEvent("[/bold]", "ok", "", "sglang_probe", probe),
     ]
     gpu2 = HostRun("gpu2")

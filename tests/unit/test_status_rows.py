@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hostresults import gpu, result
 from rich.console import Console
 
 from orchestrator import hostops
@@ -17,8 +18,8 @@ from orchestrator.view import status_table
 PY = "/usr/bin/python3"
 
 
-def ok(host: str, action: str, **result: object) -> TaskEvent:
-    return TaskEvent(host, "ok", "", action, dict(result))
+def ok(host: str, action: str, **fields: object) -> TaskEvent:
+    return TaskEvent(host, "ok", "", action, result(action, **fields))
 
 
 def probe(profile: str, port: int, gpus: list[int], invocation: str, active: bool = True) -> dict:
@@ -27,17 +28,21 @@ def probe(profile: str, port: int, gpus: list[int], invocation: str, active: boo
         "installed": True,
         "digest": f"{profile}-digest",
         "profile": profile,
+        "unit": f"# profile: {profile}\n",
         "facts": {"profile": profile, "port": port, "gpus": gpus, "speculative": True},
         "state": {**state, "InvocationID": invocation},
         "health_url": f"http://127.0.0.1:{port}/health",
         "health_status": 200 if active else None,
+        "healthy": active,
         "uptime_s": 12.0 if active else None,
     }
 
 
-def journal(invocation: str, *accept: float) -> dict:
+def journal(invocation: str, *accept: float) -> TaskEvent:
+    """ansible.builtin.command's result (Ansible's module: not one results.py reads)."""
     argv = ["journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "--output=cat", "--grep=accept len"]
-    return {"cmd": argv, "stdout": "".join(f"Decode batch. accept len: {a:.2f}, x\n" for a in accept)}
+    lines = "".join(f"Decode batch. accept len: {a:.2f}, x\n" for a in accept)
+    return TaskEvent("gpu1", "ok", "", "ansible.builtin.command", {"cmd": argv, "stdout": lines})
 
 
 def holder(gpu: int, pid: int, unit: str, mib: int = 70000) -> dict:
@@ -45,7 +50,7 @@ def holder(gpu: int, pid: int, unit: str, mib: int = 70000) -> dict:
 
 
 def gpu_read(used: dict[int, int], holders: list[dict]) -> dict:
-    gpus = [{"index": i, "memory_used_mib": used.get(i, 0), "memory_total_mib": 143771} for i in range(8)]
+    gpus = [gpu(i, used.get(i, 0)) for i in range(8)]
     return {
         "idle": False,
         "checked": list(range(8)),
@@ -66,7 +71,7 @@ def play(monkeypatch: pytest.MonkeyPatch) -> list[PlayVars]:
     gpu1.events = [
         ok("gpu1", "sglang_units_info", units=["sglang-a.service", "sglang-b.service"]),
         ok("gpu1", "sglang_probe", **probe("cg_5tok", 30000, [0, 1, 2, 3], "inv-a")),
-        ok("gpu1", "ansible.builtin.command", **journal("inv-a", 3.0, 4.0)),
+        journal("inv-a", 3.0, 4.0),
         ok("gpu1", "sglang_probe", **probe("cg_2step", 30001, [4, 5, 6, 7], "", active=False)),
         TaskEvent("gpu1", "skipped", "", "ansible.builtin.command", {}),
         ok("gpu1", "gpu_idle", **gpu_read({0: 70000, 1: 70000, 2: 70000, 3: 70000, 5: 4000}, [*a, stray])),

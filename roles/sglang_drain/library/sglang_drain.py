@@ -51,7 +51,7 @@ mode:
   type: str
   returned: always
 in_flight:
-  description: "drain: requests still running or queued when the wait ended."
+  description: "drain: requests still running or queued when the wait ended; prove: 0."
   type: int
   returned: always
 waited_s:
@@ -59,11 +59,11 @@ waited_s:
   type: float
   returned: always
 timed_out:
-  description: "drain: the timeout ended the wait."
+  description: "drain: the timeout ended the wait; prove: no 200 came within it."
   type: bool
   returned: always
 status:
-  description: "prove: the last HTTP status of /health_generate (null: nothing answered)."
+  description: "prove: the last HTTP status of /health_generate (null: nothing answered); drain: null."
   type: int
   returned: always
 """

@@ -162,6 +162,10 @@ preflight:
       {} when not run."
   type: dict
   returned: always
+lock_holder:
+  description: The lock's content (holder, run_id, profile, since, ...) another deploy held.
+  type: dict
+  returned: failure, when another deploy held the lock past wait_s
 """
 
 import hmac

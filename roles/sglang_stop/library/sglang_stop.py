@@ -91,7 +91,10 @@ disabled:
   type: bool
   returned: always
 gpus:
-  description: "The GPU wait, as gpu_idle returns it: idle, checked, gpus, holders, busy, waited_s, killed."
+  description:
+    - "The GPU wait, as gpu_idle returns it: idle, checked, gpus, holders, busy, waited_s, killed."
+    - A failure because a GPU of the set is not on the host returns nvidia-smi's list of every GPU
+      here instead (gpu_idle's C(gpus)).
   type: dict
   returned: success, or when the GPUs were not released
 """

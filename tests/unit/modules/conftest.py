@@ -12,10 +12,16 @@ import pytest
 from ansible.module_utils import basic
 from hostfakes import Exit, FakeHost, exit_json, fail_json, module_args
 
+from orchestrator import results
+
 
 @pytest.fixture
 def run_module(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[bool, dict]]:
-    """run_module(module, args, check_mode=False, diff=False) -> (failed, result)."""
+    """run_module(module, args, check_mode=False, diff=False) -> (failed, result).
+
+    Each result is also read as orchestrator reads it (results.parse), so the models there are
+    checked against what the real modules return, on success and on failure, not only against
+    their RETURN blocks."""
     monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
     monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
 
@@ -23,7 +29,9 @@ def run_module(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[bool, dic
         args = {**args, "_ansible_check_mode": check_mode, "_ansible_diff": diff}
         with module_args(args), pytest.raises(Exit) as done:
             module.main()
-        return done.value.failed, done.value.result
+        failed, result = done.value.failed, done.value.result
+        results.parse(module.__name__, result, failed)
+        return failed, result
 
     return run
 

@@ -1,0 +1,362 @@
+"""Results in: what each host module (roles/*/library/*.py) returns, typed.
+
+One pydantic model per module. Its fields are the keys the module's RETURN block documents, and
+their descriptions are there, in one place; tests/unit/test_results.py checks both ways that the
+two name the same fields with compatible types, and the module tests validate the results the
+real modules return against these models. A result is read only through `parse`, which names the
+module and the field when the two differ, so a renamed `restart_needed` fails here instead of
+reading as False.
+
+A failed module returns Ansible's `msg` with whatever it knew when it failed, from nothing (a bad
+argument, systemctl failing) to its whole result (preflight's problems): its failure model has
+every field of the success model as optional, plus what RETURN says only a failure returns (the
+health wait's journal). Unknown fields are errors either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, create_model
+
+from orchestrator.errors import OrchestratorError, one_line
+from orchestrator.paths import ROLES_DIR, ROOT
+
+PROBE = "sglang_probe"
+UNITS = "sglang_units_info"
+PREFLIGHT = "sglang_preflight"
+STOP = "sglang_stop"
+GPU_IDLE = "gpu_idle"
+UNIT = "sglang_unit"
+START = "sglang_start"
+HEALTH = "sglang_health_wait"
+RECORD = "sglang_record"
+GATEWAY = "sglang_gateway"
+DRAIN = "sglang_drain"
+LOCK = "sglang_lock"
+
+#: Keys that Ansible, not the module, puts in a task's result (ansible-core's task executor and
+#: module runner, ansible-runner's events), and orchestrator's own `ansible_msg`
+#: (runner._explain_become keeps Ansible's msg there). Every `_ansible_*` key is Ansible's too.
+#: A module whose RETURN documents one of them (sglang_unit's `diff`) has it as a field.
+ANSIBLE_KEYS = frozenset(
+    {
+        "changed",
+        "failed",
+        "skipped",
+        "skip_reason",
+        "false_condition",
+        "unreachable",
+        "msg",
+        "invocation",
+        "warnings",
+        "deprecations",
+        "exception",
+        # a module that died or printed no JSON ("MODULE FAILURE")
+        "module_stdout",
+        "module_stderr",
+        "rc",
+        "diff",
+        # interpreter discovery's `discovered_interpreter_python`
+        "ansible_facts",
+        "censored",
+        "failed_when_result",
+        "attempts",
+        "retries",
+        "ansible_msg",
+    }
+)
+
+
+class ResultError(OrchestratorError):
+    """A host module's result orchestrator cannot read: not the shape orchestrator knows (the two
+    come from different versions, or were changed apart: read with defaults, it would be silently
+    wrong), or one that never came back."""
+
+
+class ModuleResult(BaseModel):
+    """What one module returned: its own fields, without Ansible's."""
+
+    # strict: a bool is never read out of "false", nor a number out of a string.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def _empty_is_none(value: object) -> object:
+    return None if value == {} else value
+
+
+# --- GPUs: gpu_idle's result, and sglang_stop's `gpus` ------------------------------------------
+
+
+class Gpu(ModuleResult):
+    """One GPU as nvidia-smi reports it; a memory figure is None where it printed `[N/A]`."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+
+
+class GpuProcess(ModuleResult):
+    """A process on a GPU; `unit` is the orchestrator unit of the host it runs in, "" for none."""
+
+    gpu: int | None
+    pid: int | None
+    process_name: str
+    used_mib: int | None
+    unit: str
+
+
+class BusyGpu(ModuleResult):
+    """A checked GPU that is not idle, with the processes listed on it."""
+
+    index: int
+    memory_used_mib: int | None
+    holders: list[GpuProcess]
+
+
+class GpuIdleResult(ModuleResult):
+    """gpu_idle (module_utils' wait_idle)."""
+
+    idle: bool
+    checked: list[int]
+    gpus: list[Gpu]
+    holders: list[GpuProcess]
+    busy: list[BusyGpu]
+    waited_s: float
+    killed: list[GpuProcess]
+
+
+# --- the modules --------------------------------------------------------------------------------
+
+
+class PreflightResult(ModuleResult):
+    """sglang_preflight (module_utils' preflight_checks), and sglang_probe's `preflight`."""
+
+    problems: list[str]
+    notes: list[str]
+    sglang_version: str
+    gpus: int
+    help_checked: bool
+    verified_digest: str
+
+
+class ProbeResult(ModuleResult):
+    """sglang_probe."""
+
+    installed: bool
+    digest: str
+    profile: str
+    unit: str
+    #: What sglang_unit stored with the unit; a host's file, whatever version wrote it.
+    facts: dict[str, Any]
+    health_url: str
+    health_status: int | None
+    healthy: bool
+    #: systemctl show's properties, as it prints them.
+    state: dict[str, str]
+    uptime_s: float | None
+    restart_needed: bool
+    reasons: list[str]
+    #: sglang_record's file {profile, digest, unit, time, facts}, whatever version wrote it.
+    last_good: dict[str, Any]
+    locked: bool
+    #: None where the module returned {} (the checks did not run).
+    preflight: Annotated[PreflightResult | None, BeforeValidator(_empty_is_none)]
+
+
+class UnitsInfoResult(ModuleResult):
+    """sglang_units_info."""
+
+    units: list[str]
+
+
+class StopResult(ModuleResult):
+    """sglang_stop."""
+
+    was_active: bool
+    main_pid: int
+    stop_s: float
+    disabled: bool
+    gpus: GpuIdleResult
+
+
+class UnitDiff(ModuleResult):
+    """The unit text before and after, in Ansible's diff form."""
+
+    before_header: str
+    after_header: str
+    before: str
+    after: str
+
+
+class UnitResult(ModuleResult):
+    """sglang_unit."""
+
+    digest: str
+    unit_path: str
+    #: In diff mode only.
+    diff: UnitDiff | None = None
+
+
+class StartResult(ModuleResult):
+    """sglang_start."""
+
+    reloaded: bool
+    enabled: bool
+    started: bool
+
+
+class HealthResult(ModuleResult):
+    """sglang_health_wait."""
+
+    elapsed_s: float
+    status: int | None
+    unit_state: dict[str, str]
+    reason: Literal["healthy", "exited", "restarted", "timeout"]
+
+
+class RecordResult(ModuleResult):
+    """sglang_record."""
+
+    recorded: bool
+    released: bool
+
+
+class GatewayResult(ModuleResult):
+    """sglang_gateway."""
+
+    state: Literal["absent", "present"]
+    #: The gateway's listing of the worker ({listed, is_healthy, load}), as reports show it.
+    before: dict[str, Any]
+    after: dict[str, Any]
+
+
+class DrainResult(ModuleResult):
+    """sglang_drain."""
+
+    mode: Literal["drain", "prove"]
+    in_flight: int
+    waited_s: float
+    timed_out: bool
+    status: int | None
+
+
+class LockResult(ModuleResult):
+    """sglang_lock."""
+
+    released: bool
+    #: When another run holds the lock: its content.
+    holder: dict[str, Any] | None = None
+
+
+def _failed(model: type[ModuleResult], **only_on_failure: Any) -> type[ModuleResult]:
+    """`model` as a failure returns it: any field may be missing (the module failed before it knew
+    it), none may be unknown; with the fields only a failure returns, each (type, default)."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        optional = info.annotation | None
+        fields[name] = (Annotated[optional, *info.metadata] if info.metadata else optional, None)
+    fields |= only_on_failure
+    doc = f"{model.__doc__.strip()} Failed: whatever it knew when it failed." if model.__doc__ else None
+    return create_model(
+        f"{model.__name__.removesuffix('Result')}Failed", __base__=ModuleResult, __doc__=doc, **fields
+    )
+
+
+GpuIdleFailed = _failed(GpuIdleResult)
+PreflightFailed = _failed(PreflightResult)
+ProbeFailed = _failed(ProbeResult, lock_holder=(dict[str, Any] | None, None))
+UnitsInfoFailed = _failed(UnitsInfoResult)
+# wait_idle fails with nvidia-smi's GPU list as `gpus` when a GPU of the set is missing: the shape
+# of gpu_idle's `gpus`, which sglang_stop returns as it is (RETURN says so).
+StopFailed = _failed(StopResult, gpus=(GpuIdleResult | list[Gpu] | None, None))
+UnitFailed = _failed(UnitResult)
+StartFailed = _failed(StartResult)
+HealthFailed = _failed(HealthResult, journal=(list[str] | None, None))
+RecordFailed = _failed(RecordResult)
+GatewayFailed = _failed(GatewayResult)
+DrainFailed = _failed(DrainResult)
+LockFailed = _failed(LockResult)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one module returns: on success (every field it documents as always returned), and on
+    failure."""
+
+    ok: type[ModuleResult]
+    failed: type[ModuleResult]
+
+
+SHAPES: dict[str, Shape] = {
+    PROBE: Shape(ProbeResult, ProbeFailed),
+    UNITS: Shape(UnitsInfoResult, UnitsInfoFailed),
+    PREFLIGHT: Shape(PreflightResult, PreflightFailed),
+    STOP: Shape(StopResult, StopFailed),
+    GPU_IDLE: Shape(GpuIdleResult, GpuIdleFailed),
+    UNIT: Shape(UnitResult, UnitFailed),
+    START: Shape(StartResult, StartFailed),
+    HEALTH: Shape(HealthResult, HealthFailed),
+    RECORD: Shape(RecordResult, RecordFailed),
+    GATEWAY: Shape(GatewayResult, GatewayFailed),
+    DRAIN: Shape(DrainResult, DrainFailed),
+    LOCK: Shape(LockResult, LockFailed),
+}
+
+
+def module_fields(action: str, result: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of `result` that are the module's own: all but Ansible's (ANSIBLE_KEYS), except
+    those the module's models name (sglang_unit's `diff`)."""
+    shape = SHAPES[action]
+    own = shape.ok.model_fields.keys() | shape.failed.model_fields.keys()
+    return {
+        k: v for k, v in result.items() if k in own or not (k in ANSIBLE_KEYS or k.startswith("_ansible_"))
+    }
+
+
+def parse(action: str, result: Mapping[str, Any], failed: bool, host: str = "") -> ModuleResult:
+    """The result a task of module `action` returned, typed: its success model, or its failure
+    model when `failed`. ResultError names the host, the module and each field that differs."""
+    where = f"{host}: " if host else ""
+    if not result and not failed:
+        # ansible-runner hands over {} for a result over MAX_EVENT_RES (700 kB).
+        said = "did not come back: ansible-runner drops a result over MAX_EVENT_RES (700000 characters)"
+        raise ResultError(one_line(f"{where}{action}'s result {said}"))
+    shape = SHAPES[action]
+    model = shape.failed if failed else shape.ok
+    try:
+        return model.model_validate(module_fields(action, result))
+    except ValidationError as exc:
+        raise ResultError(one_line(f"{where}{action} {_said(exc)} ({_differ(action, model)})")) from None
+
+
+def _said(exc: ValidationError) -> str:
+    """What a ValidationError found, as a person reads it: fields missing, unknown, then wrong."""
+    missing, unknown, wrong = [], [], []
+    for e in exc.errors():
+        where = ".".join(str(part) for part in e["loc"])
+        if e["type"] == "missing":
+            missing.append(repr(where))
+        elif e["type"] == "extra_forbidden":
+            unknown.append(repr(where))
+        else:
+            value = repr(e.get("input"))
+            value = value if len(value) <= 60 else value[:57] + "..."
+            wrong.append(f"returned {where!r} as {value}: {e['msg']}")
+    said = [f"returned no {', '.join(missing)}"] if missing else []
+    said += [f"returned {', '.join(unknown)}, which orchestrator does not know"] if unknown else []
+    return "; ".join(said + wrong)
+
+
+def _differ(action: str, model: type[ModuleResult]) -> str:
+    found = sorted(ROLES_DIR.glob(f"*/library/{action}.py"))
+    module = found[0].relative_to(ROOT) if found else f"roles/*/library/{action}.py"
+    return (
+        f"the host's module and orchestrator differ: orchestrator/results.py {model.__name__} reads "
+        f"what {module} returns; did Ansible run another copy of the module, or was one changed "
+        "without the other?"
+    )
