@@ -134,6 +134,13 @@ class Probe:
     last_good: dict[str, Any] = field(default_factory=dict)
     locked: bool = False
     preflight: PreflightResult | None = None
+    #: What the play did next on the host, as the probe decided (results.ProbeResult).
+    end_play: bool = False
+    wait_health: bool = False
+    record: bool = False
+    release_run_id: str = ""
+    release_on_failure: bool = False
+    journal: bool = False
 
     @classmethod
     def of(cls, r: ProbeResult | ProbeFailed | None) -> Probe:

@@ -166,6 +166,13 @@ class ProbeResult(ModuleResult):
     locked: bool
     #: None where the module returned {} (the checks did not run).
     preflight: Annotated[PreflightResult | None, BeforeValidator(_empty_is_none)]
+    #: What the play does next on this host, decided by the probe; the playbooks only route it.
+    end_play: bool
+    wait_health: bool
+    record: bool
+    release_run_id: str
+    release_on_failure: bool
+    journal: bool
 
 
 class UnitsInfoResult(ModuleResult):
@@ -233,6 +240,8 @@ class GatewayResult(ModuleResult):
     #: The gateway's listing of the worker ({listed, is_healthy, load}), as reports show it.
     before: dict[str, Any]
     after: dict[str, Any]
+    #: The play's decision: drain before the stop (this call took the worker out).
+    drain: bool
 
 
 class DrainResult(ModuleResult):

@@ -30,6 +30,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "last_good": {},
         "locked": False,
         "preflight": {},
+        "end_play": False,
+        "wait_health": True,
+        "record": True,
+        "release_run_id": "",
+        "release_on_failure": False,
+        "journal": False,
     },
     "sglang_units_info": {"units": []},
     "sglang_preflight": {
@@ -46,7 +52,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "sglang_start": {"reloaded": False, "enabled": False, "started": False},
     "sglang_health_wait": {"elapsed_s": 0.0, "status": 200, "unit_state": {}, "reason": "healthy"},
     "sglang_record": {"recorded": False, "released": False},
-    "sglang_gateway": {"state": "absent", "before": {"listed": False}, "after": {"listed": False}},
+    "sglang_gateway": {
+        "state": "absent",
+        "before": {"listed": False},
+        "after": {"listed": False},
+        "drain": False,
+    },
     "sglang_drain": {"mode": "drain", "in_flight": 0, "waited_s": 0.0, "timed_out": False, "status": None},
     "sglang_lock": {"released": False},
 }

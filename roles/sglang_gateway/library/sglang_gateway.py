@@ -64,6 +64,12 @@ after:
   description: The worker as the gateway lists it after.
   type: dict
   returned: always
+drain:
+  description:
+    - "The play's decision: wait for the requests in flight before the stop. Only where this call
+      took the worker out of rotation (a rollback finds it already out, its server dead)."
+  type: bool
+  returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -121,8 +127,9 @@ def main() -> None:
             if changed and not module.check_mode:
                 after = add(gateway, worker, key, p["worker_api_key"], p["timeout_s"])
     except GatewayError as exc:
-        module.fail_json(msg=f"gateway {gateway}: {exc}", state=p["state"], changed=False)
-    module.exit_json(changed=changed, state=p["state"], before=seen(before), after=seen(after))
+        module.fail_json(msg=f"gateway {gateway}: {exc}", state=p["state"], changed=False, drain=False)
+    drain = p["state"] == "absent" and changed
+    module.exit_json(changed=changed, state=p["state"], before=seen(before), after=seen(after), drain=drain)
 
 
 if __name__ == "__main__":

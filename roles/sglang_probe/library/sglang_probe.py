@@ -162,6 +162,34 @@ preflight:
       {} when not run."
   type: dict
   returned: always
+end_play:
+  description:
+    - "The play's decision: nothing to do here, the plan already runs healthy and is recorded as
+      last good (deploy.yml ends the host's play)."
+  type: bool
+  returned: always
+wait_health:
+  description: "The play's decision: wait for /health (a restart ran, or the server is not healthy)."
+  type: bool
+  returned: always
+record:
+  description:
+    - "The play's decision: record the deploy as last good after health (the plan is not yet
+      recorded, or this run holds the lock and the record releases it); never in check mode."
+  type: bool
+  returned: always
+release_run_id:
+  description: The run id whose lock the record releases; empty when this run holds none or keeps it.
+  type: str
+  returned: always
+release_on_failure:
+  description: Whether a failed path must release this run's lock (it holds one and does not keep it).
+  type: bool
+  returned: always
+journal:
+  description: Whether the service has an invocation whose journal can be read (status.yml).
+  type: bool
+  returned: always
 lock_holder:
   description: The lock's content (holder, run_id, profile, since, ...) another deploy held.
   type: dict
@@ -357,6 +385,21 @@ def probe(module: AnsibleModule) -> dict:
     }
 
 
+def decide(result: dict, desired_digest: str, check_mode: bool, lock: dict) -> dict:
+    """What the play does next on this host, decided here so the playbooks only route it: end,
+    wait for health, record (and release the lock with it), release on a failed path."""
+    recorded = (result["last_good"] or {}).get("digest", "") == desired_digest
+    held = result["locked"] and not lock.get("keep")
+    return {
+        "end_play": not result["restart_needed"] and result["healthy"] and recorded,
+        "wait_health": result["restart_needed"] or not result["healthy"],
+        "record": not check_mode and (result["locked"] or not recorded),
+        "release_run_id": lock["run_id"] if held else "",
+        "release_on_failure": held,
+        "journal": bool(result["state"].get("InvocationID")),
+    }
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
@@ -388,9 +431,11 @@ def main() -> None:
             if result["locked"] and not keep:
                 release_if_ours(paths, unit, lock["run_id"])
                 result["locked"] = False
+            result |= decide(result, p["desired_digest"], module.check_mode, lock)
             module.fail_json(
                 msg="preflight: " + "; ".join(result["preflight"]["problems"]), changed=False, **result
             )
+    result |= decide(result, p["desired_digest"], module.check_mode, lock)
     module.exit_json(changed=False, **result)
 
 

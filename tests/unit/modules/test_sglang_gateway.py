@@ -83,16 +83,17 @@ def test_out_of_rotation_and_back(fleet, gateway, run_module):
     worker = fleet.urls[0]
     args = {"url": fleet.url, "worker_url": worker, "state": "absent", "timeout_s": 10}
     failed, result = run_module(gateway, args)
-    assert not failed and result["changed"], result
+    assert not failed and result["changed"] and result["drain"] is True, result  # taken out: drain it
     assert result["before"] == {"listed": True, "is_healthy": True, "load": 0}
     assert result["after"] == {"listed": False}
     assert fleet.healthy() == {fleet.urls[1]}
     for _ in range(4):  # round robin over what is left: all to the other server
         r = httpx.post(f"{fleet.url}/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 4}})
         assert r.status_code == 200
-    assert run_module(gateway, args)[1]["changed"] is False  # already out: left as it is
+    again = run_module(gateway, args)[1]
+    assert again["changed"] is False and again["drain"] is False  # already out: left as it is
     failed, result = run_module(gateway, {**args, "state": "present", "timeout_s": 30})
-    assert not failed and result["changed"] and result["after"]["is_healthy"], result
+    assert not failed and result["changed"] and result["after"]["is_healthy"] and not result["drain"]
     assert fleet.healthy() == set(fleet.urls)
     assert run_module(gateway, {**args, "state": "present"})[1]["changed"] is False
 

@@ -307,3 +307,60 @@ def test_preflight_problems_leave_a_kept_lock_held(probe, host, paths, run_modul
     failed, result = run_module(probe, {**probe_args(paths), "lock": kept(), "preflight": checks})
     assert failed and result["msg"].startswith("preflight: ") and result["locked"] is True
     assert json.loads(Path(lock_path(paths, "sglang.service")).read_text())["run_id"] == "camp1"
+
+
+# --- what the play does next: decided here, routed by the playbooks ---------------------------
+
+
+def record(paths: dict, digest: str) -> None:
+    Path(paths["state_dir"], "last-good").mkdir(parents=True, exist_ok=True)
+    Path(paths["state_dir"], "last-good", "sglang.service.json").write_text(json.dumps({"digest": digest}))
+
+
+def test_a_healthy_recorded_plan_ends_the_play(probe, host, paths, run_module, server):
+    install(paths, {"health_url": f"{server}/health"})
+    record(paths, DIGEST)
+    host.answers["systemctl"] = [systemctl_show(**ACTIVE, InvocationID="abc")]
+    args = {"unit_name": "sglang.service", "paths": paths, "desired_digest": DIGEST, "lock": lock()}
+    failed, result = run_module(probe, args)
+    assert not failed and result["end_play"] is True
+    assert (result["wait_health"], result["record"], result["release_on_failure"]) == (False, False, False)
+    assert result["journal"] is True
+
+
+def test_a_healthy_plan_not_yet_recorded_is_recorded_without_a_restart(
+    probe, host, paths, run_module, server
+):
+    install(paths, {"health_url": f"{server}/health"})
+    record(paths, "0000000000000000")  # the last good deploy was another unit
+    host.answers["systemctl"] = [systemctl_show(**ACTIVE)]
+    args = {"unit_name": "sglang.service", "paths": paths, "desired_digest": DIGEST, "lock": lock()}
+    failed, result = run_module(probe, args)
+    assert not failed and not result["restart_needed"]
+    assert (result["end_play"], result["wait_health"], result["record"]) == (False, False, True)
+    assert result["release_run_id"] == "" and result["journal"] is False
+
+
+def test_a_restart_under_the_lock_waits_records_and_releases_it(probe, host, paths, run_module):
+    install(paths)
+    record(paths, DIGEST)
+    host.answers["systemctl"] = [systemctl_show(**ACTIVE)]
+    failed, result = run_module(probe, probe_args(paths))
+    assert not failed and result["restart_needed"] and result["locked"]
+    assert (result["end_play"], result["wait_health"], result["record"]) == (False, True, True)
+    assert (result["release_run_id"], result["release_on_failure"]) == ("r1", True)
+
+
+def test_check_mode_records_nothing(probe, host, paths, run_module):
+    host.answers["systemctl"] = [systemctl_show(**INACTIVE)]
+    args = {"unit_name": "sglang.service", "paths": paths, "desired_digest": DIGEST, "lock": lock()}
+    failed, result = run_module(probe, args, check_mode=True)
+    assert not failed and result["wait_health"] and result["record"] is False
+
+
+def test_a_kept_lock_is_released_by_no_path_of_the_play(probe, host, paths, run_module):
+    install(paths)
+    host.answers["systemctl"] = [systemctl_show(**ACTIVE)]
+    failed, result = run_module(probe, {**probe_args(paths), "lock": kept()})
+    assert not failed and result["locked"] and result["record"]
+    assert (result["release_run_id"], result["release_on_failure"]) == ("", False)
