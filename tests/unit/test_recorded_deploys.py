@@ -128,7 +128,7 @@ def test_a_host_with_no_healthy_unit_recorded_is_not_rolled_back_and_says_why(la
     assert h.rollback_error == "no last known good recorded for this host"
 
 
-def test_max_fail_percent_leaves_the_later_batches_unstarted_and_untouched(lab, plays, tmp_path) -> None:
+def test_max_fail_percent_reports_the_later_batches_not_started(lab, plays, tmp_path) -> None:
     """test_max_fail_percent_stops_before_touching_later_hosts: the first batch dies at its health
     wait; Ansible starts no further batch."""
     plays.then(Recording.load("max_fail_percent"), Recording.load("max_fail_percent_rollback"))
