@@ -133,19 +133,60 @@ def record(run: Path) -> dict[str, Any]:
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", type=Path, help="the run's directory (orch.json, artifacts/)")
-    parser.add_argument("out", type=Path, help="the fixture to write (tests/data/plays/NAME.json)")
-    args = parser.parse_args()
-    text = json.dumps(record(args.run), indent=1, sort_keys=False) + "\n"
+def write(run: Path, out: Path) -> bool:
+    text = json.dumps(record(run), indent=1, sort_keys=False) + "\n"
     left = SECRET_TEXT.search(text)
     if left:
-        print(f"refused: {args.out} would hold secret-shaped text at {left.start()}", file=sys.stderr)
-        return 1
-    args.out.write_text(text)
-    print(f"{args.out}: {len(text) // 1024} KiB, from {args.run.name}")
-    return 0
+        print(f"refused: {out} would hold secret-shaped text at {left.start()}", file=sys.stderr)
+        return False
+    out.write_text(text)
+    print(f"{out}: {len(text) // 1024} KiB, from {run.name}")
+    return True
+
+
+def _by_test(runs: list[Path]) -> dict[str, list[Path]]:
+    """Runs grouped by the lab test that made them, each group in the order they ran."""
+    found: dict[str, list[Path]] = {}
+    for run in sorted(runs, key=lambda r: r.name):
+        artifacts = next((run / "artifacts").iterdir(), None) if (run / "artifacts").is_dir() else None
+        if artifacts is not None and (artifacts / "command").exists():
+            found.setdefault(_lab_test(artifacts), []).append(run)
+    return found
+
+
+def again(archive: Path, after: str, fixtures: Path) -> int:
+    """Every fixture recorded anew from the lab run made after `after` (a run directory's
+    timestamp prefix): the same lab test's play at the same place in that test's plays. For when
+    a module's results change: the fixtures stay what the lab really returns."""
+    runs = [r for r in archive.iterdir() if r.is_dir()]
+    old, new = _by_test([r for r in runs if r.name < after]), _by_test([r for r in runs if r.name >= after])
+    failed = 0
+    for path in sorted(fixtures.glob("*.json")):
+        was = json.loads(path.read_text())["recorded"]
+        test = was["lab_test"]
+        try:
+            place = [r.name for r in old.get(test, [])].index(was["run"])
+            run = new.get(test, [])[place]
+        except (ValueError, IndexError):
+            print(f"{path}: no new run of {test} at the place of {was['run']}", file=sys.stderr)
+            failed += 1
+            continue
+        failed += not write(run, path)
+    return 1 if failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, nargs="?", help="the run's directory (orch.json, artifacts/)")
+    parser.add_argument("out", type=Path, nargs="?", help="the fixture to write (tests/data/plays/NAME.json)")
+    parser.add_argument("--again", type=Path, metavar="ARCHIVE", help="re-record every fixture from ARCHIVE")
+    parser.add_argument("--after", default="", help="with --again: the new runs' first timestamp")
+    args = parser.parse_args()
+    if args.again:
+        return again(args.again, args.after, Path(__file__).resolve().parents[1] / "tests/data/plays")
+    if not (args.run and args.out):
+        parser.error("give RUN_DIR and OUT.json, or --again ARCHIVE --after STAMP")
+    return 0 if write(args.run, args.out) else 1
 
 
 if __name__ == "__main__":
