@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from orchestrator.results import (
     DRAIN,
@@ -27,6 +27,10 @@ from orchestrator.results import (
     UNIT,
     UNITS,
     BusyGpu,
+    DrainFailed,
+    DrainResult,
+    GatewayFailed,
+    GatewayResult,
     Gpu,
     GpuIdleFailed,
     GpuIdleResult,
@@ -42,6 +46,8 @@ from orchestrator.results import (
     StopResult,
     UnitFailed,
     UnitResult,
+    UnitsInfoFailed,
+    UnitsInfoResult,
     parse,
 )
 from orchestrator.runner import HostRun, TaskEvent
@@ -74,17 +80,28 @@ def typed(e: TaskEvent) -> ModuleResult | None:
     return parse(e.action, e.result, e.kind == "failed", e.host)
 
 
+Ok = TypeVar("Ok", bound=ModuleResult)
+Failed = TypeVar("Failed", bound=ModuleResult)
+
+
+def _as(r: ModuleResult | None, ok: type[Ok], failed: type[Failed]) -> Ok | Failed | None:
+    """`r`, a typed() result of one module, as that module's own models."""
+    if r is None or isinstance(r, (ok, failed)):
+        return r
+    raise TypeError(f"{type(r).__name__} is neither {ok.__name__} nor {failed.__name__}")
+
+
 def step_of(e: TaskEvent) -> str:
     """The step an event belongs to: a probe that failed on its preflight checks is `preflight`,
     a stop that failed on the GPUs is `GPUs idle`."""
     r = typed(e)
-    if e.action == PROBE and r is not None and r.preflight and r.preflight.problems:
+    if isinstance(r, ProbeResult | ProbeFailed) and r.preflight and r.preflight.problems:
         return STEPS[PREFLIGHT]
-    if e.action == STOP and e.kind == "failed" and isinstance(r.gpus, GpuIdleResult) and r.gpus.busy:
+    if isinstance(r, StopFailed) and e.kind == "failed" and isinstance(r.gpus, GpuIdleResult) and r.gpus.busy:
         return STEPS[GPU_IDLE]
-    if e.action == GATEWAY and r is not None and r.state:
+    if isinstance(r, GatewayResult | GatewayFailed) and r.state:
         return "gateway out" if r.state == "absent" else "gateway back"
-    if e.action == DRAIN and r is not None and r.mode == "prove":
+    if isinstance(r, DrainResult | DrainFailed) and r.mode == "prove":
         return "prove"
     return STEPS.get(e.action, "")
 
@@ -205,8 +222,12 @@ def unit_runs(run: HostRun) -> list[UnitRun]:
     """Each unit sglang_units_info listed, in its order, with the probe its iteration ran (an
     include loop runs its items in order: the n-th probe is the n-th unit's; a unit the play
     never reached has an empty one) and the journal read for that probe's invocation."""
-    listed = _last_results(run).get(UNITS)
-    probes = [Probe.of(typed(e)) for e in run.events if e.action == PROBE and e.kind in ("ok", "changed")]
+    listed = _as(_last_results(run).get(UNITS), UnitsInfoResult, UnitsInfoFailed)
+    probes = [
+        Probe.of(_as(typed(e), ProbeResult, ProbeFailed))
+        for e in run.events
+        if e.action == PROBE and e.kind in ("ok", "changed")
+    ]
     # ansible.builtin.command's own result, Ansible's module: its `cmd` and `stdout`.
     logs = {
         arg.removeprefix("_SYSTEMD_INVOCATION_ID="): (e.result.get("stdout") or "").splitlines()
@@ -235,16 +256,16 @@ def _last_results(run: HostRun) -> dict[str, ModuleResult]:
 
 def of_run(run: HostRun) -> HostFacts:
     last = _last_results(run)
-    stop = last.get(STOP)
+    stop = _as(last.get(STOP), StopResult, StopFailed)
     waited = stop.gpus if stop is not None and isinstance(stop.gpus, GpuIdleResult) else None
     return HostFacts(
         host=run.host,
-        probe=Probe.of(last.get(PROBE)),
-        preflight=last.get(PREFLIGHT),
+        probe=Probe.of(_as(last.get(PROBE), ProbeResult, ProbeFailed)),
+        preflight=_as(last.get(PREFLIGHT), PreflightResult, PreflightFailed),
         stop=stop,
-        gpus=Gpus.of(waited) or Gpus.of(last.get(GPU_IDLE)),
-        unit=last.get(UNIT),
-        health=last.get(HEALTH),
+        gpus=Gpus.of(waited) or Gpus.of(_as(last.get(GPU_IDLE), GpuIdleResult, GpuIdleFailed)),
+        unit=_as(last.get(UNIT), UnitResult, UnitFailed),
+        health=_as(last.get(HEALTH), HealthResult, HealthFailed),
         started=START in last,
         failed=run.failed,
         changed=run.changed,
@@ -260,17 +281,17 @@ def gateway_steps(run: HostRun) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for e in run.events:
         r = typed(e) if e.action in (GATEWAY, DRAIN) else None
-        if r is None:
-            continue
-        if e.action == GATEWAY:
+        if isinstance(r, GatewayResult | GatewayFailed):
             name = "out" if r.state == "absent" else "back"
             found[name] = {"changed": e.kind == "changed", "before": r.before, "after": r.after}
-        elif r.mode == "prove":
+        elif isinstance(r, DrainResult | DrainFailed) and r.mode == "prove":
             name = "prove"
             found[name] = {"status": r.status, "waited_s": r.waited_s}
-        else:
+        elif isinstance(r, DrainResult | DrainFailed):
             name = "drain"
             found[name] = {"in_flight": r.in_flight, "waited_s": r.waited_s, "timed_out": r.timed_out}
+        else:
+            continue
         if e.kind in ("failed", "unreachable"):
             found[name]["error"] = e.result.get("msg", "")
     return found

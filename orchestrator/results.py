@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from orchestrator.errors import OrchestratorError, one_line
 from orchestrator.paths import ROLES_DIR, ROOT
@@ -262,34 +262,140 @@ class LockResult(ModuleResult):
     holder: dict[str, Any] | None = None
 
 
-def _failed(model: type[ModuleResult], **only_on_failure: Any) -> type[ModuleResult]:
-    """`model` as a failure returns it: any field may be missing (the module failed before it knew
-    it), none may be unknown; with the fields only a failure returns, each (type, default)."""
-    fields: dict[str, Any] = {}
-    for name, info in model.model_fields.items():
-        optional = info.annotation | None
-        fields[name] = (Annotated[optional, *info.metadata] if info.metadata else optional, None)
-    fields |= only_on_failure
-    doc = f"{model.__doc__.strip()} Failed: whatever it knew when it failed." if model.__doc__ else None
-    return create_model(
-        f"{model.__name__.removesuffix('Result')}Failed", __base__=ModuleResult, __doc__=doc, **fields
-    )
+# --- failures: what each module returns when it fails --------------------------------------------
+# Every field of its success model, optional (the module failed before it knew it), plus what
+# RETURN says only a failure returns; none unknown. Written out, not derived from the success
+# model, so that a type checker sees them: tests/unit/test_results.py checks each field against
+# the success model's and the module's RETURN.
 
 
-GpuIdleFailed = _failed(GpuIdleResult)
-PreflightFailed = _failed(PreflightResult)
-ProbeFailed = _failed(ProbeResult, lock_holder=(dict[str, Any] | None, None))
-UnitsInfoFailed = _failed(UnitsInfoResult)
-# wait_idle fails with nvidia-smi's GPU list as `gpus` when a GPU of the set is missing: the shape
-# of gpu_idle's `gpus`, which sglang_stop returns as it is (RETURN says so).
-StopFailed = _failed(StopResult, gpus=(GpuIdleResult | list[Gpu] | None, None))
-UnitFailed = _failed(UnitResult)
-StartFailed = _failed(StartResult)
-HealthFailed = _failed(HealthResult, journal=(list[str] | None, None))
-RecordFailed = _failed(RecordResult)
-GatewayFailed = _failed(GatewayResult)
-DrainFailed = _failed(DrainResult)
-LockFailed = _failed(LockResult)
+class GpuIdleFailed(ModuleResult):
+    """gpu_idle, failed: whatever it knew when it failed."""
+
+    idle: bool | None = None
+    checked: list[int] | None = None
+    gpus: list[Gpu] | None = None
+    holders: list[GpuProcess] | None = None
+    busy: list[BusyGpu] | None = None
+    waited_s: float | None = None
+    killed: list[GpuProcess] | None = None
+
+
+class PreflightFailed(ModuleResult):
+    """sglang_preflight (and sglang_probe's `preflight`), failed: whatever it knew when it failed."""
+
+    problems: list[str] | None = None
+    notes: list[str] | None = None
+    sglang_version: str | None = None
+    gpus: int | None = None
+    help_checked: bool | None = None
+    verified_digest: str | None = None
+
+
+class ProbeFailed(ModuleResult):
+    """sglang_probe, failed: whatever it knew when it failed."""
+
+    installed: bool | None = None
+    digest: str | None = None
+    profile: str | None = None
+    unit: str | None = None
+    facts: dict[str, Any] | None = None
+    health_url: str | None = None
+    health_status: int | None = None
+    healthy: bool | None = None
+    state: dict[str, str] | None = None
+    uptime_s: float | None = None
+    restart_needed: bool | None = None
+    reasons: list[str] | None = None
+    last_good: dict[str, Any] | None = None
+    locked: bool | None = None
+    preflight: Annotated[PreflightResult | None, BeforeValidator(_empty_is_none)] = None
+    end_play: bool | None = None
+    wait_health: bool | None = None
+    record: bool | None = None
+    release_run_id: str | None = None
+    release_on_failure: bool | None = None
+    journal: bool | None = None
+    #: Failure only: the content of the lock another run holds.
+    lock_holder: dict[str, Any] | None = None
+
+
+class UnitsInfoFailed(ModuleResult):
+    """sglang_units_info, failed: whatever it knew when it failed."""
+
+    units: list[str] | None = None
+
+
+class StopFailed(ModuleResult):
+    """sglang_stop, failed: whatever it knew when it failed."""
+
+    was_active: bool | None = None
+    main_pid: int | None = None
+    stop_s: float | None = None
+    disabled: bool | None = None
+    #: wait_idle fails with nvidia-smi's GPU list as `gpus` when a GPU of the set is missing: the
+    #: shape of gpu_idle's `gpus`, which sglang_stop returns as it is (RETURN says so).
+    gpus: GpuIdleResult | list[Gpu] | None = None
+
+
+class UnitFailed(ModuleResult):
+    """sglang_unit, failed: whatever it knew when it failed."""
+
+    digest: str | None = None
+    unit_path: str | None = None
+    diff: UnitDiff | None = None
+
+
+class StartFailed(ModuleResult):
+    """sglang_start, failed: whatever it knew when it failed."""
+
+    reloaded: bool | None = None
+    enabled: bool | None = None
+    started: bool | None = None
+
+
+class HealthFailed(ModuleResult):
+    """sglang_health_wait, failed: whatever it knew when it failed."""
+
+    elapsed_s: float | None = None
+    status: int | None = None
+    unit_state: dict[str, str] | None = None
+    reason: Literal["healthy", "exited", "restarted", "timeout"] | None = None
+    #: Failure only: the last journal lines of this start of the unit.
+    journal: list[str] | None = None
+
+
+class RecordFailed(ModuleResult):
+    """sglang_record, failed: whatever it knew when it failed."""
+
+    recorded: bool | None = None
+    released: bool | None = None
+
+
+class GatewayFailed(ModuleResult):
+    """sglang_gateway, failed: whatever it knew when it failed."""
+
+    state: Literal["absent", "present"] | None = None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    drain: bool | None = None
+
+
+class DrainFailed(ModuleResult):
+    """sglang_drain, failed: whatever it knew when it failed."""
+
+    mode: Literal["drain", "prove"] | None = None
+    in_flight: int | None = None
+    waited_s: float | None = None
+    timed_out: bool | None = None
+    status: int | None = None
+
+
+class LockFailed(ModuleResult):
+    """sglang_lock, failed: whatever it knew when it failed."""
+
+    released: bool | None = None
+    holder: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,10 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.console import plain, shown
-from orchestrator.facts import HEALTH, step_of
+from orchestrator.facts import step_of
 from orchestrator.plan import flag_changes
 from orchestrator.report import DeployReport
+from orchestrator.results import HEALTH
 from orchestrator.runner import TaskEvent
 
 if TYPE_CHECKING:

@@ -117,6 +117,29 @@ def test_the_failure_model_takes_any_documented_field_and_only_those(module: str
     assert failed.model_validate({}) == failed()  # a module that failed before it knew anything
 
 
+def _optional(annotation: Any) -> set[Any]:
+    """The members of `annotation | None`, for comparing two unions whatever their spelling."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return set(typing.get_args(annotation)) | {type(None)}
+    return {annotation, type(None)}
+
+
+@pytest.mark.parametrize("module", sorted(MODULE_FILES))
+def test_the_failure_model_has_each_success_field_as_optional(module: str) -> None:
+    """results.py writes the failure models out (for mypy): each field the success model has is
+    there with its type or None (a failure may widen it: sglang_stop's `gpus`), and the same
+    validators."""
+    ok, failed = SHAPES[module].ok, SHAPES[module].failed
+    for name, info in ok.model_fields.items():
+        assert name in failed.model_fields, f"{failed.__name__} lacks {name}"
+        theirs = failed.model_fields[name]
+        assert _optional(info.annotation) <= _optional(theirs.annotation), f"{failed.__name__}.{name}"
+        assert [type(m) for m in theirs.metadata] == [type(m) for m in info.metadata], (
+            f"{failed.__name__}.{name}: validators"
+        )
+        assert theirs.default is None, f"{failed.__name__}.{name}: default"
+
+
 @pytest.mark.parametrize("module", sorted(MODULE_FILES))
 def test_a_whole_result_with_ansibles_keys_is_read(module: str) -> None:
     """Ansible's own keys (as real runs hand them over: tests below) are not the module's."""
