@@ -688,8 +688,8 @@ def failure_row(
 ) -> dict[str, Any]:
     """The ledger row of a run that measured nothing: which traffic, at which level, and why."""
     row = BenchResult(target, settings, [], 0.0, curve_id=curve_id, repeat=repeat).row(sweep_id)
-    keep = ("run_id", "sweep_id", "host", "address", "port", "profile", "digest", "plan_digest")
-    keep += ("requests", "concurrency", "max_tokens", "git_commit", "curve_id", "repeat")
+    keep: tuple[str, ...] = ("run_id", "sweep_id", "host", "address", "port", "profile", "digest")
+    keep += ("plan_digest", "requests", "concurrency", "max_tokens", "git_commit", "curve_id", "repeat")
     return {k: row[k] for k in keep} | row_traffic(row) | {"result": "failed", "diagnosis": why[:500]}
 
 

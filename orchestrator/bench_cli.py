@@ -12,7 +12,7 @@ import math
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -269,7 +269,7 @@ def curve_table(results: list[bench_mod.BenchResult]) -> Table:
 
     first = results[0]
     table = Table(title=shown(_title(first)), title_justify="left", caption=shown(traffic_line(first)))
-    heads = ("level", "runs", "decode tok/s per request", "95% interval", "total tok/s")
+    heads: tuple[str, ...] = ("level", "runs", "decode tok/s per request", "95% interval", "total tok/s")
     heads += ("TTFT p50 ms", "ITL p50 ms", "accept len", "errors")
     for col in heads:
         table.add_column(col, justify="left" if col == "level" else "right")
@@ -300,7 +300,7 @@ def _by_level(results: list[bench_mod.BenchResult]) -> list[tuple[str, list[benc
     return list(levels.items())
 
 
-def _mean(values: list[float | None]) -> float | None:
+def _mean(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return sum(known) / len(known) if known else None
 
@@ -408,22 +408,22 @@ def _curve_json(results: list[bench_mod.BenchResult], ids: list[int]) -> dict[st
     levels = []
     for level, runs in _by_level(results):
         speeds = [r.tok_s.mean for r in runs if r.tok_s.mean is not None]
-        iv = stats.interval(speeds) if speeds else stats.Interval(None, None, None, 0)
+        iv = stats.interval(speeds) if speeds else None
         levels.append(
             {
                 "level": level,
                 "concurrency": runs[0].settings.concurrency,
                 "request_rate": runs[0].settings.request_rate,
                 "runs": len(runs),
-                "tok_s": iv.mean,
-                "tok_s_low": iv.low,
-                "tok_s_high": iv.high,
+                "tok_s": iv.mean if iv else None,
+                "tok_s_low": iv.low if iv else None,
+                "tok_s_high": iv.high if iv else None,
                 "total_tok_s": _mean([r.total_tok_s for r in runs]),
                 "accept_len": _mean([r.accept_len_level for r in runs]),
             }
         )
-    runs = [{"ledger_id": i, **r.row()} for i, r in zip(ids, results, strict=True)]
-    return {"curve_id": results[0].curve_id, "levels": levels, "runs": runs}
+    rows = [{"ledger_id": i, **r.row()} for i, r in zip(ids, results, strict=True)]
+    return {"curve_id": results[0].curve_id, "levels": levels, "runs": rows}
 
 
 def standing_lines(results: list[bench_mod.BenchResult]) -> list[str]:
@@ -677,8 +677,8 @@ def _load(r: dict[str, Any]) -> str:
 
 def results_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title=f"bench results ({shown(ledger.path())})", title_justify="left")
-    heads = ("time", "host", "profile", "digest", "SGLang", "requests", "load", "tok/s", "total tok/s")
-    heads += ("TTFT p50 ms",)
+    heads: tuple[str, ...] = ("time", "host", "profile", "digest", "SGLang", "requests", "load", "tok/s")
+    heads += ("total tok/s", "TTFT p50 ms")
     heads += ("ITL p50 ms", "accept len", "errors", "commit", "diagnosis / notes")
     numbers = ("load", "tok/s", "total tok/s", "TTFT p50 ms", "ITL p50 ms", "accept len", "errors")
     for col in heads:  # numbers narrow, their headings over two lines: the width goes to text
@@ -796,9 +796,16 @@ def results(
         )
     if plot is not None:
         _check_plot_folder(plot)  # before printing anything
-    filters = {"endpoint": endpoint, "dataset": dataset, "concurrency": concurrency, "seed": seed}
-    filters |= {"request_rate": request_rate, "temperature": temperature}
-    found = ledger.bench_results(profile, parse_since(since) if since else None, **filters)
+    found = ledger.bench_results(
+        profile,
+        parse_since(since) if since else None,
+        endpoint=endpoint,
+        dataset=dataset,
+        concurrency=concurrency,
+        request_rate=request_rate,
+        temperature=temperature,
+        seed=seed,
+    )
     rows = [dict(r) for r in found]
     if fmt == "csv":  # escaped as a table is (a terminal shows it); --format json keeps every byte
         click.echo(

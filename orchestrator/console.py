@@ -69,10 +69,10 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
         except Exception as exc:
-            problem = state_dir_problem(exc)
-            if problem is not None:
-                err.print(f"error: {shown(problem)}")
-                sys.exit(problem.exit_code)
+            state_error = state_dir_problem(exc)
+            if state_error is not None:
+                err.print(f"error: {shown(state_error)}")
+                sys.exit(state_error.exit_code)
             report_crash(exc)
             sys.exit(1)
         finally:

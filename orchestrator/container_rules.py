@@ -344,7 +344,9 @@ OWNED_ULIMITS = {"memlock": "service.limits.memlock", "nofile": "service.limits.
 def run_option(option: str) -> tuple[str, str | None]:
     """One runtime.options entry, `--name=value`, `--name value` or a bare `--flag`, as
     (name, value); raises ValueError worded with the fix."""
-    name, sep, value = re.match(r"([^= ]*)([= ]?)(.*)", option, re.S | re.ASCII).groups()
+    match = re.match(r"([^= ]*)([= ]?)(.*)", option, re.S | re.ASCII)
+    assert match is not None  # every part may be empty: it matches any text
+    name, sep, value = match.groups()
     if name in OWNED_OPTIONS:
         raise ValueError(f"{name} is set by {OWNED_OPTIONS[name]}, not runtime.options")
     if name not in OPTIONS:

@@ -357,13 +357,20 @@ def _skip_note(skipped: Counter[str], before: str, after: str) -> str:
 def _item_line(text: str, index: int) -> int:
     """The line where item `index` of the JSON array `text` starts (only when one is wrong)."""
     decoder = json.JSONDecoder()
-    pos = _WS.match(text).end() + 1
+    pos = _past_ws(text, 0) + 1
     for _ in range(index):
-        pos = _WS.match(text, pos).end()
+        pos = _past_ws(text, pos)
         _, pos = decoder.raw_decode(text, pos)
-        pos = _WS.match(text, pos).end() + 1  # the comma
-    pos = _WS.match(text, pos).end()
+        pos = _past_ws(text, pos) + 1  # the comma
+    pos = _past_ws(text, pos)
     return text.count("\n", 0, pos) + 1
+
+
+def _past_ws(text: str, pos: int) -> int:
+    """Where the JSON whitespace that starts at `pos` ends."""
+    match = _WS.match(text, pos)
+    assert match is not None  # it matches the empty string too
+    return match.end()
 
 
 # --- JSONL -------------------------------------------------------------------------------
@@ -427,7 +434,7 @@ def _line_kind(item: object) -> str:
 
 def _one_prompt(item: str | dict[str, Any]) -> Request:
     key = None if isinstance(item, str) else _one_of(item, ("prompt", "text"))
-    text = item if key is None else item[key]
+    text = item if isinstance(item, str) or key is None else item[key]
     if not isinstance(text, str):
         raise _Problem(0, f'"{key}" is {_a(text)}: give a string')
     if not text.strip():

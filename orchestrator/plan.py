@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -133,7 +133,7 @@ def build_argv(profile: Profile, node: Node | None = None) -> tuple[list[str], i
     return argv + list(s.extra_args), credential_at
 
 
-def _speculative_argv(profile: Profile, opt) -> list[str]:
+def _speculative_argv(profile: Profile, opt: Callable[[str, object], list[str]]) -> list[str]:
     spec = profile.speculative
     if spec.algorithm is None:
         return []

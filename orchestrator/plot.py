@@ -188,12 +188,14 @@ def _draw_lines(ax: Axes, drawn: list[Line]) -> None:
     """One panel: x on a log2 scale with a tick at each load, error bars where a load had repeats."""
     colors = iter(["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#9d755d", "#72b7b2", "#eeca3b", "#ff9da6"])
     for line in drawn:
+        color: str | None
         if line.baseline:
-            style = {"color": "black", "linestyle": "--", "marker": "s"}
-            style["label"] = f"{line.profile} (baseline)"
-        else:
-            style = {"color": next(colors, None), "linestyle": "-", "marker": "o", "label": line.profile}
-        plotted = ax.plot(line.x, line.mean, linewidth=1.6, **style)
+            color, linestyle, marker, label = "black", "--", "s", f"{line.profile} (baseline)"
+        else:  # past the palette, None: matplotlib's own colour cycle
+            color, linestyle, marker, label = next(colors, None), "-", "o", line.profile
+        plotted = ax.plot(
+            line.x, line.mean, linewidth=1.6, color=color, linestyle=linestyle, marker=marker, label=label
+        )
         points = zip(line.x, line.mean, line.low, line.high, strict=True)
         bars = [(x, m, m - lo, hi - m) for x, m, lo, hi in points if lo is not None and hi is not None]
         if bars:

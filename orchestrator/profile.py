@@ -33,6 +33,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from orchestrator import container_rules, rules, sglang_flags, systemd_rules, yaml12
 from orchestrator.errors import InputError, Problem, ProfileError
@@ -1092,7 +1093,7 @@ def _user_loc(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
 
 
 def _problem_from_pydantic(
-    err: dict[str, Any], source: str, data: dict[str, Any], root: type[BaseModel] | None = None
+    err: ErrorDetails, source: str, data: dict[str, Any], root: type[BaseModel] | None = None
 ) -> Problem:
     loc = _user_loc(tuple(err["loc"]), data)
     dotted = ".".join(str(p) for p in loc)

@@ -504,6 +504,7 @@ def _nccl_integer_problem(name: str, value: str) -> str | None:
     """An integer NCCL_PARAM as strtoll(base 0) reads it: only a form that reads whole and means
     the same to a person passes (decimal, or 0x hex)."""
     match = _STRTOLL.match(value)
+    assert match is not None  # every part may be empty: it matches any text
     sign, digits = match.group(1), match.group(2) or ""
     if digits.startswith(("0x", "0X")):
         read = int(sign + digits[2:], 16)

@@ -9,12 +9,13 @@ health wait, rollback of a failed host).
 
 from __future__ import annotations
 
+import sqlite3
 import statistics
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from orchestrator import bench as bench_mod
 from orchestrator import deploy as deploy_mod
@@ -22,7 +23,11 @@ from orchestrator import ledger, stats, systemd_check
 from orchestrator import plan as plan_mod
 from orchestrator import profile as profile_mod
 from orchestrator.errors import InputError, Interrupted, OrchestratorError
+from orchestrator.report import DeployReport
 from orchestrator.runner import TaskEvent
+
+#: A bench row: the ledger's (sqlite3.Row), or a dict (BenchResult.row(), a caller's hand-made row).
+LedgerRow: TypeAlias = sqlite3.Row | Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ class Level:
         return (endpoint, digest, temperature, max_tokens, axis, cap or 0, self.x)
 
 
-def _column(row: Mapping[str, Any], name: str, default: Any) -> Any:
+def _column(row: LedgerRow, name: str, default: Any) -> Any:
     """row[name], or `default` where the row has no such key (a caller's hand-made row)."""
     try:
         value = row[name]
@@ -87,7 +92,7 @@ def _column(row: Mapping[str, Any], name: str, default: Any) -> Any:
     return default if value is None else value
 
 
-def level_of(row: Mapping[str, Any]) -> Level:
+def level_of(row: LedgerRow) -> Level:
     """The level a ledger row (or BenchResult.row()) was measured at."""
     rate = _column(row, "request_rate", None)
     return Level(
@@ -135,12 +140,12 @@ class Entry:
         return bench_mod.DRAFTER_WARNING if weak else ""
 
 
-def measured(row: Mapping[str, Any]) -> bool:
+def measured(row: LedgerRow) -> bool:
     """A row of a run that produced a number (not a failed start or a bench of errors only)."""
     return row["result"] == "ok" and row["tok_s"] is not None
 
 
-def ranking(rows: Iterable[Mapping[str, Any]], baseline: str | None) -> list[Entry]:
+def ranking(rows: Iterable[LedgerRow], baseline: str | None) -> list[Entry]:
     """Entries per profile and level, each compared with `baseline`'s runs at its own level.
 
     Levels in order (Level.sort_key); within one, the fastest first and failed ones last. Rows of
@@ -148,7 +153,7 @@ def ranking(rows: Iterable[Mapping[str, Any]], baseline: str | None) -> list[Ent
     failed entry per profile that has no other, at the very end.
     """
     rows = list(rows)
-    at: dict[Level, list[Mapping[str, Any]]] = {}
+    at: dict[Level, list[LedgerRow]] = {}
     for r in rows:
         at.setdefault(level_of(r), []).append(r)
     levels = sorted((lv for lv, rs in at.items() if any(measured(r) for r in rs)), key=Level.sort_key)
@@ -158,7 +163,7 @@ def ranking(rows: Iterable[Mapping[str, Any]], baseline: str | None) -> list[Ent
     return entries + _rank(never, baseline, None)
 
 
-def _level_accept(row: Mapping[str, Any]) -> float | None:
+def _level_accept(row: LedgerRow) -> float | None:
     """The accept length of this run's own requests: the client's count (/generate's
     spec_verify_ct), else the server log's lines during the run, else /get_server_info's
     (cumulative since the server started, so mixed with earlier levels)."""
@@ -169,7 +174,7 @@ def _level_accept(row: Mapping[str, Any]) -> float | None:
     return None
 
 
-def _rank(rows: Iterable[Mapping[str, Any]], baseline: str | None, level: Level | None) -> list[Entry]:
+def _rank(rows: Iterable[LedgerRow], baseline: str | None, level: Level | None) -> list[Entry]:
     """Rows of one level: entries per profile, fastest first (failed ones last), against `baseline`."""
     entries: dict[str, Entry] = {}
     for r in rows:
@@ -209,7 +214,7 @@ class Curve:
     entries: list[Entry]
 
 
-def curves(rows: Iterable[Mapping[str, Any]], baseline: str | None) -> list[Curve]:
+def curves(rows: Iterable[LedgerRow], baseline: str | None) -> list[Curve]:
     """Per series of levels (Level.series) and per profile that ran there, a curve of its entries.
 
     Series in level order; within one, the baseline's curve first, then the profiles in the order
@@ -269,7 +274,7 @@ def load_profiles(refs: Sequence[str]) -> dict[str, profile_mod.Profile]:
     return loaded
 
 
-def _failure(report: deploy_mod.DeployReport) -> str:
+def _failure(report: DeployReport) -> str:
     """The first failed host's diagnosis, with where it was rolled back to."""
     bad = next((h for h in report.hosts if not h.ok), None)
     if bad is None:
@@ -352,7 +357,7 @@ def _bench_levels(
 def _record_failure(
     base: dict[str, Any], run_id: str, host: str, why: str, settings: bench_mod.Settings, digest: str = ""
 ) -> None:
-    row = {"run_id": run_id, "host": host, "result": "failed", "diagnosis": why}
+    row: dict[str, Any] = {"run_id": run_id, "host": host, "result": "failed", "diagnosis": why}
     row |= {"digest": digest, "plan_digest": digest, "git_commit": bench_mod.git_commit()}
     row |= {
         "concurrency": settings.concurrency,

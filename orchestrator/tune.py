@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import bench as bench_mod
 from orchestrator import deploy as deploy_mod
@@ -42,6 +42,9 @@ from orchestrator import space as space_mod
 from orchestrator import sweep as sweep_mod
 from orchestrator.errors import InputError, Interrupted, OrchestratorError
 from orchestrator.runner import TaskEvent
+
+if TYPE_CHECKING:
+    import optuna
 
 #: The least margin by which a first look must trail the best finished trial to stop it, and
 #: how many run-to-run standard deviations (of the baselines' runs) it is otherwise.
@@ -253,10 +256,10 @@ def _optuna() -> Any:
     return optuna
 
 
-def _pruner(margin: Callable[[], float]) -> Any:
-    optuna = _optuna()
+def _pruner(margin: Callable[[], float]) -> optuna.pruners.BasePruner:
+    import optuna  # the typed module, not _optuna()'s Any: mypy takes a base class only from one it knows
 
-    class Behind(optuna.pruners.BasePruner):  # type: ignore[misc]
+    class Behind(optuna.pruners.BasePruner):
         """Stop a trial whose first look trails the best finished trial by more than the margin
         (three run-to-run standard deviations of the baselines, at least 2%)."""
 
@@ -286,13 +289,14 @@ def _ranks(values: Sequence[Any]) -> list[int]:
     return sorted(order, key=lambda i: float(values[i])) if _ordinal(values) else order
 
 
-def _sampler(search: space_mod.Search, vary: Mapping[str, list[Any]]) -> Any:
+def _sampler(search: space_mod.Search, vary: Mapping[str, list[Any]]) -> optuna.samplers.BaseSampler:
     """The sampler over each field's value indexes (Optuna copies what it keeps, and a value
     keeps its text only as the space file's own object)."""
-    optuna = _optuna()
+    import optuna
+
     if search.sampler == "grid":
 
-        class Grid(optuna.samplers.GridSampler):  # type: ignore[misc]
+        class Grid(optuna.samplers.GridSampler):
             def after_trial(self, *args: Any) -> None:
                 """Optuna's stops the study once every point was asked, which only an optimize()
                 loop may do: here the campaign sees that no new point comes."""
@@ -834,7 +838,7 @@ class Campaign:
                     None,
                 )
                 restart = host is None
-                if restart:
+                if host is None:
                     host = next((h for h in self.hosts if h not in assign), None)
                     if (
                         host is None

@@ -24,6 +24,8 @@ from orchestrator.results import HEALTH
 from orchestrator.runner import TaskEvent
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from orchestrator.hostops import HostStatus
 
 
@@ -41,8 +43,10 @@ class LiveHosts:
         self.live.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.live.__exit__(*exc)
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.live.__exit__(exc_type, exc, tb)
 
     def event(self, ev: TaskEvent) -> None:
         with self.lock:
@@ -92,7 +96,7 @@ def deploy_table(report: DeployReport) -> Table:
             )
         else:
             result = Text("healthy" if h.ok else "FAILED", style="green" if h.ok else "bold red")
-        row = [
+        row: list[str | Text] = [
             shown(h.host),
             result,
             "yes" if h.changed else "no",

@@ -302,8 +302,7 @@ def down() -> bool:
 def _stop(record: dict) -> bool:
     """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; the record goes once the process has. True if it ran."""
     pid, start = record.get("pid"), record.get("pid_start")
-    running = lab_hosts._alive(pid, start)
-    if running:
+    if running := lab_hosts._alive(pid, start):
         os.kill(pid, signal.SIGTERM)
         if not lab_hosts._wait_gone(pid, start, STOP_TIMEOUT_S):
             os.kill(pid, signal.SIGKILL)

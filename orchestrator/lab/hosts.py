@@ -45,6 +45,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 import yaml
 
@@ -357,7 +358,8 @@ def _proc_start(pid: int) -> int | None:
     return int(fields[19])
 
 
-def _alive(pid: int | None, start: int | None) -> bool:
+def _alive(pid: int | None, start: int | None) -> TypeGuard[int]:
+    """True if `pid` names the process that started at `start` (and so is a pid, not None)."""
     return pid is not None and start is not None and _proc_start(pid) == start
 
 

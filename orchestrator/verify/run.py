@@ -7,6 +7,7 @@ import io
 import json
 import os
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,7 +136,7 @@ def _give_testinfra(inventory: Path, names: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def _environ(extra: dict[str, str]):
+def _environ(extra: dict[str, str]) -> Iterator[None]:
     old = {k: os.environ.get(k) for k in extra}
     os.environ.update(extra)
     try:

@@ -9,15 +9,19 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from typing import TYPE_CHECKING
 
 import pytest
 
 from orchestrator.paths import module_utils
 from orchestrator.plan import credentials_dir
 
+if TYPE_CHECKING:
+    from testinfra.host import Host
+
 
 @pytest.fixture
-def plan(host) -> dict:
+def plan(host: Host) -> dict:
     """This host's plan (a multi-node rank has its own). Read per test, not at import: one
     process may verify several plans in a row."""
     raw = os.environ.get("ORCH_VERIFY_PLANS")
@@ -26,12 +30,12 @@ def plan(host) -> dict:
     return json.loads(raw)[host.backend.host]
 
 
-def _main_pid(host, plan) -> int:
+def _main_pid(host: Host, plan: dict) -> int:
     out = host.check_output(f"systemctl show {plan['unit_name']} --property=MainPID --value")
     return int(out.strip() or 0)
 
 
-def test_unit_file_equals_the_plan(host, plan):
+def test_unit_file_equals_the_plan(host: Host, plan: dict) -> None:
     unit = host.file(f"/etc/systemd/system/{plan['unit_name']}")
     assert unit.exists, "unit file missing"
     if unit.content_string != plan["unit"]:
@@ -43,13 +47,13 @@ def test_unit_file_equals_the_plan(host, plan):
         pytest.fail("unit drifted from the plan:\n" + "\n".join(list(drift)[2:12]))
 
 
-def test_service_enabled_and_active(host, plan):
+def test_service_enabled_and_active(host: Host, plan: dict) -> None:
     service = host.service(plan["unit_name"])
     assert service.is_enabled, "not enabled"
     assert service.is_running, "not active"
 
 
-def test_port_listens_and_health_is_200(host, plan):
+def test_port_listens_and_health_is_200(host: Host, plan: dict) -> None:
     if plan["serves_http"]:
         assert host.socket(f"tcp://{plan['bind']}:{plan['port']}").is_listening, (
             f"port {plan['port']} not listening"
@@ -63,7 +67,7 @@ def test_port_listens_and_health_is_200(host, plan):
     assert result.stdout.strip() == "200", f"/health: {result.stdout.strip() or result.stderr.strip()[-200:]}"
 
 
-def _server_process(host, plan) -> tuple[list[str], dict[str, str], str]:
+def _server_process(host: Host, plan: dict) -> tuple[list[str], dict[str, str], str]:
     """(argv, environment, what systemd expanded ${CREDENTIALS_DIRECTORY} to) of the server: its
     MainPID's on the host; in a container, the container's own (inspect's Config.Cmd and
     Config.Env: the MainPID there is conmon or the docker client), whose --config file is
@@ -85,14 +89,14 @@ def _server_process(host, plan) -> tuple[list[str], dict[str, str], str]:
     )
 
 
-def _container(host, plan) -> dict:
+def _container(host: Host, plan: dict) -> dict:
     """`ENGINE container inspect NAME` (both engines print a JSON array) of the plan's container."""
     out = host.run(f"{plan['engine']} container inspect {plan['container']}")
     assert out.rc == 0, f"no container {plan['container']}: {(out.stderr or out.stdout).strip()[-200:]}"
     return json.loads(out.stdout)[0]
 
 
-def test_server_argv_and_environment_match_the_plan(host, plan):
+def test_server_argv_and_environment_match_the_plan(host: Host, plan: dict) -> None:
     running, environ, credentials = _server_process(host, plan)
     # systemd expands the API key's credential word (and no other: the same text from a profile
     # reaches the server as written) to the unit's own credentials directory.
@@ -115,7 +119,7 @@ def test_server_argv_and_environment_match_the_plan(host, plan):
     assert not missing, f"environment lacks {missing}"
 
 
-def test_container_runs_the_planned_image(host, plan):
+def test_container_runs_the_planned_image(host: Host, plan: dict) -> None:
     """The container the unit started runs the image the plan names, by image ID: a tag moved by
     a later pull, or a container left from another deploy, shows here. Host runtime: skipped,
     so `verify` does not list it."""
@@ -155,7 +159,7 @@ _PARENTS = (
 )
 
 
-def _container_units(host, units: set[str]) -> dict[int, str]:
+def _container_units(host: Host, units: set[str]) -> dict[int, str]:
     """{PID: unit} of every process of a container labelled with one of `units`: its main PID and
     all below it. An engine that is not installed (or does not answer) has no containers."""
     roots = []
@@ -170,11 +174,11 @@ def _container_units(host, units: set[str]) -> dict[int, str]:
     if not roots:
         return {}
     lines = host.run(f"python3 -c {shlex.quote(_PARENTS)}").stdout.splitlines()
-    parents = dict(tuple(map(int, line.split())) for line in lines)
+    parents = {int(pid): int(ppid) for pid, ppid in (line.split() for line in lines)}
     return {pid: unit for unit, root in roots for pid in HOST.descendants(root, parents)}
 
 
-def test_only_the_server_holds_the_gpus(host, plan):
+def test_only_the_server_holds_the_gpus(host: Host, plan: dict) -> None:
     """Only the plan's GPU set is looked at: another orchestrator unit of this host may use the
     other GPUs. On ours, a process of another unit is named as such: by its cgroup, or by the
     label of the container it runs in."""

@@ -83,8 +83,13 @@ def _third_party_imports(path: Path) -> set[str]:
     return {name for name in found if name not in sys.stdlib_module_names and name != "orchestrator"}
 
 
+def _canonical(name: str) -> str:
+    """A distribution's name as pip compares them (PEP 503): pydantic_core is pydantic-core."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _requirement_names(requirements: list[str]) -> set[str]:
-    return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() for r in requirements}
+    return {_canonical(re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0]) for r in requirements}
 
 
 def test_runtime_dependencies_are_what_the_commands_import() -> None:
@@ -97,7 +102,7 @@ def test_runtime_dependencies_are_what_the_commands_import() -> None:
             continue
         for name in _third_party_imports(path):
             for dist in distributions.get(name, [name]):
-                imported.setdefault(dist.lower(), set()).add(path.name)
+                imported.setdefault(_canonical(dist), set()).add(path.name)
     declared = _requirement_names(PYPROJECT["project"]["dependencies"])
     plot = _requirement_names(PYPROJECT["project"]["optional-dependencies"]["plot"])
     assert imported.pop("matplotlib") == {"plot.py"} and plot == {"matplotlib"}
