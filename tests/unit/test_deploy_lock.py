@@ -1,6 +1,7 @@
 """The host's deploy lock (playbooks/module_utils/orchestrator_host.py, taken by sglang_probe):
 another deploy waits, a dead one's lock is taken over, a deploy stopped by Ctrl-C hands its
-lock to its own rollback, which then lets it go, and the play keeps a kept lock (LockSpec.keep)."""
+lock to its own rollback, which then lets it go (the play's release:
+modules/test_sglang_probe.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
 
-from orchestrator.paths import MODULE_UTILS_DIR, PLAYBOOKS_DIR
+from orchestrator.paths import MODULE_UTILS_DIR
 
 
 @pytest.fixture
@@ -57,30 +55,3 @@ def test_after_ctrl_c_the_same_run_takes_its_lock_again_and_the_probe_releases_i
     assert json.loads(path.read_text())["run_id"] == "run1"  # not ours: left alone
     assert host.release_if_ours(paths, "sglang.service", "run1") is True
     assert not path.exists()
-
-
-def _release_paths() -> tuple[str, list[str]]:
-    """The two places playbooks/deploy.yml lets a host's lock go, as written there: the run id
-    the record releases (tasks/settle.yml) and the conditions of the `always:` release."""
-    settle = yaml.safe_load((PLAYBOOKS_DIR / "tasks/settle.yml").read_text())
-    [record] = [t for t in settle if "sglang_record" in str(t.get("ansible.builtin.import_role"))]
-    [play] = yaml.safe_load((PLAYBOOKS_DIR / "deploy.yml").read_text())
-    [block] = play["tasks"]
-    [release] = [t for t in block["always"] if t["ansible.builtin.include_role"]["name"] == "sglang_probe"]
-    return record["vars"]["sglang_record_release_run_id"], release["when"]
-
-
-@pytest.mark.parametrize("keep", [False, True])
-def test_the_play_releases_a_lock_at_its_end_unless_it_is_kept(keep: bool) -> None:
-    """Evaluated by Ansible's own templating, as the play does: an ok host's record releases the
-    run's lock, a failed host's `always:` does; neither touches a kept lock (a tune campaign's)."""
-    record_releases, always_when = _release_paths()
-    plan = {"lock": {"run_id": "camp1", "keep": keep}}
-    held = Templar(DataLoader(), variables={"_plan": plan, "__sglang_probe": {"locked": True}})
-    assert held.template(trust_as_template(record_releases)) == ("" if keep else "camp1")
-    # A failed host: the record never ran (__sglang_record undefined).
-    assert all(held.evaluate_conditional(trust_as_template(c)) for c in always_when) is not keep
-    # Check mode: no lock in the plan, none taken; the conditions stop before reading it.
-    dry = Templar(DataLoader(), variables={"_plan": {"lock": None}, "__sglang_probe": {"locked": False}})
-    assert dry.template(trust_as_template(record_releases)) == ""
-    assert not all(dry.evaluate_conditional(trust_as_template(c)) for c in always_when)

@@ -7,8 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible.module_utils.orchestrator_host import lock_path, unit_digest
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 from hostfakes import MANAGED, capture, load_module, systemctl_show
+
+from orchestrator.paths import PLAYBOOKS_DIR
 
 UNIT = f"{MANAGED}# profile: llama-8b\n[Unit]\nDescription=SGLang\n[Service]\nExecStart=/bin/true\n"
 DIGEST = unit_digest(UNIT.encode())
@@ -364,3 +369,38 @@ def test_a_kept_lock_is_released_by_no_path_of_the_play(probe, host, paths, run_
     failed, result = run_module(probe, {**probe_args(paths), "lock": kept()})
     assert not failed and result["locked"] and result["record"]
     assert (result["release_run_id"], result["release_on_failure"]) == ("", False)
+
+
+def _release_paths() -> tuple[str, list[str]]:
+    """The two places playbooks/deploy.yml lets a host's lock go, as written there: the run id
+    the record releases (tasks/settle.yml) and the conditions of the `always:` release."""
+    settle = yaml.safe_load((PLAYBOOKS_DIR / "tasks/settle.yml").read_text())
+    [record] = [t for t in settle if "sglang_record" in str(t.get("ansible.builtin.import_role"))]
+    [play] = yaml.safe_load((PLAYBOOKS_DIR / "deploy.yml").read_text())
+    [block] = play["tasks"]
+    [release] = [t for t in block["always"] if t["ansible.builtin.include_role"]["name"] == "sglang_probe"]
+    return record["vars"]["sglang_record_release_run_id"], release["when"]
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_play_releases_a_lock_at_its_end_unless_it_is_kept(probe, keep: bool) -> None:
+    """The probe decides, the play routes it, evaluated by Ansible's own templating as the play
+    does: an ok host's record releases the run's lock, a failed host's `always:` does; neither
+    touches a kept lock (a tune campaign's)."""
+    record_releases, always_when = _release_paths()
+    lock = {"run_id": "camp1", "keep": keep}
+    said = {"restart_needed": True, "healthy": False, "last_good": {}, "locked": True, "state": {}}
+    result = {**said, **probe.decide(said, "feedfeedfeedfeed", False, lock)}
+    held = Templar(DataLoader(), variables={"_plan": {"lock": lock}, "__sglang_probe": result})
+    assert held.template(trust_as_template(record_releases)) == ("" if keep else "camp1")
+    # A failed host: the record never ran (__sglang_record undefined).
+    assert all(held.evaluate_conditional(trust_as_template(c)) for c in always_when) is not keep
+    # Check mode: no lock in the plan, none taken.
+    said = {**said, "locked": False}
+    result = {**said, **probe.decide(said, "feedfeedfeedfeed", True, {})}
+    dry = Templar(DataLoader(), variables={"_plan": {"lock": None}, "__sglang_probe": result})
+    assert dry.template(trust_as_template(record_releases)) == ""
+    assert not all(dry.evaluate_conditional(trust_as_template(c)) for c in always_when)
+    # A probe that failed before it decided (another deploy held the lock): nothing to release.
+    failed = Templar(DataLoader(), variables={"_plan": {"lock": lock}, "__sglang_probe": {"failed": True}})
+    assert not all(failed.evaluate_conditional(trust_as_template(c)) for c in always_when)
