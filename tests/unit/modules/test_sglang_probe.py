@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.orchestrator_host import lock_path, unit_digest
+from ansible.module_utils.orchestrator_host.units import lock_path, unit_digest
 from hostfakes import MANAGED, capture, load_module, systemctl_show
 
 UNIT = f"{MANAGED}# profile: llama-8b\n[Unit]\nDescription=SGLang\n[Service]\nExecStart=/bin/true\n"
