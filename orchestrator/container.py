@@ -31,7 +31,7 @@ from orchestrator.profile import Profile
 
 ENGINES = {"docker": "/usr/bin/docker", "podman": "/usr/bin/podman"}
 #: The label that names the unit a container belongs to: GPU ownership
-#: (orchestrator_host.labelled_containers) and verify read it.
+#: (orchestrator_host/containers.py labelled_containers) and verify read it.
 LABEL = "orchestrator.unit"
 #: Seconds systemd allows past the engine's own stop timeout before it kills the stop command:
 #: `podman generate systemd` gives 60 (TimeoutStopSec=70 for the default -t 10).

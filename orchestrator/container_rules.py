@@ -234,7 +234,7 @@ _ALL_DEV = "all of /dev, every GPU included"
 def gpu_device_path(path: str) -> str | None:
     """Why a clean path names (or holds) an NVIDIA GPU device, or None. Links elsewhere in /dev
     that lead to one are only seen on the host: preflight resolves each --device there
-    (orchestrator_host.device_problems)."""
+    (orchestrator_host/preflight.py device_problems)."""
     parts = path.split("/")
     if parts[:2] != ["", "dev"]:
         return None

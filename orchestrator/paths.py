@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -25,17 +27,20 @@ ROLES_DIR = ROOT / "roles"
 MODULE_UTILS_DIR = PLAYBOOKS_DIR / "module_utils"
 
 
+#: The name playbooks/module_utils has on the control machine (`ansible.module_utils` on a host).
+_MODULE_UTILS_PACKAGE = "orchestrator_module_utils"
+
+
 def module_utils(name: str) -> ModuleType:
-    """playbooks/module_utils/NAME.py loaded on the control machine, as it is shipped to hosts
-    (its pure functions: the gateway client, the host's parsers), once per process."""
-    key = f"orchestrator_module_utils_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, MODULE_UTILS_DIR / f"{name}.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+    """playbooks/module_utils/NAME.py, or a submodule of a package there (orchestrator_host.systemd),
+    loaded on the control machine as it is shipped to hosts (its pure functions: the gateway
+    client, the host's parsers), once per process. Only that file and what it imports are loaded:
+    a package's submodules import each other relatively, so they need no `ansible.module_utils`."""
+    if _MODULE_UTILS_PACKAGE not in sys.modules:
+        spec = importlib.machinery.ModuleSpec(_MODULE_UTILS_PACKAGE, None, is_package=True)
+        spec.submodule_search_locations = [str(MODULE_UTILS_DIR)]
+        sys.modules[_MODULE_UTILS_PACKAGE] = importlib.util.module_from_spec(spec)
+    return importlib.import_module(f"{_MODULE_UTILS_PACKAGE}.{name}")
 
 
 def state_dir() -> Path:

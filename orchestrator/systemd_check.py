@@ -9,7 +9,7 @@ at the profile field that wrote the line, else named by its directive. What only
 machine is left out: verify's complaints about the unit as a whole (the executable or the
 container engine missing here) carry no line number, and it looks up no users. The hosts verify
 the unit again before their server stops (roles/sglang_preflight, roles/sglang_unit), with the
-same reading of systemd's output (module_utils/orchestrator_host.py unit_complaints).
+same reading of systemd's output (module_utils/orchestrator_host/systemd.py unit_complaints).
 
 One `systemd-analyze verify` run per distinct unit (about 40 ms): the ranks of a multi-node
 server differ in argv, replicas share one unit. Skipped, with a note, where systemd-analyze is
@@ -104,7 +104,7 @@ def _verify(analyze: str, unit: str, unit_name: str) -> list[tuple[int, str]]:
             timeout=TIMEOUT_S,
             check=False,
         )
-    return module_utils("orchestrator_host").unit_complaints(result.stdout + result.stderr, str(path))
+    return module_utils("orchestrator_host.systemd").unit_complaints(result.stdout + result.stderr, str(path))
 
 
 def _located(profile: Profile, unit: str, number: int, message: str) -> tuple[str, str]:

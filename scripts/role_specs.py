@@ -5,7 +5,7 @@
 An option of a module is declared once: in the ARGUMENT_SPEC of the module that takes it
 (roles/<role>/library/<module>.py), with its type, default, choices, no_log and a `description`
 (a string, or a list of paragraphs). Options that several modules take are declared once in
-playbooks/module_utils/orchestrator_host.py (PATHS_SPEC, PREFLIGHT_OPTIONS) and used from there.
+playbooks/module_utils/orchestrator_host/options.py (PATHS_SPEC, PREFLIGHT_OPTIONS) and used from there.
 AnsibleModule ignores `description`; what validates on the host is the same dict as ever.
 
 From those declarations this writes:
@@ -51,7 +51,7 @@ from orchestrator.paths import MODULE_UTILS_DIR, PLAYBOOKS_DIR, ROLES_DIR  # noq
 if str(MODULE_UTILS_DIR) not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(MODULE_UTILS_DIR))
 
-from ansible.module_utils import orchestrator_host as host  # noqa: E402 (found through the path above)
+from ansible.module_utils.orchestrator_host import options as host  # noqa: E402 (found through the path above)
 
 COMMAND = "python3 scripts/role_specs.py"
 #: Role variables that are not `<role>_<option>`, by role and option.
@@ -366,8 +366,8 @@ def fragment() -> str:
     """playbooks/doc_fragments/orchestrator_paths.py: the documentation of PATHS_SPEC."""
     doc = "\n".join(["options:", *block({"paths": doc_option(host.PATHS_SPEC)}, 2)])
     return (
-        '"""`paths`, as every module that takes orchestrator_host.PATHS_SPEC has it.\n\n'
-        f"Written by {COMMAND} from playbooks/module_utils/orchestrator_host.py: change\n"
+        '"""`paths`, as every module that takes orchestrator_host.options.PATHS_SPEC has it.\n\n'
+        f"Written by {COMMAND} from playbooks/module_utils/orchestrator_host/options.py: change\n"
         'PATHS_SPEC there, then run it."""\n\n\n'
         "class ModuleDocFragment:\n"
         f'    DOCUMENTATION = r"""\n{doc}\n"""\n'
@@ -376,8 +376,8 @@ def fragment() -> str:
 
 def expected() -> dict[Path, str]:
     """Every file this writes, as it writes it."""
-    _check("orchestrator_host.PATHS_SPEC", {"paths": host.PATHS_SPEC})
-    _check("orchestrator_host.PREFLIGHT_OPTIONS", host.PREFLIGHT_OPTIONS)
+    _check("orchestrator_host.options.PATHS_SPEC", {"paths": host.PATHS_SPEC})
+    _check("orchestrator_host.options.PREFLIGHT_OPTIONS", host.PREFLIGHT_OPTIONS)
     out = {FRAGMENT_FILE: fragment()}
     for role in sorted(p for p in ROLES_DIR.iterdir() if p.is_dir()):
         argspecs = {}

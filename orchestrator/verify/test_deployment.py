@@ -146,10 +146,11 @@ def test_container_runs_the_planned_image(host: Host, plan: dict) -> None:
     )
 
 
-#: The host modules' own parsers (playbooks/module_utils/orchestrator_host.py): `ps` of both
+#: The host modules' own parsers (playbooks/module_utils/orchestrator_host/): `ps` of both
 #: engines, a process tree, /proc/PID/cgroup, read here from what testinfra runs on the host.
-HOST = module_utils("orchestrator_host")
-LABEL = HOST.CONTAINER_LABEL
+CONTAINERS = module_utils("orchestrator_host.containers")
+PROCS = module_utils("orchestrator_host.procs")
+LABEL = CONTAINERS.CONTAINER_LABEL
 #: {PID: parent PID} of every process of the host, one `PID PPID` line each.
 _PARENTS = (
     "import os\n"
@@ -163,11 +164,11 @@ def _container_units(host: Host, units: set[str]) -> dict[int, str]:
     """{PID: unit} of every process of a container labelled with one of `units`: its main PID and
     all below it. An engine that is not installed (or does not answer) has no containers."""
     roots = []
-    for engine, fmt in HOST.PS_FORMAT.items():
+    for engine, fmt in CONTAINERS.PS_FORMAT.items():
         listed = host.run(f"{engine} ps --filter label={LABEL} --format '{fmt}'")
         if listed.rc != 0:
             continue
-        for cid, unit in HOST.parse_ps(listed.stdout):
+        for cid, unit in CONTAINERS.parse_ps(listed.stdout):
             pid = host.run(f"{engine} inspect --format '{{{{.State.Pid}}}}' {cid}").stdout.strip()
             if unit in units and pid.isdigit() and int(pid):
                 roots.append((unit, int(pid)))
@@ -175,7 +176,7 @@ def _container_units(host: Host, units: set[str]) -> dict[int, str]:
         return {}
     lines = host.run(f"python3 -c {shlex.quote(_PARENTS)}").stdout.splitlines()
     parents = {int(pid): int(ppid) for pid, ppid in (line.split() for line in lines)}
-    return {pid: unit for unit, root in roots for pid in HOST.descendants(root, parents)}
+    return {pid: unit for unit, root in roots for pid in CONTAINERS.descendants(root, parents)}
 
 
 def test_only_the_server_holds_the_gpus(host: Host, plan: dict) -> None:
@@ -197,7 +198,7 @@ def test_only_the_server_holds_the_gpus(host: Host, plan: dict) -> None:
         pid, name, mib, gpu = cells[0], ",".join(cells[1:-2]), cells[-2], index_of.get(cells[-1])
         if gpu not in plan["gpus"]:
             continue
-        owner = HOST.cgroup_unit(host.run(f"cat /proc/{pid}/cgroup").stdout, units)
+        owner = PROCS.cgroup_unit(host.run(f"cat /proc/{pid}/cgroup").stdout, units)
         if not owner and pid.isdigit():  # a container outside its unit's cgroup (docker's always are)
             containers = _container_units(host, units) if containers is None else containers
             owner = containers.get(int(pid), "")

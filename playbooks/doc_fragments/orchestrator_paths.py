@@ -1,6 +1,6 @@
-"""`paths`, as every module that takes orchestrator_host.PATHS_SPEC has it.
+"""`paths`, as every module that takes orchestrator_host.options.PATHS_SPEC has it.
 
-Written by python3 scripts/role_specs.py from playbooks/module_utils/orchestrator_host.py: change
+Written by python3 scripts/role_specs.py from playbooks/module_utils/orchestrator_host/options.py: change
 PATHS_SPEC there, then run it."""
 
 

@@ -99,7 +99,8 @@ def test_the_wheel_carries_the_ansible_content_and_the_examples(wheel: Path) -> 
     assert {n.split("/")[0] for n in names} == {"orchestrator", wheel.name.split("-py3")[0] + ".dist-info"}
     for module in (
         "roles/sglang_probe/library/sglang_probe.py",
-        "playbooks/module_utils/orchestrator_host.py",
+        "playbooks/module_utils/orchestrator_host/__init__.py",
+        "playbooks/module_utils/orchestrator_host/preflight.py",
     ):
         assert f"orchestrator/{module}" in names
 

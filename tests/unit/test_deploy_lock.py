@@ -1,29 +1,26 @@
-"""The host's deploy lock (playbooks/module_utils/orchestrator_host.py, taken by sglang_probe):
+"""The host's deploy lock (playbooks/module_utils/orchestrator_host/lock.py, taken by sglang_probe):
 another deploy waits, a dead one's lock is taken over, a deploy stopped by Ctrl-C hands its
 lock to its own rollback, which then lets it go (the play's release:
 modules/test_sglang_probe.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
+import types
 from pathlib import Path
 
 import pytest
 
-from orchestrator.paths import MODULE_UTILS_DIR
+from orchestrator.paths import module_utils
 
 
 @pytest.fixture
 def host():
-    spec = importlib.util.spec_from_file_location(
-        "orchestrator_host", MODULE_UTILS_DIR / "orchestrator_host.py"
+    lock, units = module_utils("orchestrator_host.lock"), module_utils("orchestrator_host.units")
+    return types.SimpleNamespace(
+        try_lock=lock.try_lock, release_if_ours=lock.release_if_ours, lock_path=units.lock_path
     )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture

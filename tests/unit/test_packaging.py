@@ -48,10 +48,21 @@ def test_paths_in_a_checkout() -> None:
     assert paths.CHECKOUT == paths.ROOT == CHECKOUT
     for folder in (paths.PLAYBOOKS_DIR, paths.ROLES_DIR, paths.TEMPLATES_DIR, paths.EXAMPLES_DIR):
         assert folder.is_dir() and folder.parent == CHECKOUT
-    assert (paths.MODULE_UTILS_DIR / "orchestrator_host.py").is_file()
+    assert (paths.MODULE_UTILS_DIR / "orchestrator_host" / "__init__.py").is_file()
     assert not any((CHECKOUT / "orchestrator" / name).exists() for name in SHIPPED), (
         "orchestrator/playbooks/ in a checkout would make paths.py take it for an installed wheel"
     )
+
+
+def test_module_utils_packages_ship_as_files() -> None:
+    """playbooks/module_utils/orchestrator_host/ is a package for Ansible (ANSIBLE_MODULE_UTILS), not
+    one of ours: its files ship as orchestrator.playbooks' data, every one, folders included."""
+    files = {p for p in paths.MODULE_UTILS_DIR.rglob("*.py") if "__pycache__" not in p.parts}
+    patterns = SETUPTOOLS["package-data"]["orchestrator.playbooks"]
+    shipped = {p for pattern in patterns for p in paths.PLAYBOOKS_DIR.glob(pattern)}
+    assert paths.MODULE_UTILS_DIR / "orchestrator_host" / "gpus.py" in files
+    assert files <= shipped, sorted(map(str, files - shipped))
+    assert not [name for name in SETUPTOOLS["packages"] if "module_utils" in name]
 
 
 def test_paths_in_an_installed_wheel(tmp_path: Path) -> None:

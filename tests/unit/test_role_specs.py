@@ -1,5 +1,5 @@
 """A module option is declared once: in the module's ARGUMENT_SPEC, with its description (options
-several modules take: in module_utils/orchestrator_host.py). scripts/role_specs.py writes what follows
+several modules take: in module_utils/orchestrator_host/options.py). scripts/role_specs.py writes what follows
 from it: the DOCUMENTATION options, the doc fragment of `paths`, each role's meta/argument_specs.yml
 and defaults/main.yml. Here the written files are held to it, read back as Ansible reads them
 (ansible-doc, and the validator validate_argument_spec runs), and what is still written by hand is
@@ -35,7 +35,7 @@ def _script() -> types.ModuleType:
 
 
 gen = _script()
-host = gen.host  # module_utils/orchestrator_host.py, as the modules import it
+host = gen.host  # module_utils/orchestrator_host/options.py, as the modules import it
 ROLES = sorted(p.name for p in ROLES_DIR.iterdir() if p.is_dir())
 MODULE_FILES = sorted(ROLES_DIR.glob("*/library/*.py"))
 HOST_PATHS = ("/etc/systemd/system", "/etc/orchestrator", "/run/orchestrator")
@@ -204,7 +204,8 @@ def test_no_default_or_code_repeats_a_host_path():
     for role in ROLES:
         found += _defaults(yaml.safe_load((ROLES_DIR / role / "defaults/main.yml").read_text()) or {})
         found += _defaults(yaml.safe_load((ROLES_DIR / role / "meta/argument_specs.yml").read_text()))
-    for path in [*MODULE_FILES, MODULE_UTILS_DIR / "orchestrator_host.py", gen.FRAGMENT_FILE]:
+    host_files = sorted((MODULE_UTILS_DIR / "orchestrator_host").glob("*.py"))
+    for path in [*MODULE_FILES, *host_files, gen.FRAGMENT_FILE]:
         found += _code_strings(path)
     for path in MODULE_FILES:
         found += _defaults(yaml.safe_load(gen.load_doc(path))["options"])

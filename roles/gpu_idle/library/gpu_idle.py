@@ -118,7 +118,8 @@ killed:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.orchestrator_host import PATHS_SPEC, idle_message, wait_idle
+from ansible.module_utils.orchestrator_host.gpus import idle_message, wait_idle
+from ansible.module_utils.orchestrator_host.options import PATHS_SPEC
 
 ARGUMENT_SPEC = {
     "paths": {

@@ -72,7 +72,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.orchestrator_gateway import GatewayError, drain
-from ansible.module_utils.orchestrator_host import health_status
+from ansible.module_utils.orchestrator_host.health import health_status
 
 ARGUMENT_SPEC = {
     "url": {"type": "str", "required": True, "description": "The server's base URL, from the host itself."},

@@ -63,7 +63,8 @@ journal:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.orchestrator_host import health_status, systemctl_show
+from ansible.module_utils.orchestrator_host.health import health_status
+from ansible.module_utils.orchestrator_host.systemd import systemctl_show
 
 ARGUMENT_SPEC = {
     "url": {"type": "str", "required": True, "description": "Health URL polled from the host itself."},

@@ -4,7 +4,7 @@
 Read-only. Stopping a serving model to start one that cannot run costs minutes of downtime
 while weights reload, so every problem found here fails the deploy while the old server
 still runs. All problems are returned at once, one line each. sglang_probe runs the same
-checks (module_utils/orchestrator_host.py preflight_checks) under the deploy lock.
+checks (module_utils/orchestrator_host/preflight.py preflight_checks) under the deploy lock.
 """
 
 from __future__ import annotations
@@ -182,7 +182,8 @@ verified_digest:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.orchestrator_host import PATHS_SPEC, PREFLIGHT_OPTIONS, preflight_checks
+from ansible.module_utils.orchestrator_host.options import PATHS_SPEC, PREFLIGHT_OPTIONS
+from ansible.module_utils.orchestrator_host.preflight import preflight_checks
 
 ARGUMENT_SPEC = {
     "unit_name": {

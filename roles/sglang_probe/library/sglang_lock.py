@@ -39,7 +39,10 @@ holder:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.orchestrator_host import PATHS_SPEC, lock_path, read_json, release_if_ours
+from ansible.module_utils.orchestrator_host.files import read_json
+from ansible.module_utils.orchestrator_host.lock import release_if_ours
+from ansible.module_utils.orchestrator_host.options import PATHS_SPEC
+from ansible.module_utils.orchestrator_host.units import lock_path
 
 ARGUMENT_SPEC = {
     "unit_name": {"type": "str", "required": True, "description": "The systemd unit the lock guards."},

@@ -201,23 +201,18 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.orchestrator_host import (
+from ansible.module_utils.orchestrator_host.files import read_bytes, read_json
+from ansible.module_utils.orchestrator_host.health import health_status
+from ansible.module_utils.orchestrator_host.lock import acquire, release_if_ours
+from ansible.module_utils.orchestrator_host.options import (
     LOCK_OPTIONS,
     PATHS_SPEC,
     PREFLIGHT_OPTIONS,
-    acquire,
-    facts_path,
-    health_status,
-    preflight_checks,
-    read_bytes,
-    read_json,
-    record_path,
-    release_if_ours,
-    systemctl_show,
-    unit_digest,
-    unit_path,
     validate_suboptions,
 )
+from ansible.module_utils.orchestrator_host.preflight import preflight_checks
+from ansible.module_utils.orchestrator_host.systemd import systemctl_show
+from ansible.module_utils.orchestrator_host.units import facts_path, record_path, unit_digest, unit_path
 
 ARGUMENT_SPEC = {
     "unit_name": {

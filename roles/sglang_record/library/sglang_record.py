@@ -60,15 +60,10 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.orchestrator_host import (
-    PATHS_SPEC,
-    ensure_attrs,
-    ensure_dir,
-    ensure_file,
-    read_json,
-    record_path,
-    release_if_ours,
-)
+from ansible.module_utils.orchestrator_host.files import ensure_attrs, ensure_dir, ensure_file, read_json
+from ansible.module_utils.orchestrator_host.lock import release_if_ours
+from ansible.module_utils.orchestrator_host.options import PATHS_SPEC
+from ansible.module_utils.orchestrator_host.units import record_path
 
 ARGUMENT_SPEC = {
     "unit_name": {

@@ -50,7 +50,7 @@ started:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.orchestrator_host import systemctl_show
+from ansible.module_utils.orchestrator_host.systemd import systemctl_show
 
 ARGUMENT_SPEC = {
     "unit_name": {"type": "str", "required": True, "description": "The systemd unit to start."},

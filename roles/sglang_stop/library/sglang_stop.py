@@ -102,18 +102,13 @@ gpus:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.orchestrator_host import (
-    OWNER_PROPS,
-    PATHS_SPEC,
-    cgroup_procs,
-    facts_path,
-    foreign_unit,
-    idle_message,
-    read_json,
-    systemctl_show,
-    unit_containers,
-    wait_idle,
-)
+from ansible.module_utils.orchestrator_host.containers import unit_containers
+from ansible.module_utils.orchestrator_host.files import read_json
+from ansible.module_utils.orchestrator_host.gpus import idle_message, wait_idle
+from ansible.module_utils.orchestrator_host.options import PATHS_SPEC
+from ansible.module_utils.orchestrator_host.procs import cgroup_procs
+from ansible.module_utils.orchestrator_host.systemd import systemctl_show
+from ansible.module_utils.orchestrator_host.units import OWNER_PROPS, facts_path, foreign_unit
 
 ARGUMENT_SPEC = {
     "unit_name": {"type": "str", "required": True, "description": "The systemd unit to stop."},

@@ -96,18 +96,15 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.orchestrator_host import (
+from ansible.module_utils.orchestrator_host.files import ensure_dir, ensure_file, read_bytes
+from ansible.module_utils.orchestrator_host.options import PATHS_SPEC
+from ansible.module_utils.orchestrator_host.systemd import systemctl_show, verify_unit
+from ansible.module_utils.orchestrator_host.units import (
     OWNER_PROPS,
-    PATHS_SPEC,
-    ensure_dir,
-    ensure_file,
     facts_path,
     foreign_write,
-    read_bytes,
-    systemctl_show,
     unit_digest,
     unit_path,
-    verify_unit,
 )
 
 ARGUMENT_SPEC = {

@@ -39,7 +39,8 @@ units:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.orchestrator_host import PATHS_SPEC, installed_units
+from ansible.module_utils.orchestrator_host.options import PATHS_SPEC
+from ansible.module_utils.orchestrator_host.units import installed_units
 
 ARGUMENT_SPEC = {
     "paths": PATHS_SPEC,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import sys
 import threading
 import types
 from collections.abc import Callable, Iterator
@@ -51,16 +52,21 @@ def host(monkeypatch: pytest.MonkeyPatch) -> FakeHost:
 @pytest.fixture
 def cgroups(monkeypatch: pytest.MonkeyPatch) -> dict[int, str]:
     """{PID: unit}: these processes run in that systemd unit, as /proc/PID/cgroup would say
-    (cgroup v2 under system.slice); every other PID reads its real cgroup."""
-    from ansible.module_utils import orchestrator_host
+    (cgroup v2 under system.slice); every other PID reads its real cgroup. Replaced in each
+    submodule that imports proc_cgroup by name (gpus, preflight), as well as in procs."""
+    from ansible.module_utils.orchestrator_host import gpus, preflight, procs
 
     units: dict[int, str] = {}
-    real = orchestrator_host.proc_cgroup
-    monkeypatch.setattr(
-        orchestrator_host,
-        "proc_cgroup",
-        lambda pid: f"0::/system.slice/{units[pid]}\n" if pid in units else real(pid),
-    )
+    real = procs.proc_cgroup
+    loaded = [m for name, m in list(sys.modules.items()) if name.startswith(procs.__package__ + ".")]
+    readers = [m for m in loaded if getattr(m, "proc_cgroup", None) is real]
+    assert set(readers) == {procs, gpus, preflight}, "a new reader of proc_cgroup: add it above"
+    for module in readers:
+        monkeypatch.setattr(
+            module,
+            "proc_cgroup",
+            lambda pid: f"0::/system.slice/{units[pid]}\n" if pid in units else real(pid),
+        )
     return units
 
 

@@ -24,7 +24,19 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible.module_utils import orchestrator_host as oh
+from ansible.module_utils.orchestrator_host.containers import container_units, labelled_containers, parse_ps
+from ansible.module_utils.orchestrator_host.preflight import (
+    _created_problems,
+    _engine,
+    _image_problems,
+    _in_image,
+    _inspect_image,
+    device_problems,
+    engine_message,
+    nvidia_majors,
+    nvidia_nodes,
+    refused_words,
+)
 from hostfakes import capture
 
 from orchestrator import container, hostplan, profile
@@ -135,16 +147,16 @@ def test_podman_ps_and_inspect_as_the_modules_read_them(podman: str, created: di
     """`ps` lists running containers only (this one never ran): with -a, the same command's JSON
     gives parse_ps the container and its unit label; its main PID reads 0 (not running)."""
     module = RealModule({"podman": podman})
-    assert oh.labelled_containers(module) == []
+    assert labelled_containers(module) == []
     [(argv, rc, out, _)] = module.calls
     assert argv[1:] == ["ps", "--filter", "label=orchestrator.unit", "--format", "json"] and rc == 0
-    assert oh.parse_ps(out) == []
+    assert parse_ps(out) == []
     listed = subprocess.run([*argv[:2], "-a", *argv[2:]], capture_output=True, text=True, check=True)
-    [(cid, unit)] = oh.parse_ps(listed.stdout)
+    [(cid, unit)] = parse_ps(listed.stdout)
     assert unit == UNIT
     rc, out, _ = module.run_command([podman, "inspect", "--format", "{{.State.Pid}}", cid])
     assert (rc, out.strip()) == (0, "0")
-    assert oh.container_units(module, {UNIT}) == {}
+    assert container_units(module, {UNIT}) == {}
 
 
 def test_verify_reads_the_argv_and_environment_podman_made(created: dict[str, Any]) -> None:
@@ -181,9 +193,9 @@ def test_podman_preflight_commands_parse(podman: str, tmp_path: Any) -> None:
     """The engine answers; an absent image is `image inspect`'s exit 125; the throw-away run's
     flags (the unit's own network, cgroups and ulimits) parse and podman stops at the image."""
     module = RealModule({"podman": podman})
-    assert oh._engine(module, "podman") == (podman, "")
+    assert _engine(module, "podman") == (podman, "")
     checks_ = {"engine": "podman", "image": ABSENT, "pull": "never", "python": "python3"}
-    image, problems, notes = oh._inspect_image(module, podman, checks_)
+    image, problems, notes = _inspect_image(module, podman, checks_)
     assert (image, notes) == ({}, []) and problems[0].startswith(f"image {ABSENT} is not on this host")
     assert module.calls[-1][1] == 125
     options = _probe_options("podman", tmp_path)
@@ -194,9 +206,7 @@ def test_podman_preflight_commands_parse(podman: str, tmp_path: Any) -> None:
         "--ulimit=nofile=20000:20000",
         "--ulimit=nproc=96365:96365",
     ]
-    rc, _, err = oh._in_image(
-        module, podman, "0" * 64, {"run_options": options}, ["python3", "-c", "print(1)"]
-    )
+    rc, _, err = _in_image(module, podman, "0" * 64, {"run_options": options}, ["python3", "-c", "print(1)"])
     assert rc == 125 and "image not known" in err, err
     assert module.calls[-1][0][2 : 5 + len(options)] == ["--rm", "--pull=never", *options, "0" * 64]
 
@@ -205,8 +215,8 @@ def test_docker_without_its_daemon_has_no_containers_and_is_named_by_preflight(
     docker: str, tmp_path: Any
 ) -> None:
     module = RealModule({"docker": docker})
-    assert oh.labelled_containers(module) == []
-    exe, problem = oh._engine(module, "docker")
+    assert labelled_containers(module) == []
+    exe, problem = _engine(module, "docker")
     assert exe == "" and problem == (
         "`docker version` exited 1: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
         "Is the docker daemon running?: start the daemon (systemctl start docker)"
@@ -264,7 +274,7 @@ def test_podman_create_judges_the_run_command_beside_the_servers_container(
     c = _create_checks(tmp_path, ["--ulimit=core=0", "--device=/dev/null:/dev/orchestrator-null:rw"])
     assert c["secret_files"] == [f"/etc/orchestrator/{NAME}.config.yaml", f"/etc/orchestrator/{NAME}.env"]
     module = RealModule({"podman": podman})
-    assert oh._created_problems(module, podman, c, "") == []
+    assert _created_problems(module, podman, c, "") == []
     (create, rc, _, err), (remove, *_) = module.calls
     assert rc == 0, err
     unit_words = c["run_words"]
@@ -292,7 +302,7 @@ def test_a_value_only_the_engine_refuses_is_a_preflight_problem_naming_it(
     Nothing is left behind."""
     c = {**_create_checks(tmp_path, ["--device=/dev/orchestrator-absent"]), "python": "python3"}
     module = RealModule({"podman": podman})
-    problems, version, help_checked, notes = oh._image_problems(module, UNIT, paths, c)
+    problems, version, help_checked, notes = _image_problems(module, UNIT, paths, c)
     assert problems == [
         f"image {ABSENT} is not on this host and runtime.pull is never: pull it (podman pull {ABSENT}) or "
         "set runtime.pull: missing",
@@ -324,17 +334,17 @@ def test_a_value_only_the_engine_refuses_is_a_preflight_problem_naming_it(
 def test_the_refused_option_is_named_from_the_engines_message(err: str, option: str) -> None:
     """As podman 4.3.1 and docker word them (the first three seen here, with the real podman)."""
     words = ["--name=x", "--network=host", "--volume=/data/models/k:/data/models/k:ro", option, "IMAGE"]
-    message = oh.engine_message("", err)
+    message = engine_message("", err)
     assert "\n" not in message and not message.startswith(("Error", "docker:"))
-    assert oh.refused_words(message, words) == [option]
+    assert refused_words(message, words) == [option]
 
 
 # --- NVIDIA's devices behind links the control machine cannot see --------------------------------
 
 
 def test_nvidia_majors_are_read_from_proc_devices() -> None:
-    assert oh.nvidia_majors(capture("proc-devices-h200.txt")) == {195, 238, 239, 240, 241, 242}
-    assert oh.nvidia_majors("Character devices:\n  1 mem\n\nBlock devices:\n195 nvidia-ish\n") == {195}
+    assert nvidia_majors(capture("proc-devices-h200.txt")) == {195, 238, 239, 240, 241, 242}
+    assert nvidia_majors("Character devices:\n  1 mem\n\nBlock devices:\n195 nvidia-ish\n") == {195}
 
 
 def test_a_device_or_mount_that_leads_to_a_gpu_node_is_named(tmp_path: Path) -> None:
@@ -352,7 +362,7 @@ def test_a_device_or_mount_that_leads_to_a_gpu_node_is_named(tmp_path: Path) -> 
         "--device=nvidia.com/gpu=4",
         "--device=/dev/orchestrator-absent",
     ]
-    problems = oh.device_problems(words, [str(tmp_path / "devices"), str(tmp_path / "links")], majors)
+    problems = device_problems(words, [str(tmp_path / "devices"), str(tmp_path / "links")], majors)
     assert problems[0] == (
         f"--device={tmp_path}/gpu0:/dev/x:rw gives the container /dev/null on this host, NVIDIA's: GPUs "
         "reach the container from server.gpus only; drop it from runtime.options"
@@ -361,10 +371,10 @@ def test_a_device_or_mount_that_leads_to_a_gpu_node_is_named(tmp_path: Path) -> 
     assert problems[1].endswith(
         "on this host, NVIDIA's: GPUs reach the container from server.gpus only; mount no device paths"
     )
-    assert "/dev/null" in oh.nvidia_nodes(str(tmp_path / "devices"), majors)
-    assert oh.device_problems(words, [str(tmp_path / "devices")], oh.nvidia_majors("")) == []
+    assert "/dev/null" in nvidia_nodes(str(tmp_path / "devices"), majors)
+    assert device_problems(words, [str(tmp_path / "devices")], nvidia_majors("")) == []
     # docker's daemon opens a device only at start: one this host lacks is named here.
-    assert oh.device_problems(words, [], oh.nvidia_majors(""), missing=True) == [
+    assert device_problems(words, [], nvidia_majors(""), missing=True) == [
         "--device=/dev/orchestrator-absent: /dev/orchestrator-absent does not exist on this host: drop it "
         "from runtime.options"
     ]
@@ -437,7 +447,7 @@ def test_docker_create_asks_for_a_container_of_its_own_and_removes_it(
     it, so refusals come back before the stop), then its removal by the same name."""
     c = _create_checks(tmp_path, ["--ulimit=core=0"], "docker")
     module = RealModule({"docker": docker})
-    assert oh._created_problems(module, docker, c, "0" * 64) == []
+    assert _created_problems(module, docker, c, "0" * 64) == []
     (post, path, body), (delete, removed, _) = daemon["requests"]
     name = path.partition("?name=")[2]
     assert (post, delete) == ("POST", "DELETE") and name.startswith(f"{NAME}-preflight-")
@@ -451,8 +461,8 @@ def test_docker_create_asks_for_a_container_of_its_own_and_removes_it(
         400,
         {"message": 'invalid mount config for type "bind": bind source path does not exist'},
     )
-    [problem] = oh._created_problems(module, docker, c, "0" * 64)
+    [problem] = _created_problems(module, docker, c, "0" * 64)
     assert problem.startswith('docker refuses the unit\'s run command: invalid mount config for type "bind"')
     assert [r[0] for r in daemon["requests"]] == ["POST", "DELETE"]  # removed even so
     daemon["create"] = (404, {"message": f"No such image: {ABSENT}"})  # the daemon checked the rest first
-    assert oh._created_problems(module, docker, c, "") == []
+    assert _created_problems(module, docker, c, "") == []

@@ -158,7 +158,7 @@ def container_tree() -> Iterator[tuple[int, int]]:
 
 
 def _child_of(pid: int) -> int:
-    from ansible.module_utils.orchestrator_host import proc_parents
+    from ansible.module_utils.orchestrator_host.containers import proc_parents
 
     for _ in range(100):
         children = [p for p, parent in proc_parents().items() if parent == pid]

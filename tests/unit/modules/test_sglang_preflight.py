@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.orchestrator_host import argv0, unit_digest
+from ansible.module_utils.orchestrator_host.procs import argv0
+from ansible.module_utils.orchestrator_host.units import unit_digest
 from hostfakes import (
     MANAGED,
     NOT_FOUND,

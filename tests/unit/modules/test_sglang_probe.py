@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.orchestrator_host import lock_path, unit_digest
+from ansible.module_utils.orchestrator_host.units import lock_path, unit_digest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from hostfakes import MANAGED, capture, load_module, systemctl_show

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import orchestrator_host
+from ansible.module_utils.orchestrator_host import gpus
 from hostfakes import Engine, capture, compute_apps, load_module, query_gpu, store_unit, systemctl_show
 
 RUNNING = {"LoadState": "loaded", "ActiveState": "active", "MainPID": "4242", "ControlGroup": "/gone.slice/x"}
@@ -127,7 +127,7 @@ def test_the_stop_waits_for_the_units_own_gpus_only(stop, host, paths, run_modul
 def test_kill_gpu_holders_kills_a_foreign_holder_never_a_neighbours_process(
     stop, host, paths, run_module, cgroups, sleepers, monkeypatch
 ):
-    monkeypatch.setattr(orchestrator_host, "KILLED_RELEASE_S", 0.3)
+    monkeypatch.setattr(gpus, "KILLED_RELEASE_S", 0.3)
     neighbour, foreign = sleepers
     store_unit(paths, "sglang-a.service", profile="cg_5tok", port=30000, gpus=[0, 1, 2, 3])
     cgroups[neighbour.pid] = "sglang-a.service"  # sglang-a.service's server, wrongly on our GPU 4

@@ -11,14 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.orchestrator_host import (
-    facts_path,
-    lock_path,
-    record_path,
-    try_lock,
-    unit_digest,
-    write_atomic,
-)
+from ansible.module_utils.orchestrator_host.files import write_atomic
+from ansible.module_utils.orchestrator_host.lock import try_lock
+from ansible.module_utils.orchestrator_host.units import facts_path, lock_path, record_path, unit_digest
 from hostfakes import MANAGED, NOT_FOUND, load_module, systemctl_show
 
 from orchestrator import plan, profile

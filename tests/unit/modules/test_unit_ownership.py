@@ -1,5 +1,5 @@
 """Which units orchestrator may overwrite or stop on a host (#21): foreign_unit and foreign_write
-of module_utils/orchestrator_host.py, against what systemd itself says of a unit search path.
+of module_utils/orchestrator_host/units.py, against what systemd itself says of a unit search path.
 
 No systemd runs here to answer `systemctl show`, but `systemd --test` loads units as PID 1 does
 (the same search path, aliases, masks) and dumps each one's load state and fragment path: the
@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import orchestrator_host as oh
+from ansible.module_utils.orchestrator_host.procs import cgroup_unit
+from ansible.module_utils.orchestrator_host.units import MANAGED_MARK, foreign_unit, foreign_write
 from hostfakes import MANAGED
 
 from orchestrator import plan, profile
@@ -152,8 +153,8 @@ def test_only_units_of_ours_or_of_nobody_may_be_stopped_or_written(host, unit, f
     root = Path(paths["unit_dir"]).parent
     where = {name: str(root / name) for name in ("run", "etc", "lib", "state")}
     state = shows.get(unit, {"Id": unit, "LoadState": "not-found", "FragmentPath": ""})
-    assert oh.foreign_unit(state, paths, unit) == foreign.format(**where)
-    assert oh.foreign_write(state, paths, unit) == (foreign if write is None else write).format(**where)
+    assert foreign_unit(state, paths, unit) == foreign.format(**where)
+    assert foreign_write(state, paths, unit) == (foreign if write is None else write).format(**where)
 
 
 def test_systemd_says_how_a_unit_nobody_has_is_loaded(host):
@@ -164,7 +165,7 @@ def test_systemd_says_how_a_unit_nobody_has_is_loaded(host):
 def test_every_unit_plan_renders_carries_the_mark_the_host_looks_for():
     """The header line is what tells a unit orchestrator wrote when its facts are gone."""
     for name in ("cg_5tok", "example:base"):
-        assert plan.build(profile.load(name)).unit.encode().startswith(oh.MANAGED_MARK)
+        assert plan.build(profile.load(name)).unit.encode().startswith(MANAGED_MARK)
 
 
 @pytest.mark.parametrize(
@@ -181,6 +182,6 @@ def test_every_unit_plan_renders_carries_the_mark_the_host_looks_for():
 def test_a_units_processes_are_found_under_the_cgroup_name_systemd_gives_it(unit, cgroup):
     """cg_escape(): systemd puts `cpu.service` in the cgroup `_cpu.service`, where a process of it
     was taken for a process of no unit of ours (a GPU holder, a port taken by someone else)."""
-    assert oh.cgroup_unit(f"0::/system.slice/{cgroup}\n", {unit, "other.service"}) == unit
+    assert cgroup_unit(f"0::/system.slice/{cgroup}\n", {unit, "other.service"}) == unit
     if cgroup != unit:
-        assert oh.cgroup_unit(f"0::/system.slice/{unit}\n", {unit}) == ""
+        assert cgroup_unit(f"0::/system.slice/{unit}\n", {unit}) == ""

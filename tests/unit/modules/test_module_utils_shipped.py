@@ -1,0 +1,119 @@
+"""What Ansible ships with each role's module (issue 24): module_utils/orchestrator_host is a
+package of one submodule a concern, and a module's payload carries the submodules it imports and
+what those import, never the whole package for a module that uses a part of it. Found by
+ansible-core's own finder on the real module files (ansiballz_files.py), as a run builds them."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.paths import MODULE_UTILS_DIR, ROLES_DIR, ROOT
+
+HERE = Path(__file__).parent
+HOST = MODULE_UTILS_DIR / "orchestrator_host"
+#: What a module needs beside the package's __init__.py: the submodules it imports itself, and
+#: theirs (gpus reads cgroups and container labels, and the units deployed here; preflight reads
+#: everything but the lock and health).
+GPUS = {"gpus", "procs", "containers", "units", "files"}
+PREFLIGHT = {"preflight", "systemd", *GPUS}
+NEEDS: dict[str, set[str]] = {
+    "gpu_idle": {"options", *GPUS},
+    "sglang_drain": {"health", "orchestrator_gateway"},
+    "sglang_gateway": {"orchestrator_gateway"},
+    "sglang_health_wait": {"health", "systemd"},
+    "sglang_lock": {"options", "lock", "units", "files"},
+    "sglang_preflight": {"options", *PREFLIGHT},
+    "sglang_probe": {"options", "lock", "health", *PREFLIGHT},
+    "sglang_record": {"options", "lock", "units", "files"},
+    "sglang_start": {"systemd"},
+    "sglang_stop": {"options", "systemd", *GPUS},
+    "sglang_unit": {"options", "systemd", "units", "files"},
+    "sglang_units_info": {"options", "units", "files"},
+}
+MODULE_FILES = sorted(ROLES_DIR.glob("*/library/*.py"))
+SUBMODULES = {p.stem for p in HOST.glob("*.py")} - {"__init__"}
+
+
+def _ours(needs: set[str]) -> set[str]:
+    """module_utils files, as the payload names them, for the names of NEEDS."""
+    files = {f"orchestrator_host/{n}.py" for n in needs & SUBMODULES}
+    files |= {"orchestrator_host/__init__.py"} if files else set()
+    return {f"ansible/module_utils/{f}" for f in files | {f"{n}.py" for n in needs - SUBMODULES}}
+
+
+@pytest.fixture(scope="module")
+def payloads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
+    """{module name: the files of playbooks/module_utils in its payload}."""
+    env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}
+    env["ANSIBLE_MODULE_UTILS"] = str(MODULE_UTILS_DIR)
+    done = subprocess.run(
+        [sys.executable, HERE / "ansiballz_files.py", *map(str, MODULE_FILES)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path_factory.mktemp("ansiballz"),  # no ansible.cfg of the checkout's
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    mine = {f"ansible/module_utils/{p.relative_to(MODULE_UTILS_DIR)}" for p in MODULE_UTILS_DIR.rglob("*.py")}
+    return {Path(path).stem: set(names) & mine for path, names in json.loads(done.stdout).items()}
+
+
+def test_every_module_is_listed_and_every_submodule_used() -> None:
+    assert {p.stem for p in MODULE_FILES} == set(NEEDS)
+    assert set().union(*NEEDS.values()) == SUBMODULES | {"orchestrator_gateway"}
+
+
+@pytest.mark.parametrize("module", sorted(NEEDS))
+def test_a_module_ships_the_submodules_it_uses_and_no_others(
+    payloads: dict[str, set[str]], module: str
+) -> None:
+    assert payloads[module] == _ours(NEEDS[module])
+
+
+def test_only_the_probe_ships_the_whole_host_package(payloads: dict[str, set[str]]) -> None:
+    """sglang_probe takes the lock, runs preflight and reads health: it uses every concern."""
+    whole = _ours(SUBMODULES)
+    assert [m for m, files in payloads.items() if files >= whole] == ["sglang_probe"]
+
+
+def test_the_package_init_imports_nothing() -> None:
+    """Shipped with every submodule: an import there would ship its target with each."""
+    body = ast.parse((HOST / "__init__.py").read_text()).body
+    assert [type(node) for node in body] == [ast.Expr]  # its docstring
+
+
+def test_the_control_machine_loads_only_the_submodules_it_reads() -> None:
+    """systemd_check reads unit_complaints on every render, and verify the process and container
+    parsers: each loads that file and what it imports, and no part of Ansible."""
+    code = (
+        "import json, sys\n"
+        "from orchestrator.paths import module_utils\n"
+        "module_utils(sys.argv[1])\n"
+        "ours = ('orchestrator_module_utils', 'ansible')\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(ours))))\n"
+    )
+    loaded = {}
+    for name in ("orchestrator_host.systemd", "orchestrator_host.containers", "orchestrator_host.lock"):
+        done = subprocess.run(
+            [sys.executable, "-c", code, name], capture_output=True, text=True, cwd=ROOT, check=True
+        )
+        loaded[name] = [m.removeprefix("orchestrator_module_utils") for m in json.loads(done.stdout)]
+    assert loaded == {
+        "orchestrator_host.systemd": ["", ".orchestrator_host", ".orchestrator_host.systemd"],
+        "orchestrator_host.containers": ["", ".orchestrator_host", ".orchestrator_host.containers"],
+        "orchestrator_host.lock": [
+            "",
+            ".orchestrator_host",
+            ".orchestrator_host.files",
+            ".orchestrator_host.lock",
+            ".orchestrator_host.units",
+        ],
+    }
