@@ -127,7 +127,7 @@ def port_problems(
         for u in clash
     ]
     neighbours: dict[str, list[str]] = {}
-    foreign = []
+    foreign: list[str] = []
     for pid, name, unit in owners:
         if unit != unit_name and unit not in clash:  # a clash is named once, above
             (neighbours.setdefault(unit, []) if unit else foreign).append(f"PID {pid} {name}")
@@ -554,7 +554,8 @@ def nvidia_nodes(path: str, majors: set[int], walk: bool = True) -> list[str]:
         return [real] if os.major(st.st_rdev) in majors else []
     if not (walk and stat.S_ISDIR(st.st_mode)):
         return []
-    found, seen = [], 0
+    found: list[str] = []
+    seen = 0
     for top, dirs, files in os.walk(real):
         for entry in (*dirs, *files):
             seen += 1

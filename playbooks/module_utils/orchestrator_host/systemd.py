@@ -17,7 +17,8 @@ def parse_systemctl_show(text: str) -> dict[str, str]:
     """`systemctl show` output as {property: value}. A value opening with `{` may go on over
     several lines (ExecStart=...), as ansible-core's systemd_service module handles it."""
     parsed: dict[str, str] = {}
-    key, multival = "", []
+    key = ""
+    multival: list[str] = []
     for line in text.splitlines():
         if multival:
             multival.append(line)
