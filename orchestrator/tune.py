@@ -347,7 +347,8 @@ class Campaign:
         self.dists: dict[str, Any] = {}
         #: field -> value indexes in the sampler's order (by value, for a field of numbers)
         self.ranks: dict[str, list[int]] = {}
-        self.asked_incumbent = expanded.space.search.sampler == "grid"  # a grid asks every point anyway
+        #: the point a search asks first (a grid asks every point in its own order)
+        self.incumbent = None if expanded.space.search.sampler == "grid" else expanded.incumbent
         self.trials: list[Trial] = []
         #: host -> the profile it runs now (None: unknown, after a failed deploy)
         self.deployed: dict[str, profile_mod.Profile | None] = dict.fromkeys(self.hosts)
@@ -742,14 +743,9 @@ class Campaign:
         measured ones as what they measured); None when the space has no such point left."""
         measured = self._measured()
         optuna = _optuna()
-        first = self.x.incumbent
-        if (
-            first is not None
-            and first.key not in measured
-            and first.key not in taken
-            and not self.asked_incumbent
-        ):
-            self.asked_incumbent = True  # once: a failed incumbent is a measured point too
+        first = self.incumbent
+        if first is not None and first.key not in measured and first.key not in taken:
+            # once: whatever became of it (failed, stopped), a trial of it is recorded
             self.study.enqueue_trial(self._indexes(first.params))
             return self.study.ask(self.dists), first
         for _ in range(MAX_ASKS):
@@ -920,11 +916,9 @@ class Campaign:
         first = self.x.incumbent
         if winner is None or first is None or first.key == space_mod.point_key(winner.params):
             return f"; it is {self.x.base.name}'s own setting" if winner is not None and first else ""
-        ranked = {space_mod.point_key(t.params): t for t in self._ranked()}
-        tried = [t for t in self.trials if t.kind == "trial" and space_mod.point_key(t.params) == first.key]
-        if not tried:
+        t = self._measured().get(first.key)  # its value from every run: _phases ranked it
+        if t is None:
             return ""
-        t = ranked.get(first.key, tried[-1])
         how = {"stopped": ", stopped early", "infeasible": ", over the p99 TTFT limit"}.get(t.state, "")
         if t.value is None:
             return f"; {self.x.base.name}'s own setting ({t.label}): {t.state}"
