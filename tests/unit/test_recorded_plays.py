@@ -5,6 +5,7 @@ harness refuses to answer a play with a recording made for another."""
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import re
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from plays import PLAYS, PlayMismatch, Recording, Script, lab_inventory
 
-from orchestrator import deploy
+from orchestrator import deploy, runner
 from orchestrator import profile as profile_mod
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -116,3 +117,11 @@ def test_a_play_on_other_hosts_or_a_play_the_script_lacks_is_refused(script: Scr
     with pytest.raises(PlayMismatch, match=r"deploy.yml on lab1: the script has no play left"):
         deploy.deploy(profile_mod.load("cg_5tok"), inventory, deploy.Options(limit="lab1"))
     assert [a.hosts for a in script.asks] == [["lab1", "lab2"], ["lab1"]]
+
+
+def test_the_script_takes_what_run_playbook_takes() -> None:
+    """Script stands in for runner.run_playbook: the same parameters, so a new one of the runner's
+    fails here rather than as a TypeError in a harness test."""
+    ours = list(inspect.signature(Script.__call__).parameters.values())[1:]  # without self
+    theirs = list(inspect.signature(runner.run_playbook).parameters.values())
+    assert [(p.name, p.kind, p.default) for p in ours] == [(p.name, p.kind, p.default) for p in theirs]
