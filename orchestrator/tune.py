@@ -1116,6 +1116,9 @@ GUESS_TOK_S = 60.0
 @dataclass(frozen=True)
 class Estimate:
     restarts: int
+    #: points measured: the restarts left after each host's baseline (and the leaders' confirmation
+    #: reserve), at most the valid points
+    trials: int
     rounds: int
     restart_s: float
     #: one trial's bench: the whole curve, `repeat` runs per level
@@ -1125,12 +1128,19 @@ class Estimate:
     basis: str
 
 
+def trials_for(x: space_mod.Expanded, hosts: int) -> int:
+    """How many points a campaign on `hosts` hosts measures: its budget less one baseline a host
+    and the restart the leaders' confirmation keeps, at most every valid point."""
+    reserve = 1 if x.space.search.confirm else 0
+    return min(len(x.valid), max(0, x.space.budget.restarts - max(1, hosts) - reserve))
+
+
 def estimate(x: space_mod.Expanded, hosts: int) -> Estimate:
     """Restarts and wall time of a campaign on `hosts` hosts: each host's baseline, then trials
     up to the budget (or the valid points), `hosts` at a time; restart time from the ledger's
     restarting deploys, bench time from its runs at the same levels."""
     hosts = max(1, hosts)
-    trials = min(len(x.valid), max(0, x.space.budget.restarts - hosts))
+    trials = trials_for(x, hosts)
     restarts = min(x.space.budget.restarts, hosts + len(x.valid))
     deploys = [
         float(r["duration_s"])
@@ -1167,4 +1177,6 @@ def estimate(x: space_mod.Expanded, hosts: int) -> Estimate:
         )
     )
     rounds = -(-trials // hosts) + 1  # the baselines' round first
-    return Estimate(restarts, rounds, restart_s, bench_s, rounds * (restart_s + bench_s), "; ".join(basis))
+    return Estimate(
+        restarts, trials, rounds, restart_s, bench_s, rounds * (restart_s + bench_s), "; ".join(basis)
+    )

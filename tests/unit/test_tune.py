@@ -385,7 +385,29 @@ def test_check_estimates_from_the_ledger(lab: Lab, tmp_path: Path) -> None:
     one, four = tune.estimate(x, 1), tune.estimate(x, 4)
     assert one.restart_s == 40.0 and "median of the ledger's last 3 restarting deploys" in one.basis
     assert one.restarts == 10 and four.restarts == 10
+    assert (one.trials, four.trials) == (8, 5)  # a baseline a host and the confirmation's restart
     assert four.wall_s < one.wall_s / 2  # four trials a round
+
+
+def test_check_says_what_each_host_baseline_costs_the_search(lab: Lab, tmp_path: Path) -> None:
+    """On a small budget the baselines of many hosts eat the points searched (measured with
+    these fakes from cg_16tok, budget 11, 20 seeds: 15 found the winner on 1 host, 7 on 4):
+    --check says so before any restart."""
+    from click.testing import CliRunner
+
+    from orchestrator.__main__ import cli
+
+    path = write_space(tmp_path, budget={"restarts": 11})
+    argv = ["tune", str(path), "-i", str(tmp_path / "inv.yml"), "--check"]
+    (tmp_path / "inv.yml").write_text(
+        "all:\n  hosts:\n    lab1: {}\n    lab2: {}\n    lab3: {}\n    lab4: {}\n"
+    )
+    four = CliRunner().invoke(cli, [*argv, "--limit", "lab1,lab2,lab3,lab4"])
+    said = " ".join(four.output.split())
+    assert four.exit_code == 0, four.output
+    assert "note: 4 baselines take 4 of the 11 restarts, so 6 points are measured (on 1 host 9)" in said
+    one = CliRunner().invoke(cli, [*argv, "--limit", "lab1"])
+    assert one.exit_code == 0 and "baselines take" not in one.output
 
 
 def test_a_null_winner_is_written_as_null_and_means_the_default(lab: Lab, tmp_path: Path) -> None:
