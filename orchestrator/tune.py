@@ -765,7 +765,7 @@ class Campaign:
         return self.study.ask(self.dists), point
 
     def _search(self) -> None:
-        reserve = 1 if self.x.space.search.confirm else 0
+        reserve = confirm_reserve(self.x.space)
         self.phase = "search"
         while not self.stop.is_set():
             free = self.budget - self.restarts_used - reserve
@@ -1128,11 +1128,15 @@ class Estimate:
     basis: str
 
 
+def confirm_reserve(space: space_mod.Space) -> int:
+    """Restarts the search leaves for the leaders' confirmation: one when it confirms at all."""
+    return 1 if space.search.confirm else 0
+
+
 def trials_for(x: space_mod.Expanded, hosts: int) -> int:
     """How many points a campaign on `hosts` hosts measures: its budget less one baseline a host
     and the restart the leaders' confirmation keeps, at most every valid point."""
-    reserve = 1 if x.space.search.confirm else 0
-    return min(len(x.valid), max(0, x.space.budget.restarts - max(1, hosts) - reserve))
+    return min(len(x.valid), max(0, x.space.budget.restarts - max(1, hosts) - confirm_reserve(x.space)))
 
 
 def estimate(x: space_mod.Expanded, hosts: int) -> Estimate:

@@ -68,10 +68,11 @@ def check_output(x: space_mod.Expanded, hosts: list[str]) -> None:
         f"budget: {x.space.budget.restarts} restarts (the exhaustive grid is {len(x.valid)} trials + "
         f"{len(hosts)} baselines); on {len(hosts)} host(s): {', '.join(shown(h) for h in hosts)}"
     )
-    if len(hosts) > 1 and tune_mod.trials_for(x, 1) > est.trials:
+    alone = tune_mod.trials_for(x, 1)
+    if len(hosts) > 1 and alone > est.trials:
         out.print(
             f"note: {len(hosts)} baselines take {len(hosts)} of the {x.space.budget.restarts} restarts, so "
-            f"{est.trials} points are measured (on 1 host {tune_mod.trials_for(x, 1)}): more hosts finish "
+            f"{est.trials} points are measured (on 1 host {alone}): more hosts finish "
             "sooner, fewer search more points; raise budget.restarts to have both"
         )
     out.print(
