@@ -131,6 +131,7 @@ class ServerArgs:
     topk: int | None
     draft_tokens: int | None
     cuda_graph: bool
+    cuda_graph_max_bs: int | None  # --cuda-graph-max-bs (0.5.9), --cuda-graph-max-bs-decode (0.5.23)
     enable_metrics: bool
     max_running_requests: int | None
     context_length: int | None
@@ -203,6 +204,7 @@ def resolve(ns: argparse.Namespace) -> ServerArgs:
         topk=_int(_get(ns, "speculative_eagle_topk")),
         draft_tokens=_int(_get(ns, "speculative_num_draft_tokens")),
         cuda_graph=not no_cg,
+        cuda_graph_max_bs=_int(_get(ns, "cuda_graph_max_bs", "cuda_graph_max_bs_decode")),
         enable_metrics=bool(_get(ns, "enable_metrics")),
         max_running_requests=_int(_get(ns, "max_running_requests")),
         context_length=_int(_get(ns, "context_length")),

@@ -31,9 +31,20 @@ STANDIN_DEFAULTS: dict[str, object] = {
     "host_speed": None,
     "exact": False,
     "trained_on": "chat",
+    "read_mib_s": None,
+    "shards": 8,
+    "draft_load_s": 0.1,
+    "capture_s_per_bs": None,
+    "draft_capture_s": 0.2,
+    "jit_s": 0.0,
+    "stall": None,
 }
 #: Knobs whose value is text, not a number.
-TEXT_KNOBS = {"warmup_error", "trained_on"}
+TEXT_KNOBS = {"warmup_error", "trained_on", "stall"}
+#: Start-up phases the `stall` knob can stop in (see docs/standins.md).
+STALL_PHASES = ("init", "weights", "kv_cache", "jit", "graphs", "draft", "draft_graphs", "warmup")
+#: When this process started, for the elapsed figures SGLang prints.
+START = time.perf_counter()
 
 #: Target architectures whose MTP layers serve as drafter when no draft path is given.
 MTP_ARCHS = {"DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "BailingMoeForCausalLM"}

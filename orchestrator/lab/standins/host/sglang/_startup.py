@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nvidia_standin import registry
 
@@ -24,6 +24,7 @@ from sglang._common import (
     LAUNCH_FRAME,
     MTP_ARCHS,
     SRT,
+    STALL_PHASES,
     ModelDir,
     config_error,
     die,
@@ -60,6 +61,14 @@ class Runtime:
     trained_on: str = "chat"
     """What the drafter was trained on (its standin.json `trained_on`): "chat" gains through the
     chat template."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds per start-up phase, for 0.5.23's `Engine startup timings` line."""
+
+    @property
+    def stall(self) -> str | None:
+        """The start-up phase the `stall` knob stops in, if any."""
+        value = self.model.knob("stall")
+        return str(value) if value else None
 
     @property
     def exact(self) -> bool:
@@ -95,6 +104,9 @@ def check_model(path: str) -> ModelDir:
         die([LAUNCH_FRAME, ARGS_FRAME, frame], config_error(path))
     assert model is not None
     env_knobs(model)
+    stall = model.knob("stall")
+    if stall and stall not in STALL_PHASES:
+        die([], f"ValueError: stand-in knob stall={stall!r} is none of {', '.join(STALL_PHASES)}")
     return model
 
 

@@ -18,7 +18,7 @@ import time
 
 from nvidia_standin import registry
 
-from sglang import _args, _dist, _load, _startup
+from sglang import _args, _dist, _load, _progress, _startup
 from sglang._common import log
 from sglang._engine import Engine
 from sglang._http import Server
@@ -41,7 +41,12 @@ def bind(rt: _startup.Runtime, engine: Engine) -> Server:
 
 
 def warm_up(rt: _startup.Runtime, engine: Engine) -> None:
-    """503 on /health until a first generation went through, then the famous line."""
+    """503 on /health until a first generation went through, then the famous line. Without
+    CUDA graphs that generation is the first forward pass, where DeepGEMM compiles."""
+    if not rt.args.cuda_graph:
+        _load.deep_gemm(rt, rt.gpu_cfg.total_mib * (1 - rt.mem_fraction))
+    if rt.stall == "warmup":
+        _progress.forever()  # the port is open and /health answers 503 for good
     time.sleep(float(rt.model.knob("warmup_s")))
     error = rt.model.knob("warmup_error")
     if error:
@@ -75,6 +80,8 @@ def serve(rt: _startup.Runtime, group: _dist.Group | None) -> None:
             time.sleep(3600)
     if group is not None:
         group.wait_loaded()
+    if _load.newer():
+        log(_load.startup_timings(rt))
     server = bind(rt, engine)
     log(f"INFO:     Started server process [{os.getpid()}]")
     log("INFO:     Waiting for application startup.")
