@@ -79,7 +79,7 @@ def run(
 
     With `stall`, the bar stops about half-way: that line is ended with `\\n` (so the journal
     gets it) and the phase never finishes."""
-    draws = max(1, min(total, int(seconds / _MININTERVAL_S)))
+    draws = max(2 if stall else 1, min(total, int(seconds / _MININTERVAL_S)))
     stop = max(1, total // 2) if stall else None
     for i in range(draws + 1):
         n = round(i * total / draws)
