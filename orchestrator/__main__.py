@@ -523,12 +523,21 @@ def _serial(value: str | None) -> str | None:
     return value
 
 
+def _json_progress(ev: Any) -> None:
+    """deploy --json: each start-up report as one JSON line on stderr (stdout keeps the one result)."""
+    from orchestrator import view
+
+    data = view.start_event(ev)
+    if data is not None:
+        click.echo(json.dumps(data), err=True)
+
+
 def _show(run: Callable[..., Any], title: str, as_json: bool, check: bool = False) -> None:
     """Run a deploy-shaped action with the live view (quietly for --json), print the outcome, exit."""
     from orchestrator import view
 
     if as_json:
-        report = run(None)
+        report = run(_json_progress)
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
         with view.LiveHosts(err, shown(title)) as live:
@@ -536,6 +545,7 @@ def _show(run: Callable[..., Any], title: str, as_json: bool, check: bool = Fals
         if check:
             out.print(view.check_details(report))
         out.print(view.deploy_table(report))
+        out.print(view.startup_lines(report))
         out.print(view.gateway_steps(report))
         out.print(view.failures(report))
     if report.interrupted:
@@ -607,10 +617,13 @@ def rollback(
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @handle_errors
 def history(host: str | None, count: int, as_json: bool) -> None:
-    """The deploys recorded in the local ledger, newest first: host, profile, result, duration."""
-    from orchestrator import ledger
+    """The deploys recorded in the local ledger, newest first: host, profile, result, duration, and
+    where each start went (its longest phases)."""
+    from orchestrator import ledger, startup
 
     rows = [dict(r) for r in ledger.history(host, count)]
+    for r in rows:
+        r["phases"] = startup.phases_of(r.get("phases", "[]"))
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -624,6 +637,7 @@ def history(host: str | None, count: int, as_json: bool) -> None:
         "result",
         "restarted",
         "duration",
+        "start-up",
         "diagnosis",
     ):
         table.add_column(col, overflow="fold")
@@ -634,6 +648,7 @@ def history(host: str | None, count: int, as_json: bool) -> None:
             plain(r["result"], "red" if r["result"] == "failed" else ""),
             "yes" if r["restarted"] else "no",
             f"{r['duration_s']:.1f} s",
+            plain(startup.longest(r["phases"])),
             shown(r["diagnosis"]),
         )
     out.print(table)

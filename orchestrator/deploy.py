@@ -11,10 +11,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from orchestrator import facts as facts_mod
 from orchestrator import gateway as gateway_mod
-from orchestrator import hostplan, systemd_check
+from orchestrator import hostplan, startup, systemd_check
 from orchestrator import inventory as inventory_mod
 from orchestrator.errors import InputError
 from orchestrator.hostplan import GatewayPlan, HostPlan, Placement, PlayVars, placements
@@ -110,6 +111,7 @@ def play_vars(
             force_restart=options.force_restart,
             kill_gpu_holders=options.kill_gpu_holders,
             gateway=drained.get(name),
+            **_startup_plan(mine.get(name, prof), name, p.facts.model, options.check),
         )
         for name, p in where.items()
     }
@@ -119,6 +121,20 @@ def play_vars(
     if options.max_fail_percent is not None:  # a limit on failures means nothing if all start at once
         return PlayVars(hosts=hosts, serial=options.serial or 1, max_fail_percent=options.max_fail_percent)
     return PlayVars(hosts=hosts, serial=options.serial or 0)
+
+
+def _startup_plan(prof: Profile, host: str, model: str, check: bool) -> dict[str, Any]:
+    """The health wait's start-up settings for `host`: stall limits and usual phase lengths from the
+    ledger's history of `model` there, and the live reports."""
+    if check:
+        return {}
+    usual = startup.usual(host, model)
+    svc = prof.service
+    return {
+        "stall_s": startup.limits(usual, svc.stall_factor, svc.stall_floor_s),
+        "usual_s": {k: round(v, 2) for k, v in usual.items()},
+        "health_report_s": startup.HEALTH_REPORT_S,
+    }
 
 
 def _lock_ttl_s(prof: Profile) -> float:

@@ -72,8 +72,9 @@ STEPS = {
 def typed(e: TaskEvent) -> ModuleResult | None:
     """The result of a finished task of one of orchestrator's modules, typed (results.parse):
     its success model, or its failure model (empty for an unreachable host, where it never ran).
+    A progress report (a task still running, as the health wait's) reads as its success model.
     None for a start, a skip, or another action."""
-    if e.action not in SHAPES or e.kind not in ("ok", "changed", "failed", "unreachable"):
+    if e.action not in SHAPES or e.kind not in ("ok", "changed", "failed", "unreachable", "progress"):
         return None
     if e.kind == "unreachable":
         return SHAPES[e.action].failed()

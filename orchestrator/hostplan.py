@@ -55,6 +55,9 @@ class UnitFacts(_Record):
     rank: int = Field(0, description="Node rank of a multi-node server; 0 for a replica.")
     nnodes: int = Field(1, description="Nodes of the server this unit is part of.")
     speculative: bool = Field(False, description="Whether the server runs speculative decoding.")
+    model: str = Field(
+        "", description="The target model's path: start-up history is kept per model and host."
+    )
 
 
 class LockSpec(_Record):
@@ -93,6 +96,8 @@ class PreflightChecks(_Record):
     unit_content: str = ""
     #: service.user: it must exist on the host.
     user: str = "root"
+    #: The unit's compile cache directory ("": service.compile_cache off): room for the caches.
+    cache_dir: str = ""
     #: runtime.kind docker or podman ("": SGLang runs on the host's `python`): preflight then checks
     #: the engine, `image` (present, or pulled at start as `pull` allows) and the image's own SGLang
     #: version and --help, with `python` the image's.
@@ -148,6 +153,13 @@ class HostPlan(_Record):
     preflight: PreflightChecks | None = None
     health_timeout_s: int = 1800
     health_interval_s: float = 0.25
+    #: Seconds without a log line after which each start-up phase counts as stalled (startup.limits);
+    #: a phase not in it has no limit but the health timeout.
+    stall_s: dict[str, float] = Field(default_factory=dict)
+    #: Each phase's usual seconds on this host (startup.usual), for the live view's ETA.
+    usual_s: dict[str, float] = Field(default_factory=dict)
+    #: The health wait reports where the start stands this often (the live view); 0: only at its end.
+    health_report_s: float = 0.0
     gpu_release_timeout_s: float = 30
     #: None: no gateway routes to this host (or --no-drain): the server restarts under its traffic.
     gateway: GatewayPlan | None = None
@@ -300,6 +312,7 @@ def unit_facts(prof: Profile, *, rank: int = 0, nnodes: int = 1, rank0_address: 
         rank=rank,
         nnodes=nnodes,
         speculative=prof.speculative.algorithm is not None,
+        model=s.model_path,
     )
 
 
@@ -320,6 +333,9 @@ def preflight_checks(prof: Profile, plan: Plan, gpus: list[int], kill_holders: b
         allow_gpu_holders=kill_holders,
         unit_content=plan.unit,
         user=prof.service.user,
+        cache_dir=f"{plan_mod.CACHE_ROOT}/{plan_mod.cache_directory(prof)}"
+        if plan_mod.cache_directory(prof)
+        else "",
         **_runtime_checks(prof, plan),
     )
 

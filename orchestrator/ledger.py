@@ -19,7 +19,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +159,10 @@ MIGRATIONS = [
         curve_id TEXT NOT NULL DEFAULT ''      -- its bench_results rows' curve_id
     );
     CREATE INDEX trials_campaign ON trials (campaign_id, id)
+    """,
+    """
+    ALTER TABLE deploys ADD COLUMN model TEXT NOT NULL DEFAULT '';      -- the target model's path
+    ALTER TABLE deploys ADD COLUMN phases TEXT NOT NULL DEFAULT '[]';   -- JSON [{phase, s}] of the start
     """,
 ]
 
@@ -530,6 +534,9 @@ class DeployRow:
     restarted: bool
     duration_s: float
     diagnosis: str = ""
+    model: str = ""
+    #: The start's phases, [{phase, s}] (startup.PHASES), when the server was started.
+    phases: list[dict[str, Any]] = field(default_factory=list)
 
 
 def record_deploy(row: DeployRow, good_unit: str | None = None, facts: dict[str, Any] | None = None) -> None:
@@ -538,7 +545,7 @@ def record_deploy(row: DeployRow, good_unit: str | None = None, facts: dict[str,
     with connect() as conn:
         conn.execute(
             "INSERT INTO deploys (run_id, time, host, unit_name, profile, digest, action, result, restarted,"
-            " duration_s, diagnosis) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            " duration_s, diagnosis, model, phases) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 row.run_id,
                 now,
@@ -551,6 +558,8 @@ def record_deploy(row: DeployRow, good_unit: str | None = None, facts: dict[str,
                 int(row.restarted),
                 row.duration_s,
                 row.diagnosis,
+                row.model,
+                json.dumps(row.phases),
             ),
         )
         if good_unit is not None:
@@ -591,6 +600,29 @@ def previous_good(host: str, unit_name: str, current_digest: str) -> dict[str, A
     read is passed over for the one before it)."""
     query = "SELECT * FROM good_units WHERE host=? AND unit_name=? AND digest!=? ORDER BY time DESC"
     return _good(next(iter(_select("good_units", query, (host, unit_name, current_digest))), None))
+
+
+def starts(host: str, model: str, limit: int = 5) -> list[list[dict[str, Any]]]:
+    """The phases ([{phase, s}]) of the last `limit` healthy starts of `model` on `host`, newest first
+    (a row whose phases cannot be read is passed over)."""
+    query = (
+        "SELECT phases FROM deploys WHERE host=? AND model=? AND result='healthy' AND phases!='[]' "
+        "ORDER BY time DESC, id DESC LIMIT ?"
+    )
+    found = []
+    # A ledger of before start-up phases (read, not migrated, here) has none.
+    for row in _select(
+        "deploys",
+        lambda have: query if "phases" in have else "SELECT '[]' AS phases WHERE 0 AND ?||?||?",
+        (host, model, limit),
+    ):
+        try:
+            phases = json.loads(row["phases"])
+        except ValueError:
+            continue
+        if isinstance(phases, list):
+            found.append([p for p in phases if isinstance(p, dict)])
+    return found
 
 
 def history(host: str | None = None, limit: int = 50) -> list[sqlite3.Row]:

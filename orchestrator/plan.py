@@ -190,8 +190,31 @@ def gpu_set(profile: Profile, nnodes: int = 1) -> list[int]:
     return list(s.gpus) if s.gpus is not None else list(range(s.gpus_needed // nnodes))
 
 
+#: Each JIT or compile cache's variable, read where the library reads it, and its folder in the
+#: unit's cache directory. SGLang sets DeepGEMM's own DG_JIT_CACHE_DIR from SGLANG_DG_CACHE_DIR
+#: (layers/deep_gemm_wrapper), so setting DG_JIT_CACHE_DIR would be overwritten; FlashInfer puts its
+#: JIT cache under FLASHINFER_WORKSPACE_BASE/.cache/flashinfer.
+COMPILE_CACHES = {
+    "TRITON_CACHE_DIR": "triton",
+    "SGLANG_DG_CACHE_DIR": "deep_gemm",
+    "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+    "CUDA_CACHE_PATH": "nv",
+}
+#: Where systemd makes CacheDirectory= (systemd.exec(5): /var/cache for a system unit).
+CACHE_ROOT = "/var/cache"
+
+
+def cache_directory(profile: Profile) -> str:
+    """The unit's CacheDirectory= (relative to /var/cache), "" when service.compile_cache is off."""
+    if not profile.service.compile_cache:
+        return ""
+    return f"orchestrator/{profile.service.unit_name.removesuffix('.service')}"
+
+
 def build_environment(profile: Profile) -> dict[str, str]:
-    """The GPU set, NCCL variables, then the rest; unbuffered Python so crash logs reach the journal.
+    """The GPU set, NCCL variables, the compile caches, then the rest; unbuffered Python so crash
+    logs reach the journal. A variable of the profile's env wins over any of these.
 
     In a container the engine hands it the GPUs (numbered from 0 there): no CUDA_VISIBLE_DEVICES.
     """
@@ -200,6 +223,9 @@ def build_environment(profile: Profile) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, profile.server.gpus))
     env.update(profile.nccl)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    cache = cache_directory(profile)
+    if cache:
+        env.update({name: f"{CACHE_ROOT}/{cache}/{sub}" for name, sub in COMPILE_CACHES.items()})
     env.update(profile.env)
     return env
 
@@ -424,6 +450,7 @@ def render_unit(
             start_limit_interval_s=svc.start_limit_interval_s,
             limits={"LimitMEMLOCK": svc.limits.memlock, "LimitNOFILE": svc.limits.nofile},
             extra=dict(svc.extra),
+            cache_directory=cache_directory(profile),
         )
     )
 
@@ -534,6 +561,9 @@ def _engine(profile: Profile, environment: dict[str, str], nnodes: int) -> conta
     for _, path in model_mounts(profile):
         paths.setdefault(container_rules.clean_path(path), path)
     mounts = [(path, path, True) for path in paths.values()]
+    cache = cache_directory(profile)
+    if cache:  # systemd makes it on the host before ExecStart; the container writes to it
+        mounts.append((f"{CACHE_ROOT}/{cache}", f"{CACHE_ROOT}/{cache}", False))
     mounts += [(m.source, m.target, m.read_only) for m in profile.runtime.mounts]
     if profile.api_key is not None:
         mounts.append(

@@ -395,6 +395,27 @@ class Service(_Model):
     health_poll_interval_s: Number = Field(
         0.25, ge=0.01, le=1.0, description="Seconds between health polls, from 0.01 to 1."
     )
+    compile_cache: bool = Field(
+        True,
+        description="Keep the JIT and compile caches (Triton, DeepGEMM, TorchInductor, FlashInfer, CUDA) "
+        "across restarts in /var/cache/orchestrator/<unit name>, made by systemd (CacheDirectory=) and "
+        "owned by service.user, mounted into a container at the same path; false: each library's default "
+        "(the service user's home, or /tmp), which a container's --rm throws away at every restart.",
+    )
+    stall_factor: Number = Field(
+        3,
+        ge=1,
+        le=1000,
+        description="A start-up phase with no new log line for this many times its usual length (the "
+        "median of the last 5 healthy starts of this model on the host) fails as stalled.",
+    )
+    stall_floor_s: Int = Field(
+        120,
+        ge=1,
+        le=INT_MAX,
+        description="The least stall limit of any phase, in seconds; also distributed init's when the "
+        "host has no history (a phase without history has no limit but health_timeout_s).",
+    )
     restart: Annotated[Literal["no", "on-failure"], BeforeValidator(_restart)] = Field(
         "no",
         description="systemd Restart=: no, or on-failure to bring a crashed server back (a deploy "

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import difflib
+import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator import startup
 from orchestrator.diagnose import classify
 from orchestrator.facts import STEPS, HostFacts, step_of
 from orchestrator.results import HealthFailed, HealthResult, UnitDiff
@@ -47,6 +50,10 @@ class HostReport:
     #: A drain through the gateway: {url, worker_url, out, drain, prove, back} (facts.gateway_steps),
     #: and after a rollback or Ctrl-C `left_out` when the worker stayed out of rotation, saying why.
     gateway: dict[str, Any] = field(default_factory=dict)
+    #: The start's phases, [{phase, s}] in their order, as the server's log showed them.
+    phases: list[dict[str, Any]] = field(default_factory=list)
+    #: Where a healthy start went: `healthy after 6m12s: weights 4m10s, CUDA graphs 1m40s, ...`.
+    startup: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
@@ -116,6 +123,10 @@ def host_report(f: HostFacts, digest: str, planned_unit: str, check: bool) -> Ho
         last_good=probe.last_good,
         gateway=dict(f.gateway),
     )
+    if f.health is not None and f.health.phases:
+        report.phases = [p.model_dump() for p in f.health.phases]
+        if report.ok and restarted and f.health.elapsed_s is not None:
+            report.startup = startup.summary(f.health.elapsed_s, f.health.phases)
     if f.failed:
         report.diagnosis = _diagnosis(report, f.health)
     return report
@@ -135,10 +146,35 @@ def _diagnosis(report: HostReport, health: HealthResult | HealthFailed | None) -
         return f"preflight: {len(report.problems)} problem(s), nothing was stopped: " + "; ".join(
             report.problems
         )
+    if report.step == "health" and isinstance(health, HealthFailed) and health.stalled is not None:
+        st = health.stalled
+        nccl = startup.nccl_of(_environment(report.planned_unit))
+        return startup.stall_diagnosis(st.phase, st.quiet_s, st.limit_s, nccl, _nnodes(report.planned_unit))
     if report.step == "health" and health is not None:
         return str(classify(report.journal, health.unit_state, health.reason or ""))
     first = report.message.strip().splitlines()[0] if report.message.strip() else "no message"
     return f"failed at {report.step}: {first}"
+
+
+def _environment(unit: str) -> dict[str, str]:
+    """The unit's Environment= assignments, NAME -> value (systemd's quoting undone)."""
+    found: dict[str, str] = {}
+    for line in unit.splitlines():
+        if not line.startswith("Environment="):
+            continue
+        try:
+            words = shlex.split(line.removeprefix("Environment="), posix=True)
+        except ValueError:
+            continue
+        for word in words:
+            name, _, value = word.partition("=")
+            found[name] = value
+    return found
+
+
+def _nnodes(unit: str) -> int:
+    match = re.search(r"--nnodes[= ](\d+)", unit)
+    return int(match.group(1)) if match else 1
 
 
 def _healthy_after(health: HealthResult | HealthFailed, noop_healthy: bool) -> float | None:

@@ -215,15 +215,51 @@ class StartResult(ModuleResult):
     reloaded: bool
     enabled: bool
     started: bool
+    invocation_id: str
+
+
+HealthReason = Literal["healthy", "exited", "restarted", "stalled", "timeout", "starting"]
+
+
+class Phase(ModuleResult):
+    """One start-up phase and its seconds so far (startup.PHASES names them)."""
+
+    phase: str
+    s: float
+
+
+class Progress(ModuleResult):
+    """A phase's progress bar as last drawn: done of total, and what it is at ("bs 96")."""
+
+    done: int
+    total: int
+    detail: str = ""
+
+
+class Stalled(ModuleResult):
+    """The phase that went past its stall limit."""
+
+    phase: str
+    limit_s: float
+    quiet_s: float
 
 
 class HealthResult(ModuleResult):
-    """sglang_health_wait."""
+    """sglang_health_wait (also each report of a start still under way: done false)."""
 
     elapsed_s: float
     status: int | None
     unit_state: dict[str, str]
-    reason: Literal["healthy", "exited", "restarted", "timeout"]
+    reason: HealthReason
+    #: Start-up, read from the server's log (startup.PHASES).
+    done: bool
+    phase: str
+    progress: Progress | None
+    phase_s: float
+    quiet_s: float
+    phases: list[Phase]
+    eta_s: float | None
+    lines: int
 
 
 class RecordResult(ModuleResult):
@@ -352,6 +388,7 @@ class StartFailed(ModuleResult):
     reloaded: bool | None = None
     enabled: bool | None = None
     started: bool | None = None
+    invocation_id: str | None = None
 
 
 class HealthFailed(ModuleResult):
@@ -360,7 +397,17 @@ class HealthFailed(ModuleResult):
     elapsed_s: float | None = None
     status: int | None = None
     unit_state: dict[str, str] | None = None
-    reason: Literal["healthy", "exited", "restarted", "timeout"] | None = None
+    reason: HealthReason | None = None
+    done: bool | None = None
+    phase: str | None = None
+    progress: Progress | None = None
+    phase_s: float | None = None
+    quiet_s: float | None = None
+    phases: list[Phase] | None = None
+    eta_s: float | None = None
+    lines: int | None = None
+    #: Failure only: the phase that went past its stall limit.
+    stalled: Stalled | None = None
     #: Failure only: the last journal lines of this start of the unit.
     journal: list[str] | None = None
 

@@ -51,7 +51,7 @@ class TaskEvent:
     """One host starting or finishing one task."""
 
     host: str
-    kind: str  # start, ok, changed, failed, skipped, unreachable
+    kind: str  # start, progress (a report of a task still running), ok, changed, failed, skipped, unreachable
     role: str
     #: The module or action plugin the task ran (`sglang_probe`, `ansible.builtin.command`):
     #: what results are read by, never the task's display name.
@@ -80,7 +80,7 @@ class HostRun:
     def result_of(self, action: str) -> dict[str, Any] | None:
         """The module result of the last finished task that ran `action` (skipped ones excluded)."""
         for e in reversed(self.events):
-            if e.kind not in ("start", "skipped") and e.action == action:
+            if e.kind not in ("start", "progress", "skipped") and e.action == action:
                 return e.result
         return None
 
@@ -171,6 +171,8 @@ def _event_kind(event: dict[str, Any]) -> str | None:
     data = event.get("event_data", {})
     if name == "runner_on_start":
         return "start"
+    if name == "runner_retry":  # a module that reports while it waits (the health wait's report_s)
+        return "progress"
     if name == "runner_on_ok":
         return "changed" if data.get("res", {}).get("changed") else "ok"
     return {

@@ -16,11 +16,12 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator import startup
 from orchestrator.console import plain, shown
-from orchestrator.facts import step_of
+from orchestrator.facts import step_of, typed
 from orchestrator.plan import flag_changes
 from orchestrator.report import DeployReport
-from orchestrator.results import HEALTH
+from orchestrator.results import HEALTH, HealthResult, ResultError
 from orchestrator.runner import TaskEvent
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ class LiveHosts:
                 row["state"], row["end"] = f"interrupted: {ev.result.get('msg', '')}", None
             elif ev.action == HEALTH and ev.kind in ("ok", "changed"):
                 row["state"], row["end"] = "healthy", ev.at
+            elif ev.action == HEALTH and ev.kind == "progress":
+                row["state"] = progress_line(ev) or row["state"]
 
     def _render(self) -> Table:
         table = Table(title=shown(self.title), title_justify="left")
@@ -73,6 +76,44 @@ class LiveHosts:
                     shown(host), shown(row["step"]), plain(row["state"], style), f"{elapsed:5.1f} s"
                 )
         return table
+
+
+def start_event(ev: TaskEvent) -> dict[str, Any] | None:
+    """A health wait's report of a start under way as JSON (deploy --json's stderr lines); None
+    for any other event or a report that cannot be read."""
+    if ev.action != HEALTH or ev.kind != "progress":
+        return None
+    try:
+        r = typed(ev)
+    except ResultError:
+        return None
+    if not isinstance(r, HealthResult):
+        return None
+    return {
+        "event": "startup",
+        "host": ev.host,
+        "phase": r.phase,
+        "progress": r.progress.model_dump() if r.progress else None,
+        "phase_s": r.phase_s,
+        "elapsed_s": r.elapsed_s,
+        "eta_s": r.eta_s,
+        "phases": [p.model_dump() for p in r.phases],
+    }
+
+
+def progress_line(ev: TaskEvent) -> str:
+    """`CUDA graphs 23/36 (bs 96), 1m12s, ~40 s left` for a start under way; "" otherwise."""
+    data = start_event(ev)
+    if data is None:
+        return ""
+    r = typed(ev)
+    assert isinstance(r, HealthResult)
+    return startup.live(r.phase, r.progress, r.phase_s, r.eta_s)
+
+
+def startup_lines(report: DeployReport) -> Group:
+    """`lab1: healthy after 6m12s: weights 4m10s, CUDA graphs 1m40s, warm-up 22s`, per started host."""
+    return Group(*(Text.assemble(shown(h.host), ": ", plain(h.startup)) for h in report.hosts if h.startup))
 
 
 def deploy_table(report: DeployReport) -> Table:

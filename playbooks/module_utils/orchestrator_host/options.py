@@ -84,6 +84,17 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
     },
     "log_dir": {"type": "str", "default": "/var/log", "description": "Where the journal writes."},
     "min_free_mib": {"type": "int", "default": 1024, "description": "Free space the logs need."},
+    "cache_dir": {
+        "type": "str",
+        "default": "",
+        "description": "The unit's JIT and compile cache directory (systemd makes it at start, owned by "
+        "the service user); empty: none.",
+    },
+    "cache_min_free_mib": {
+        "type": "int",
+        "default": 4096,
+        "description": "Free space the compile caches need.",
+    },
     "nvidia_smi": {"type": "str", "default": "nvidia-smi", "description": "The nvidia-smi executable."},
     "allow_gpu_holders": {
         "type": "bool",

@@ -207,6 +207,31 @@ def disk_problem(log_dir: str, min_free_mib: int) -> str:
     )
 
 
+def cache_problem(cache_dir: str, min_free_mib: int) -> str:
+    """The compile cache directory cannot hold the caches: a file in its place, on a read-only file
+    system, or too little space where it is (or will be: systemd makes it at start)."""
+    if not cache_dir:
+        return ""
+    path = cache_dir
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        return f"compile cache dir {cache_dir}: {path} is not a directory"
+    try:
+        stat = os.statvfs(path)
+    except OSError as exc:
+        return f"compile cache dir {cache_dir}: {exc.strerror}"
+    if stat.f_flag & os.ST_RDONLY:
+        return f"compile cache dir {cache_dir}: {path} is on a read-only file system"
+    free_mib = stat.f_bavail * stat.f_frsize // 2**20
+    if free_mib < min_free_mib:
+        return (
+            f"compile cache dir {cache_dir} has {free_mib} MiB free, the JIT and compile caches need "
+            f"{min_free_mib} MiB (free space, or set service.compile_cache: false)"
+        )
+    return ""
+
+
 def _sglang_problems(module: Any, unit_name: str, paths: dict, c: dict) -> tuple[list[str], str, bool]:
     """(problems, installed version, whether --help was checked) for the unit's python."""
     python = c["python"]
@@ -722,6 +747,9 @@ def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> 
     disk = disk_problem(checks["log_dir"], checks["min_free_mib"])
     if disk:
         problems.append(disk)
+    cache = cache_problem(checks["cache_dir"], checks["cache_min_free_mib"])
+    if cache:
+        problems.append(cache)
     user = user_problem(checks["user"])
     if user:
         problems.append(user)

@@ -22,9 +22,32 @@ attributes:
 options:
   url: {description: Health URL polled from the host itself., type: str, required: true}
   unit: {description: The systemd unit running the server., type: str, required: true}
-  timeout_s: {description: Give up after this many seconds., type: float, default: 1800.0}
+  timeout_s:
+    description: Give up this many seconds after the server process started.
+    type: float
+    default: 1800.0
   interval_s: {description: Seconds between polls (at most 1)., type: float, default: 0.25}
   journal_lines: {description: Journal lines returned on failure., type: int, default: 40}
+  stall_s:
+    description: "Seconds without a new log line after which a start-up phase is stalled, by phase (launch,
+      init, weights, kv_cache, jit, graphs, draft, draft_graphs, warmup; `*` for any other); empty: no stall
+      limit."
+    type: dict
+    default: {}
+  usual_s:
+    description: Each phase's usual seconds on this host (from the ledger), for `eta_s`.
+    type: dict
+    default: {}
+  invocation_id:
+    description: "The InvocationID the start gave the unit: another one means systemd restarted it since
+      (between two reports too); empty: compared within this call only."
+    type: str
+    default: ""
+  report_s:
+    description: "Return after this many seconds with `done: false` and where the start stands, for the task
+      to be retried (a live view); 0: return only when healthy or failed."
+    type: float
+    default: 0.0
 """
 
 EXAMPLES = r"""
@@ -37,7 +60,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 elapsed_s:
-  description: Seconds until healthy (or until the failure).
+  description: Seconds from the server process's start until healthy (or the failure, or the report).
   type: float
   returned: always
 status:
@@ -49,7 +72,7 @@ unit_state:
   type: dict
   returned: always
 reason:
-  description: How the wait ended.
+  description: How the wait ended (healthy, exited, restarted, stalled, timeout; starting with done false).
   type: str
   returned: always
   sample: healthy
@@ -58,20 +81,88 @@ journal:
   type: list
   elements: str
   returned: failure
+done:
+  description: False when it returned at report_s while the server was still starting (retry it).
+  type: bool
+  returned: always
+phase:
+  description: The start-up phase the server's log reached (launch, init, weights, kv_cache, jit, graphs,
+    draft, draft_graphs, warmup, ready).
+  type: str
+  returned: always
+progress:
+  description: The phase's progress bar as last drawn, {done, total, detail}; null without one.
+  type: dict
+  returned: always
+phase_s:
+  description: Seconds in the current phase.
+  type: float
+  returned: always
+quiet_s:
+  description: Seconds since the server's last log line.
+  type: float
+  returned: always
+phases:
+  description: "[{phase, s}]: each phase's seconds so far, in the order they came."
+  type: list
+  elements: dict
+  returned: always
+eta_s:
+  description: Seconds left by the phases' usual lengths (usual_s); null without one for this phase.
+  type: float
+  returned: always
+lines:
+  description: Log lines of this start read.
+  type: int
+  returned: always
+stalled:
+  description: "{phase, limit_s, quiet_s}: the phase that went past its stall limit."
+  type: dict
+  returned: failure (when reason is stalled)
 """
 
+import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.orchestrator_host.health import health_status
+from ansible.module_utils.orchestrator_host.startup import LABELS, Startup
 from ansible.module_utils.orchestrator_host.systemd import systemctl_show
 
 ARGUMENT_SPEC = {
     "url": {"type": "str", "required": True, "description": "Health URL polled from the host itself."},
     "unit": {"type": "str", "required": True, "description": "The systemd unit running the server."},
-    "timeout_s": {"type": "float", "default": 1800.0, "description": "Give up after this many seconds."},
+    "timeout_s": {
+        "type": "float",
+        "default": 1800.0,
+        "description": "Give up this many seconds after the server process started.",
+    },
     "interval_s": {"type": "float", "default": 0.25, "description": "Seconds between polls (at most 1)."},
     "journal_lines": {"type": "int", "default": 40, "description": "Journal lines returned on failure."},
+    "stall_s": {
+        "type": "dict",
+        "default": {},
+        "description": "Seconds without a new log line after which a start-up phase is stalled, by phase "
+        "(launch, init, weights, kv_cache, jit, graphs, draft, draft_graphs, warmup; `*` for any other); "
+        "empty: no stall limit.",
+    },
+    "usual_s": {
+        "type": "dict",
+        "default": {},
+        "description": "Each phase's usual seconds on this host (from the ledger), for `eta_s`.",
+    },
+    "invocation_id": {
+        "type": "str",
+        "default": "",
+        "description": "The InvocationID the start gave the unit: another one means systemd restarted it "
+        "since (between two reports too); empty: compared within this call only.",
+    },
+    "report_s": {
+        "type": "float",
+        "default": 0.0,
+        "description": "Return after this many seconds with `done: false` and where the start stands, for "
+        "the task to be retried (a live view); 0: return only when healthy or failed.",
+    },
 }
 PROPS = (
     "ActiveState",
@@ -83,7 +174,10 @@ PROPS = (
     "Result",
     "InvocationID",
     "ExecMainExitTimestamp",
+    "ExecMainStartTimestampMonotonic",
 )
+#: How often the journal is read during the wait (it costs a journalctl run).
+JOURNAL_EVERY_S = 1.0
 
 
 def unit_state(module: AnsibleModule, unit: str) -> dict[str, str]:
@@ -99,52 +193,136 @@ def journal(module: AnsibleModule, unit: str, lines: int, invocation: str) -> li
     return out.splitlines()[-lines:]
 
 
-def wait(module: AnsibleModule, url: str, unit: str, timeout_s: float, interval: float) -> dict:
-    """Poll until healthy, exited, restarted or timed out: {elapsed_s, status, unit_state, reason}."""
-    start = time.monotonic()
-    first = unit_state(module, unit)
-    status, reason = None, "timeout"
+def message_of(entry: dict) -> str:
+    """MESSAGE as text: journald gives a byte array for a line with control characters (a bar's `\r`)."""
+    message = entry.get("MESSAGE")
+    if isinstance(message, list):
+        return bytes(b & 0xFF for b in message if isinstance(b, int)).decode("utf-8", "replace")
+    return message if isinstance(message, str) else ""
+
+
+class Reader:
+    """This start's journal, read on from where the last read stopped, into a Startup."""
+
+    def __init__(self, module: AnsibleModule, invocation: str, origin_us: int):
+        self.module, self.invocation, self.origin_us = module, invocation, origin_us
+        self.cursor = ""
+        self.startup = Startup()
+        self.last_read = 0.0
+
+    def read(self) -> None:
+        if not self.invocation:
+            return
+        self.last_read = time.monotonic()
+        journalctl = self.module.get_bin_path("journalctl", required=True)
+        argv = [journalctl, f"_SYSTEMD_INVOCATION_ID={self.invocation}", "--no-pager", "-o", "json"]
+        argv += ["--output-fields=MESSAGE"]
+        if self.cursor:
+            argv += [f"--after-cursor={self.cursor}"]
+        rc, out, _ = self.module.run_command(argv)
+        if rc != 0:
+            return
+        for line in out.splitlines():
+            try:
+                entry = json.loads(line)
+                at = (int(entry["__MONOTONIC_TIMESTAMP"]) - self.origin_us) / 1e6
+            except (ValueError, KeyError, TypeError):
+                continue
+            self.cursor = str(entry.get("__CURSOR") or self.cursor)
+            self.startup.feed(at, message_of(entry))
+
+
+def _origin_us(state: dict[str, str]) -> int:
+    """The server process's start on the monotonic clock (µs), now where systemd has none."""
+    try:
+        started = int(state.get("ExecMainStartTimestampMonotonic") or 0)
+    except ValueError:
+        started = 0
+    return started or int(time.monotonic() * 1e6)
+
+
+def wait(module: AnsibleModule, p: dict) -> dict:
+    """Poll until healthy, exited, restarted, stalled, timed out or (report_s) time to report."""
+    called = time.monotonic()
+    first = unit_state(module, p["unit"])
+    origin_us = _origin_us(first)
+    reader = Reader(module, first.get("InvocationID", ""), origin_us)
+    interval = min(p["interval_s"], 1.0)
+    status, reason, stalled_at = None, "timeout", None
+    state = first
+
+    def now() -> float:
+        return time.monotonic() - origin_us / 1e6
+
     while True:
-        state = unit_state(module, unit)
+        state = unit_state(module, p["unit"])
         if state.get("ActiveState") in ("failed", "inactive") or state.get("MainPID") == "0":
             reason = "exited"
             break
-        if state.get("NRestarts") != first.get("NRestarts") or state.get("MainPID") != first.get("MainPID"):
+        moved = state.get("MainPID") != first.get("MainPID") or state.get("NRestarts") != first.get(
+            "NRestarts"
+        )
+        if moved or (p["invocation_id"] and state.get("InvocationID") != p["invocation_id"]):
             reason = "restarted"
             break
-        status = health_status(url, timeout=interval + 1.0)
+        status = health_status(p["url"], timeout=interval + 1.0)
         if status == 200:
             reason = "healthy"
             break
-        if time.monotonic() - start >= timeout_s:
+        if time.monotonic() - reader.last_read >= JOURNAL_EVERY_S:
+            reader.read()
+            stalled_at = reader.startup.stalled(now(), p["stall_s"] or {})
+            if stalled_at is not None:
+                reason = "stalled"
+                break
+        if now() >= p["timeout_s"]:
+            break
+        if p["report_s"] and time.monotonic() - called >= p["report_s"]:
+            reason = "starting"
             break
         time.sleep(max(0.0, interval - 0.05))
-    elapsed = round(time.monotonic() - start, 2)
+    reader.read()
+    at = round(now(), 2)
+    if reason == "healthy":
+        reader.startup.enter_ready(at)
+    report = reader.startup.report(at)
+    report["eta_s"] = reader.startup.eta(at, p["usual_s"] or {})
     # The journal of the start that failed: after a restart (Restart=on-failure) the unit already
     # runs a new invocation, whose lines say nothing of why the first one died.
     invocation = (first if reason == "restarted" else state).get("InvocationID", "")
-    return {
-        "elapsed_s": elapsed,
+    if reason == "restarted" and p["invocation_id"]:
+        invocation = p["invocation_id"]
+    result = {
+        "elapsed_s": at,
         "status": status,
         "unit_state": state,
         "reason": reason,
         "invocation": invocation,
+        "done": reason != "starting",
+        **report,
     }
+    if stalled_at is not None:
+        result["stalled"] = {"phase": report["phase"], "limit_s": stalled_at, "quiet_s": report["quiet_s"]}
+    return result
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=False)
     p = module.params
-    result = wait(module, p["url"], p["unit"], p["timeout_s"], min(p["interval_s"], 1.0))
-    if result["reason"] == "healthy":
+    result = wait(module, p)
+    if result["reason"] in ("healthy", "starting"):
         result.pop("invocation")
         module.exit_json(changed=False, **result)
     state, status = result["unit_state"], result["status"]
     result["journal"] = journal(module, p["unit"], p["journal_lines"], result.pop("invocation"))
+    phase = LABELS.get(str(result["phase"]), str(result["phase"]))
+    stalled = result.get("stalled") or {}
     what = {
         "exited": f"the server exited ({state.get('Result')}, status {state.get('ExecMainStatus')})",
         "restarted": "the server restarted (MainPID or NRestarts changed)",
-        "timeout": f"no 200 from {p['url']} within {p['timeout_s']:.0f} s (last status {status})",
+        "timeout": f"no 200 from {p['url']} within {p['timeout_s']:.0f} s (last status {status}), in {phase}",
+        "stalled": f"start-up stalled in {phase}: no new log line for {stalled.get('quiet_s', 0):.0f} s "
+        f"(its limit {stalled.get('limit_s', 0):.0f} s)",
     }[result["reason"]]
     module.fail_json(msg=f"{what} after {result['elapsed_s']:.1f} s", changed=False, **result)
 

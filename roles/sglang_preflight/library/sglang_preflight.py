@@ -55,6 +55,12 @@ options:
         default: ""
       log_dir: {description: Where the journal writes., type: str, default: /var/log}
       min_free_mib: {description: Free space the logs need., type: int, default: 1024}
+      cache_dir:
+        description: "The unit's JIT and compile cache directory (systemd makes it at start, owned by the
+          service user); empty: none."
+        type: str
+        default: ""
+      cache_min_free_mib: {description: Free space the compile caches need., type: int, default: 4096}
       nvidia_smi: {description: The nvidia-smi executable., type: str, default: nvidia-smi}
       allow_gpu_holders:
         description: Processes outside I(unit_name) on the GPUs are no problem (the deploy kills them); those

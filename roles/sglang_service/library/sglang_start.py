@@ -47,6 +47,11 @@ started:
   description: Whether the unit had to be started.
   type: bool
   returned: always
+invocation_id:
+  description: The unit's InvocationID once started (a later one means systemd restarted it); empty in
+    check mode.
+  type: str
+  returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -116,7 +121,10 @@ def main() -> None:
             if args[0] == "start":  # what systemd recorded of the process it could not start
                 said += _exit_of(module, unit)
             module.fail_json(msg=f"systemctl {' '.join(args)} failed ({rc}): {said}", **todo)
-    module.exit_json(changed=any(todo.values()), **todo)
+    invocation = (
+        "" if module.check_mode else systemctl_show(module, unit, ("InvocationID",)).get("InvocationID", "")
+    )
+    module.exit_json(changed=any(todo.values()), invocation_id=invocation, **todo)
 
 
 if __name__ == "__main__":

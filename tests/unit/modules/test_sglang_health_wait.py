@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 from hostfakes import load_module, systemctl_show
 
@@ -15,6 +18,7 @@ def health():
 
 def test_healthy(health, host, run_module, server):
     host.answers["systemctl"] = [systemctl_show(**ALIVE)]
+    host.answers["journalctl"] = [(0, "", "")]
     failed, result = run_module(health, {"url": f"{server}/health", "unit": "sglang.service", "timeout_s": 5})
     assert not failed and (result["reason"], result["status"]) == ("healthy", 200)
     assert all("--timestamp=us+utc" in call for call in host.ran("systemctl"))
@@ -105,5 +109,73 @@ def test_a_server_already_restarted_between_two_polls_fails_at_once(health, host
     assert failed and result["reason"] == "restarted" and len(host.ran("systemctl")) == 3
     assert result["msg"].startswith("the server restarted (MainPID or NRestarts changed) after ")
     # Why it died is in the journal of the start that failed, not of the one systemd made after.
-    (journal,) = host.ran("journalctl")
+    (journal,) = [argv for argv in host.ran("journalctl") if "cat" in argv]
     assert f"_SYSTEMD_INVOCATION_ID={ALIVE['InvocationID']}" in journal, journal
+
+
+def journal_of(origin_us: int, *entries: tuple[float, object]) -> object:
+    """journalctl as the health wait calls it: `-o json` gives `entries` ((seconds after the
+    process start, MESSAGE as text or journald's byte array)); `-o cat` their text."""
+
+    def answer(argv: list[str]) -> tuple[int, str, str]:
+        if "json" in argv:
+            after = next((int(a.split("=c")[1]) for a in argv if a.startswith("--after-cursor=")), -1)
+            rows = [
+                {"__CURSOR": f"c{i}", "__MONOTONIC_TIMESTAMP": str(origin_us + int(at * 1e6)), "MESSAGE": m}
+                for i, (at, m) in enumerate(entries)
+                if i > after
+            ]
+            return 0, "".join(json.dumps(r) + "\n" for r in rows), ""
+        return 0, "".join(f"{m}\n" for _, m in entries if isinstance(m, str)), ""
+
+    return answer
+
+
+def test_a_start_quiet_past_its_phases_limit_fails_as_stalled_naming_the_phase(health, host, run_module):
+    """No line for 8 s in the weights phase against a limit of 5 s: stalled, at once, not at the
+    30-minute timeout; the phases so far come with it. The bar arrives as journald's byte array."""
+    origin = int(time.monotonic() * 1e6) - 10_000_000
+    host.answers["systemctl"] = [systemctl_show(**ALIVE, ExecMainStartTimestampMonotonic=str(origin))]
+    bar = list(b"\rLoading safetensors checkpoint shards:  25% Completed | 2/8 [00:01<00:03]")
+    host.answers["journalctl"] = journal_of(
+        origin,
+        (1.0, "[2026-12-03 06:00:00 TP0] Init torch distributed begin."),
+        (1.5, "[2026-12-03 06:00:00 TP0] Load weight begin. avail mem=139.31 GB"),
+        (2.0, bar),
+    )
+    args = {
+        "url": "http://127.0.0.1:9/health",
+        "unit": "sglang.service",
+        "timeout_s": 1800,
+        "interval_s": 0.05,
+    }
+    failed, result = run_module(health, args | {"stall_s": {"weights": 5, "*": 600}})
+    assert failed and result["reason"] == "stalled" and result["phase"] == "weights"
+    assert result["progress"] == {"done": 2, "total": 8, "detail": ""}
+    assert result["stalled"]["phase"] == "weights" and result["stalled"]["limit_s"] == 5
+    assert result["msg"].startswith(
+        "start-up stalled in weights: no new log line for 8 s (its limit 5 s) after 1"
+    )
+    assert [p["phase"] for p in result["phases"]] == ["launch", "init", "weights"]
+    assert result["phases"][0]["s"] == 1.0 and 9.5 < result["elapsed_s"] < 12
+    # Within its limit the same start is not stalled: the wait goes on to report it, still starting.
+    failed, result = run_module(health, args | {"stall_s": {"weights": 60}, "report_s": 0.3})
+    assert not failed and (result["done"], result["reason"], result["phase"]) == (
+        False,
+        "starting",
+        "weights",
+    )
+
+
+def test_another_invocation_than_the_start_gave_is_a_restart_even_between_two_reports(
+    health, host, run_module
+):
+    """systemd restarted the server (Restart=on-failure) between two of the wait's calls: the new
+    invocation alone says so, and the journal shown is that of the start that died."""
+    host.answers["systemctl"] = [systemctl_show(**{**ALIVE, "InvocationID": "def", "NRestarts": "1"})]
+    host.answers["journalctl"] = [(0, "", "")]
+    args = {"url": "http://127.0.0.1:9/health", "unit": "sglang.service", "timeout_s": 60, "interval_s": 0.05}
+    failed, result = run_module(health, args | {"invocation_id": "abc"})
+    assert failed and result["reason"] == "restarted"
+    (journal,) = [argv for argv in host.ran("journalctl") if "cat" in argv]
+    assert "_SYSTEMD_INVOCATION_ID=abc" in journal
