@@ -305,6 +305,9 @@ def _one_profile(
             "the benches before it are in the ledger (`results`)"
         )
     levels = traffic.levels()
+    for h in report.hosts:  # each profile's restart cost, where its start went
+        if h.startup:
+            ctx.phase(f"{prof.name} on {h.host}: {h.startup}")
     if not report.ok:
         host = report.hosts[0].host if report.hosts else ""
         for settings in levels:

@@ -165,6 +165,9 @@ class Trial:
     diagnosis: str = ""
     #: its bench runs' curve_id
     curve_id: str = ""
+    #: Its restart's cost, where the start went (`healthy after 13s: weights 7.2s, ...`); "" when
+    #: its host was not restarted for it.
+    startup: str = ""
 
     @property
     def label(self) -> str:
@@ -557,6 +560,7 @@ class Campaign:
                 self.deployed[host] = None
             restarted = r.restarted if r is not None else False
             out[host + "\0restarted"] = "1" if (restarted or (r is not None and not r.ok)) else ""
+            out[host + "\0startup"] = r.startup if r is not None else ""
         return out
 
     def _bench(self, trial: Trial, sessions: dict[str, Any], first_look: Any | None) -> None:
@@ -654,6 +658,7 @@ class Campaign:
         healthy = []
         for host, t in assign.items():
             t.restarted = bool(outcome.get(host + "\0restarted"))
+            t.startup = outcome.get(host + "\0startup", "")
             if outcome[host]:
                 t.state, t.diagnosis = "failed", outcome[host]
             else:

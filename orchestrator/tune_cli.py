@@ -88,11 +88,12 @@ def _trial_line(t: tune_mod.Trial) -> Text:
     )
     value = f" {t.value:.3f}x" if t.value is not None else ""
     why = f": {t.diagnosis}" if t.diagnosis else ""
+    cost = f" (restart: {t.startup})" if t.startup else ""
     return Text.assemble(
         (time.strftime("%H:%M:%S"), "dim"),
         f" {shown(t.host)} {t.kind} {shown(t.label)} ",
         (t.state, style),
-        shown(value + why),
+        shown(value + why + cost),
     )
 
 

@@ -154,6 +154,23 @@ def _by_test(runs: list[Path]) -> dict[str, list[Path]]:
     return found
 
 
+def _kind(run: Path) -> tuple[str, str]:
+    artifacts = next((run / "artifacts").iterdir())
+    return f"{run.name.split('-')[2]}.yml", (artifacts / "status").read_text().strip()
+
+
+def _same_kind(was: dict[str, Any], recorded: Any, runs: list[Path]) -> Path:
+    """The run of `runs` whose playbook and status are the fixture's, at the fixture's place among
+    the test's fixtures of that kind (IndexError when there is none)."""
+    kind = (was["playbook"], was["status"])
+    mine = sorted(
+        r["run"]
+        for r in recorded
+        if r["lab_test"] == was["lab_test"] and (r["playbook"], r["status"]) == kind
+    )
+    return [r for r in runs if _kind(r) == kind][mine.index(was["run"])]
+
+
 def again(archive: Path, after: str, fixtures: Path) -> int:
     """Every fixture recorded anew from the lab run made after `after` (a run directory's
     timestamp prefix): the same lab test's play at the same place in that test's plays. For when
@@ -161,12 +178,15 @@ def again(archive: Path, after: str, fixtures: Path) -> int:
     runs = [r for r in archive.iterdir() if r.is_dir()]
     old, new = _by_test([r for r in runs if r.name < after]), _by_test([r for r in runs if r.name >= after])
     failed = 0
-    for path in sorted(fixtures.glob("*.json")):
-        was = json.loads(path.read_text())["recorded"]
+    recorded = {path: json.loads(path.read_text())["recorded"] for path in sorted(fixtures.glob("*.json"))}
+    for path, was in recorded.items():
         test = was["lab_test"]
         try:
-            place = [r.name for r in old.get(test, [])].index(was["run"])
-            run = new.get(test, [])[place]
+            if test in old:
+                place = [r.name for r in old[test]].index(was["run"])
+                run = new.get(test, [])[place]
+            else:  # the old runs are gone: the same playbook and outcome, at the same place
+                run = _same_kind(was, recorded.values(), new.get(test, []))
         except (ValueError, IndexError):
             print(f"{path}: no new run of {test} at the place of {was['run']}", file=sys.stderr)
             failed += 1

@@ -89,6 +89,10 @@ class Startup:
         if phase not in self.order:
             self.order.append(phase)
 
+    def touch(self, at: float) -> None:
+        """Progress seen without a line (the weights being read): not stalled as of `at`."""
+        self.last_line = max(self.last_line, at)
+
     def enter_ready(self, at: float) -> None:
         """/health answered 200: ready, whether or not the log said so."""
         self._enter("ready", at)

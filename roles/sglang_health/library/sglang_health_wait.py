@@ -175,7 +175,11 @@ PROPS = (
     "InvocationID",
     "ExecMainExitTimestamp",
     "ExecMainStartTimestampMonotonic",
+    "ControlGroup",
 )
+#: Phases whose progress bar reaches the journal only when it ends (journald splits at \n, tqdm
+#: redraws with \r): bytes the unit's processes read from storage count as progress there.
+READING = ("weights", "draft")
 #: How often the journal is read during the wait (it costs a journalctl run).
 JOURNAL_EVERY_S = 1.0
 
@@ -209,6 +213,7 @@ class Reader:
         self.cursor = ""
         self.startup = Startup()
         self.last_read = 0.0
+        self.bytes_read = 0
 
     def read(self) -> None:
         if not self.invocation:
@@ -230,6 +235,26 @@ class Reader:
                 continue
             self.cursor = str(entry.get("__CURSOR") or self.cursor)
             self.startup.feed(at, message_of(entry))
+
+
+def read_bytes(cgroup: str) -> int:
+    """Bytes the unit's processes have read from storage (/proc/PID/io read_bytes, summed over the
+    unit's cgroup, cgroup v2 or v1's systemd hierarchy); 0 where none can be read."""
+    total = 0
+    for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd"):
+        try:
+            with open(f"{root}{cgroup}/cgroup.procs") as fh:
+                pids = fh.read().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/io") as fh:
+                    total += next((int(x.split()[1]) for x in fh if x.startswith("read_bytes:")), 0)
+            except (OSError, ValueError, IndexError):
+                continue
+        return total
+    return 0
 
 
 def _origin_us(state: dict[str, str]) -> int:
@@ -271,6 +296,11 @@ def wait(module: AnsibleModule, p: dict) -> dict:
             break
         if time.monotonic() - reader.last_read >= JOURNAL_EVERY_S:
             reader.read()
+            if reader.startup.phase in READING and state.get("ControlGroup"):
+                read = read_bytes(state["ControlGroup"])
+                if read > reader.bytes_read:
+                    reader.bytes_read = read
+                    reader.startup.touch(now())
             stalled_at = reader.startup.stalled(now(), p["stall_s"] or {})
             if stalled_at is not None:
                 reason = "stalled"

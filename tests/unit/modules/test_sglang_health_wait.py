@@ -179,3 +179,30 @@ def test_another_invocation_than_the_start_gave_is_a_restart_even_between_two_re
     assert failed and result["reason"] == "restarted"
     (journal,) = [argv for argv in host.ran("journalctl") if "cat" in argv]
     assert "_SYSTEMD_INVOCATION_ID=abc" in journal
+
+
+def test_a_weight_load_reading_from_storage_is_not_stalled_without_a_line(
+    health, host, run_module, monkeypatch
+):
+    """Under journald the loader's bar arrives only when it ends: while the unit's processes keep
+    reading from storage the weights phase makes progress, quiet or not."""
+    origin = int(time.monotonic() * 1e6) - 10_000_000
+    state = {**ALIVE, "ExecMainStartTimestampMonotonic": str(origin), "ControlGroup": "/system.slice/s"}
+    host.answers["systemctl"] = [systemctl_show(**state)]
+    host.answers["journalctl"] = journal_of(origin, (1.0, "[2026-12-03 06:00:00 TP0] Load weight begin."))
+    reads = iter(range(1, 10**6))
+    monkeypatch.setattr(health, "read_bytes", lambda cgroup: next(reads) * 2**20)
+    args = {
+        "url": "http://127.0.0.1:9/health",
+        "unit": "sglang.service",
+        "timeout_s": 1800,
+        "interval_s": 0.05,
+    }
+    failed, result = run_module(
+        health, args | {"stall_s": {"weights": 5}, "report_s": 2.5, "usual_s": {"weights": 30}}
+    )
+    assert not failed and (result["reason"], result["phase"]) == ("starting", "weights")
+    assert result["quiet_s"] < 2 and 15 < result["eta_s"] < 20  # 30 s usual, 11.5 s in
+    monkeypatch.setattr(health, "read_bytes", lambda cgroup: 0)  # the reads stop: stalled
+    failed, result = run_module(health, args | {"stall_s": {"weights": 5}})
+    assert failed and result["reason"] == "stalled"
