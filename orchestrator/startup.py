@@ -54,10 +54,6 @@ def limits(history: Mapping[str, float], factor: float, floor_s: float) -> dict[
     return out
 
 
-def stall_limits(host: str, model: str, factor: float, floor_s: float) -> dict[str, float]:
-    return limits(usual(host, model), factor, floor_s)
-
-
 def clock(seconds: float) -> str:
     """6m12s, 1m12s, 22s, 0.4s."""
     if seconds < 10:

@@ -161,14 +161,15 @@ def _kind(run: Path) -> tuple[str, str]:
 
 def _same_kind(was: dict[str, Any], recorded: Any, runs: list[Path]) -> Path:
     """The run of `runs` whose playbook and status are the fixture's, at the fixture's place among
-    the test's fixtures of that kind (IndexError when there is none)."""
+    the test's fixtures of that kind counted from the last (a test's first plays set the lab up;
+    its fixtures are of the plays under test, then the rollback): IndexError when there is none."""
     kind = (was["playbook"], was["status"])
     mine = sorted(
         r["run"]
         for r in recorded
         if r["lab_test"] == was["lab_test"] and (r["playbook"], r["status"]) == kind
     )
-    return [r for r in runs if _kind(r) == kind][mine.index(was["run"])]
+    return [r for r in runs if _kind(r) == kind][mine.index(was["run"]) - len(mine)]
 
 
 def again(archive: Path, after: str, fixtures: Path) -> int:

@@ -260,6 +260,7 @@ def test_docker_asks_for_the_container_the_unit_means(
     assert set(host["Binds"]) == {
         "/data/models/Kimi-K2.5:/data/models/Kimi-K2.5:ro",
         "/data/eagle3/output_10k_sglang/4:/data/eagle3/output_10k_sglang/4:ro",
+        f"/var/cache/orchestrator/{NAME}:/var/cache/orchestrator/{NAME}",  # the compile caches
         "/data/hf:/root/.cache/huggingface",
         "/etc/site:/etc/site:ro",
         f"/etc/orchestrator/{NAME}.config.yaml:/run/credentials/{UNIT}/sglang-config.yaml:ro",
@@ -348,6 +349,8 @@ def test_podman_creates_the_container_the_unit_means(podman: Podman, tmp_path: P
         "server": {**doc["server"], "model_path": str(host["model"])},
         "speculative": {"draft_model_path": str(host["drafter"])},
         "runtime": {**doc["runtime"], "mounts": mounts},
+        # /var/cache/orchestrator/... is systemd's to make (CacheDirectory=), at start: not here
+        "service": {**doc.get("service", {}), "compile_cache": False},
     }
     prof = _profile(tmp_path, moved, "podman", pull="never")
     p = plan.build(prof)

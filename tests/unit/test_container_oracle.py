@@ -191,7 +191,8 @@ def _doc(values: dict[str, Any], root: Path) -> dict[str, Any]:
         "extends": "cg_5tok",
         "server": {"model_path": f"{root}/model"},
         "speculative": {"draft_model_path": f"{root}/drafter"},
-        "service": {"unit_name": UNIT},
+        # no compile cache: systemd makes /var/cache/orchestrator/... at start, not this test
+        "service": {"unit_name": UNIT, "compile_cache": False},
         "runtime": runtime,
     }
 

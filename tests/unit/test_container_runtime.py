@@ -153,6 +153,7 @@ def test_model_drafter_mounts_and_the_api_key(tmp_path: Path) -> None:
     assert volumes == [
         "--volume=/data/models/Kimi-K2.5:/data/models/Kimi-K2.5:ro",
         "--volume=/data/eagle3/output_10k_sglang/4:/data/eagle3/output_10k_sglang/4:ro",
+        "--volume=/var/cache/orchestrator/sglang:/var/cache/orchestrator/sglang",  # the compile caches
         "--volume=/data/hf:/root/.cache/huggingface",
         "--volume=/etc/site:/etc/site:ro",
         "--volume=/etc/orchestrator/sglang.config.yaml:/run/credentials/sglang.service/sglang-config.yaml:ro",
@@ -164,12 +165,18 @@ def test_model_drafter_mounts_and_the_api_key(tmp_path: Path) -> None:
     same = _doc("podman")
     same["speculative"] = {"draft_model_path": "/data/models/Kimi-K2.5"}
     volumes = [w for w in plan.build(_load(tmp_path, same, "same")).engine_argv if w.startswith("--volume=")]
-    assert volumes == ["--volume=/data/models/Kimi-K2.5:/data/models/Kimi-K2.5:ro"]
+    assert volumes == [
+        "--volume=/data/models/Kimi-K2.5:/data/models/Kimi-K2.5:ro",
+        "--volume=/var/cache/orchestrator/sglang:/var/cache/orchestrator/sglang",
+    ]
     # Written otherwise, it is still one mount point to the engines (podman: "duplicate mount
     # destination"), so it is mounted once, as the model path is written.
     same["speculative"] = {"draft_model_path": "/data/models//Kimi-K2.5/."}
     volumes = [w for w in plan.build(_load(tmp_path, same, "same")).engine_argv if w.startswith("--volume=")]
-    assert volumes == ["--volume=/data/models/Kimi-K2.5:/data/models/Kimi-K2.5:ro"]
+    assert volumes == [
+        "--volume=/data/models/Kimi-K2.5:/data/models/Kimi-K2.5:ro",
+        "--volume=/var/cache/orchestrator/sglang:/var/cache/orchestrator/sglang",
+    ]
 
 
 def test_limits_and_options_become_run_options(tmp_path: Path) -> None:

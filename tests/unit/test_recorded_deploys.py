@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -36,23 +37,27 @@ def by_host(report: deploy.DeployReport) -> dict[str, deploy.HostReport]:
 
 
 def test_a_deploy_reports_each_host_restarted_or_left_alone_and_rolls_nothing_back(lab, plays) -> None:
-    """test_deploy_then_noop_changes_nothing's first deploy, recorded on a lab left up by earlier
-    runs: lab2 on another unit, the others already on cg_5tok."""
-    plays.then(Recording.load("deploy_4_hosts"))
+    """test_deploy_then_noop_changes_nothing's first deploy: each host restarted where its probe found
+    the unit to change (with the probe's reasons), left alone where it already ran cg_5tok. Which
+    hosts those are is the recording's (the lab's state when it ran): read from its probes."""
+    recording = Recording.load("deploy_4_hosts")
+    needed = {h: recording.result(h, "sglang_probe")["restart_needed"] for h in LAB}
+    assert any(needed.values()) and not all(needed.values())  # both kinds, or the test proves less
+    plays.then(recording)
     report = deploy.deploy(profile_mod.load("cg_5tok"), lab, deploy.Options(limit="lab1,lab2,lab3,lab4"))
     [ask] = plays.asks
     assert ask.playbook == "deploy.yml" and sorted(ask.hosts) == list(LAB) and not ask.check
     assert {ask.plan(h).digest for h in LAB} == {GOOD}
     assert {ask.plan(h).lock.run_id for h in LAB} == {report.run_id}
     assert report.ok and report.digest == GOOD and not report.interrupted
-    hosts = by_host(report)
-    h = hosts["lab2"]
-    assert h.restarted and h.changed and h.digest == GOOD and h.healthy_after_s, h
-    assert h.reasons == ["unit differs (a70573f58657adf0 -> 7fdf10c9f7c0defe)"]
-    for name in ("lab1", "lab3", "lab4"):
-        left = hosts[name]
-        assert left.ok and not left.restarted and not left.stopped and left.healthy_after_s == 0.0, left
-        assert left.step == "probe"  # the probe's end_play: the play ended there
+    for name, h in by_host(report).items():
+        if needed[name]:
+            assert h.restarted and h.changed and h.digest == GOOD and h.healthy_after_s, h
+            assert h.reasons == recording.result(name, "sglang_probe")["reasons"] and h.reasons
+            assert h.startup.startswith("healthy after ") and h.phases, h  # where its start went
+        else:
+            assert h.ok and not h.restarted and not h.stopped and h.healthy_after_s == 0.0, h
+            assert h.step == "probe" and not h.startup  # the probe's end_play: the play ended there
     assert not any(h.rolled_back_to or h.rollback_error for h in report.hosts)
 
 
@@ -107,11 +112,13 @@ def test_only_the_hosts_it_stopped_are_rolled_back_each_to_its_last_good_unit(la
 
 def test_an_unreachable_host_is_reported_and_the_others_carry_on(lab, plays) -> None:
     """test_unreachable_host_is_reported_and_others_carry_on: ghost's address routes nowhere."""
-    plays.then(Recording.load("unreachable_ghost"))
+    recording = Recording.load("unreachable_ghost")
+    plays.then(recording)
     report = deploy.deploy(profile_mod.load("cg_5tok"), lab, deploy.Options(limit="ghost,lab2"))
     hosts = by_host(report)
     assert not report.ok and len(plays.asks) == 1  # nothing stopped: no rollback
-    assert hosts["lab2"].ok and hosts["lab2"].restarted and hosts["lab2"].digest == GOOD
+    assert hosts["lab2"].ok and hosts["lab2"].digest == GOOD
+    assert hosts["lab2"].restarted == recording.result("lab2", "sglang_probe")["restart_needed"]
     ghost = hosts["ghost"]
     assert ghost.step == "connect" and not ghost.stopped and not ghost.rollback_error
     assert ghost.diagnosis == (
@@ -160,7 +167,10 @@ def test_one_rank_dying_fails_every_rank_naming_it_and_rolls_the_group_back(lab,
     died of its peer's death is not the cause, whatever the clocks say."""
     killed = Recording.load("two_node_rank1_killed")
     health = killed.hosts["lab2"].events[killed._last("lab2", "sglang_health_wait")]["result"]
-    skewed = {**health["unit_state"], "ExecMainExitTimestamp": "Wed 2026-12-02 15:06:54.038253 UTC"}
+    rank1 = killed.hosts["lab3"].events[killed._last("lab3", "sglang_health_wait")]["result"]
+    died = datetime.strptime(rank1["unit_state"]["ExecMainExitTimestamp"], "%a %Y-%m-%d %H:%M:%S.%f %Z")
+    before = (died - timedelta(milliseconds=2)).strftime("%a %Y-%m-%d %H:%M:%S.%f UTC")
+    skewed = {**health["unit_state"], "ExecMainExitTimestamp": before}
     killed = killed.edited("lab2", "sglang_health_wait", unit_state=skewed)
     plays.then(killed, Recording.load("two_node_rank1_killed_rollback"))
     slow = variant(tmp_path, "slow_2node", extends="cg_5tok_2node", env={"SGLANG_STANDIN_LOAD_DELAY_S": "6"})
@@ -177,11 +187,11 @@ def test_one_rank_dying_fails_every_rank_naming_it_and_rolls_the_group_back(lab,
     # Each rank back on its own last good unit (a rank's unit names rank 0's address and its rank).
     assert sorted(back.hosts) == ["lab2", "lab3"]
     assert {h: back.plan(h).digest for h in back.hosts} == {
-        "lab2": "690a41822956e3bd",
-        "lab3": "f056bb7f934bd974",
+        "lab2": "de6ca1328d114c6c",
+        "lab3": "15567c4f25701db7",
     }
-    assert hosts["lab2"].rolled_back_to == "cg_5tok_2node (690a41822956e3bd)"
-    assert hosts["lab3"].rolled_back_to == "cg_5tok_2node (f056bb7f934bd974)"
+    assert hosts["lab2"].rolled_back_to == "cg_5tok_2node (de6ca1328d114c6c)"
+    assert hosts["lab3"].rolled_back_to == "cg_5tok_2node (15567c4f25701db7)"
 
 
 def test_ctrl_c_marks_the_host_it_stopped_and_the_hosts_it_never_reached(lab, plays, tmp_path) -> None:

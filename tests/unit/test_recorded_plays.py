@@ -100,7 +100,7 @@ def test_a_recording_made_for_another_unit_is_refused(script: Script, tmp_path: 
     script.then(Recording.load("oom"))
     with pytest.raises(
         PlayMismatch,
-        match=r"lab1 is to get unit 7fdf10c9f7c0defe \(cg_5tok\); the recording ran 7e4bda3a74b94d6d \(oom\)",
+        match=r"lab1 is to get unit aa51abdf9266a01b \(cg_5tok\); the recording ran bfb1f6382f03fb47 \(oom\)",
     ):
         deploy.deploy(profile_mod.load("cg_5tok"), lab_inventory(tmp_path), deploy.Options(limit="lab1"))
 

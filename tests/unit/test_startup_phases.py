@@ -88,3 +88,14 @@ def test_a_phase_that_comes_back_adds_its_time_and_a_quiet_start_is_stalled_past
     assert s.stalled(8.0, {"graphs": 5.0}) is None
     assert s.stalled(12.5, {"graphs": 5.0}) == 5.0
     assert s.stalled(12.5, {"*": 10.0}) is None and s.stalled(18.0, {"*": 10.0}) == 10.0
+
+
+def test_the_health_polls_access_lines_are_no_progress() -> None:
+    """A server stuck in its warm-up answers every poll 503 and logs it: still stalled."""
+    s = startup.Startup()
+    s.feed(1.0, "INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)")
+    for t in range(2, 30):
+        s.feed(float(t), 'INFO:     127.0.0.1:52314 - "GET /health HTTP/1.1" 503 Service Unavailable')
+    assert s.phase == "warmup" and s.stalled(30.0, {"warmup": 10}) == 10
+    s.feed(31.0, 'INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
+    assert s.stalled(32.0, {"warmup": 10}) is None

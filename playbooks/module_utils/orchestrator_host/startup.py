@@ -57,6 +57,8 @@ _READY = re.compile(r"The server is fired up and ready to roll")
 _BAR = re.compile(r"(?P<k>\d+)/(?P<n>\d+) \[")
 _BS = re.compile(r"bs=(\d+)")
 _LOADING = re.compile(r"loading .*shards|checkpoint shards", re.IGNORECASE)
+#: The access log line of a health poll (the wait's own, uvicorn's format): no sign of progress.
+_POLL = re.compile(r'"GET /(?:health|health_generate|get_server_info|server_info)\b[^"]*" \d{3}')
 
 
 def last_redraw(message: str) -> str:
@@ -98,10 +100,14 @@ class Startup:
         self._enter("ready", at)
 
     def feed(self, at: float, message: str) -> None:
-        """One journal line (`at`: its time). Never raises for a line it does not know."""
-        self.last_line = max(self.last_line, at)
+        """One journal line (`at`: its time). Never raises for a line it does not know. A health
+        poll's access line is counted but is no progress: a server stuck in its warm-up answers
+        every poll with 503 and logs it."""
         self.lines += 1
         text = last_redraw(message)
+        if _POLL.search(text):
+            return
+        self.last_line = max(self.last_line, at)
         tagged = _TAG.match(text)
         if tagged:
             tag = (tagged.group("tag") or "").strip()

@@ -126,7 +126,8 @@ def created(podman: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
         "server": {"model_path": str(tmp / "model"), "gpus": "4-7", "tp_size": 4},
         "speculative": {"draft_model_path": str(tmp / "drafter")},
         "env": {"HF_HUB_OFFLINE": "1"},
-        "service": {"unit_name": UNIT},
+        # no compile cache: systemd makes /var/cache/orchestrator/... at start, not this test
+        "service": {"unit_name": UNIT, "compile_cache": False},
         "runtime": {"kind": "podman", "image": ABSENT, "pull": "never"},
     }
     (tmp / "p.yml").write_text(yaml.safe_dump(doc))
@@ -247,7 +248,8 @@ def _create_checks(tmp_path: Path, options: list[str], kind: str = "podman") -> 
         "speculative": {"draft_model_path": str(tmp_path / "drafter")},
         "api_key": {"env": "SGLANG_KEY"},
         "secret_env": {"HF_TOKEN": {"env": "HF_TOKEN"}},
-        "service": {"unit_name": UNIT},
+        # no compile cache: systemd makes /var/cache/orchestrator/... at start, not this test
+        "service": {"unit_name": UNIT, "compile_cache": False},
         "runtime": {"kind": kind, "image": ABSENT, "pull": "never", "options": options},
     }
     (tmp_path / "p.yml").write_text(yaml.safe_dump(doc))
