@@ -33,6 +33,7 @@ UNIT = "sglang_unit"
 START = "sglang_start"
 HEALTH = "sglang_health_wait"
 RECORD = "sglang_record"
+RESTART = "sglang_restart"
 GATEWAY = "sglang_gateway"
 DRAIN = "sglang_drain"
 LOCK = "sglang_lock"
@@ -215,6 +216,27 @@ class StartResult(ModuleResult):
     reloaded: bool
     enabled: bool
     started: bool
+    invocation_id: str
+
+
+class RestartStep(ModuleResult):
+    """One step of sglang_restart: the module whose step it is, and that module's own result (read
+    as that module's: runner.split_steps makes it an event of its own)."""
+
+    action: Literal["sglang_stop", "sglang_unit", "sglang_start", "sglang_health_wait", "sglang_record"]
+    failed: bool
+    took_s: float
+    result: dict[str, Any]
+
+
+class RestartResult(ModuleResult):
+    """sglang_restart: stop, unit, start, the health wait's first report_s and the record in one run."""
+
+    steps: list[RestartStep]
+    failed_step: str
+    done: bool
+    recorded: bool
+    released: bool
     invocation_id: str
 
 
@@ -412,6 +434,17 @@ class HealthFailed(ModuleResult):
     journal: list[str] | None = None
 
 
+class RestartFailed(ModuleResult):
+    """sglang_restart, failed: the steps that ran, the last the one that failed."""
+
+    steps: list[RestartStep] | None = None
+    failed_step: str | None = None
+    done: bool | None = None
+    recorded: bool | None = None
+    released: bool | None = None
+    invocation_id: str | None = None
+
+
 class RecordFailed(ModuleResult):
     """sglang_record, failed: whatever it knew when it failed."""
 
@@ -464,6 +497,7 @@ SHAPES: dict[str, Shape] = {
     START: Shape(StartResult, StartFailed),
     HEALTH: Shape(HealthResult, HealthFailed),
     RECORD: Shape(RecordResult, RecordFailed),
+    RESTART: Shape(RestartResult, RestartFailed),
     GATEWAY: Shape(GatewayResult, GatewayFailed),
     DRAIN: Shape(DrainResult, DrainFailed),
     LOCK: Shape(LockResult, LockFailed),

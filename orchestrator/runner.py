@@ -310,12 +310,51 @@ def _collect(
         return True
     run = hosts.setdefault(host, HostRun(host))
     task = TaskEvent(host, kind, data.get("role", ""), data.get("task_action", ""), data.get("res", {}) or {})
-    run.events.append(task)
-    if kind == "unreachable" or (kind == "failed" and not data.get("ignore_errors")):
-        run.finished = task.at
-    if on_event:
-        on_event(task)
+    for each in split_steps(task):
+        run.events.append(each)
+        if each.kind == "unreachable" or (each.kind == "failed" and not data.get("ignore_errors")):
+            run.finished = each.at
+        if on_event:
+            on_event(each)
     return True
+
+
+#: The module that runs a restart as one transaction on the host (roles/sglang_restart), and the
+#: modules whose steps it runs, in their order: its result holds one result of each it ran.
+RESTART = "sglang_restart"
+RESTART_STEPS = ("sglang_stop", "sglang_unit", "sglang_start", "sglang_health_wait", "sglang_record")
+
+
+def split_steps(task: TaskEvent) -> list[TaskEvent]:
+    """A restart transaction's event as the events of its steps, each under its own module's name,
+    as if each had been a task of its own: every reader of results (facts, the live view, the
+    report, rollback) reads a step as it reads that module's task. Its start is the first step's
+    start; where it never said what ran (unreachable, or it died), the first step is what failed,
+    so that a rollback is owed. Any other event is itself."""
+    if task.action != RESTART or task.kind == "skipped":
+        return [task]
+    first = RESTART_STEPS[0]
+    steps = task.result.get("steps")
+    if task.kind in ("start", "unreachable") or not isinstance(steps, list) or not steps:
+        return [TaskEvent(task.host, task.kind, task.role, first, task.result, task.at)]
+    events: list[TaskEvent] = []
+    for step in steps:
+        action = step.get("action") if isinstance(step, dict) else None
+        result = step.get("result") if isinstance(step, dict) else None
+        if action not in RESTART_STEPS or not isinstance(result, dict):
+            msg = f"{RESTART} returned a step orchestrator does not know: {str(step)[:200]}"
+            return [*events, TaskEvent(task.host, "failed", task.role, first, {"msg": msg}, task.at)]
+        if step.get("failed"):
+            kind = "failed"
+        elif action == "sglang_health_wait" and result.get("done") is False:
+            kind = "progress"  # still starting: the play's own health wait goes on
+        else:
+            kind = "changed" if result.get("changed") else "ok"
+        events += [
+            TaskEvent(task.host, "start", task.role, action, {}, task.at),
+            TaskEvent(task.host, kind, task.role, action, result, task.at),
+        ]
+    return events
 
 
 def _run(

@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # The kinds exactly as run_playbook reads them.
-from orchestrator.runner import _event_kind
+from orchestrator.runner import TaskEvent, _event_kind, split_steps
 
 #: Result keys that are noise to the engine: the module's arguments, tracebacks, Ansible's own.
 DROPPED = {"invocation", "exception", "argument_spec_data", "validate_args_context", "deprecations"}
@@ -107,11 +107,13 @@ def record(run: Path) -> dict[str, Any]:
         host = data.get("host")
         if kind is None or host is None:
             continue
-        result = scrub(data.get("res") or {})
-        entry = {"kind": kind, "role": data.get("role", ""), "action": data.get("task_action", "")}
-        hosts.setdefault(host, {"events": []})["events"].append(
-            {**entry, **({"result": result} if result else {})}
-        )
+        task = TaskEvent(host, kind, data.get("role", ""), data.get("task_action", ""), data.get("res") or {})
+        for each in split_steps(task):  # as runner._collect hands them on: a restart's steps each
+            result = scrub(each.result)
+            entry = {"kind": each.kind, "role": each.role, "action": each.action}
+            hosts.setdefault(host, {"events": []})["events"].append(
+                {**entry, **({"result": result} if result else {})}
+            )
         span = spans.setdefault(host, [_when(e), 0.0])
         if not span[1] and (kind == "unreachable" or (kind == "failed" and not data.get("ignore_errors"))):
             span[1] = _when(e)  # as runner._collect: a host is done at its first failure

@@ -65,6 +65,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "lines": 0,
     },
     "sglang_record": {"recorded": False, "released": False},
+    "sglang_restart": {
+        "steps": [],
+        "failed_step": "",
+        "done": False,
+        "recorded": False,
+        "released": False,
+        "invocation_id": "",
+    },
     "sglang_gateway": {
         "state": "absent",
         "before": {"listed": False},

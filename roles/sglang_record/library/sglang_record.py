@@ -55,62 +55,13 @@ released:
   returned: always
 """
 
-import json
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.orchestrator_host.files import ensure_attrs, ensure_dir, ensure_file, read_json
-from ansible.module_utils.orchestrator_host.lock import release_if_ours
-from ansible.module_utils.orchestrator_host.options import PATHS_SPEC
-from ansible.module_utils.orchestrator_host.units import record_path
-
-ARGUMENT_SPEC = {
-    "unit_name": {
-        "type": "str",
-        "required": True,
-        "description": "The systemd unit whose healthy deploy is recorded.",
-    },
-    "paths": PATHS_SPEC,
-    "profile": {"type": "str", "required": True, "description": "The profile the unit was rendered from."},
-    "digest": {"type": "str", "required": True, "description": "Digest of the unit text."},
-    "unit": {"type": "str", "required": True, "description": "The unit text."},
-    "facts": {
-        "type": "dict",
-        "required": True,
-        "description": "The facts of the unit (as sglang_unit stored them).",
-    },
-    "release_run_id": {
-        "type": "str",
-        "default": "",
-        "description": "Release the deploy lock if this run id holds it; empty releases nothing.",
-    },
-}
+from ansible.module_utils.orchestrator_host.record import ARGUMENT_SPEC, run
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    p = module.params
-    path = record_path(p["paths"], p["unit_name"])
-    current = read_json(path)
-    recorded = (current.get("digest"), current.get("facts")) != (p["digest"], p["facts"])
-    changed = ensure_dir(module, p["paths"]["state_dir"])
-    changed = ensure_dir(module, os.path.dirname(path)) or changed
-    if recorded:
-        record = {
-            "profile": p["profile"],
-            "digest": p["digest"],
-            "unit": p["unit"],
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "facts": p["facts"],
-        }
-        ensure_file(module, path, (json.dumps(record, indent=4, sort_keys=True) + "\n").encode(), 0o600)
-    else:
-        changed = ensure_attrs(module, path, 0o600) or changed
-    released = False
-    if p["release_run_id"] and not module.check_mode:
-        released = release_if_ours(p["paths"], p["unit_name"], p["release_run_id"])
-    module.exit_json(changed=changed or recorded or released, recorded=recorded, released=released)
+    module.exit_json(**run(module, module.params))
 
 
 if __name__ == "__main__":

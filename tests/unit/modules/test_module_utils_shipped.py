@@ -23,18 +23,25 @@ HOST = MODULE_UTILS_DIR / "orchestrator_host"
 #: everything but the lock and health).
 GPUS = {"gpus", "procs", "containers", "units", "files"}
 PREFLIGHT = {"preflight", "systemd", *GPUS}
+#: The steps of a restart, each in a submodule of its own: its module, and the transaction, run it.
+STOP = {"stop", "options", "systemd", *GPUS}
+UNIT = {"unitfile", "options", "systemd", "units", "files"}
+START = {"start", "systemd"}
+HEALTH = {"healthwait", "health", "systemd", "startup"}
+RECORD = {"record", "options", "lock", "units", "files"}
 NEEDS: dict[str, set[str]] = {
     "gpu_idle": {"options", *GPUS},
     "sglang_drain": {"health", "orchestrator_gateway"},
     "sglang_gateway": {"orchestrator_gateway"},
-    "sglang_health_wait": {"health", "systemd", "startup"},
+    "sglang_health_wait": HEALTH,
     "sglang_lock": {"options", "lock", "units", "files"},
     "sglang_preflight": {"options", *PREFLIGHT},
     "sglang_probe": {"options", "lock", "health", *PREFLIGHT},
-    "sglang_record": {"options", "lock", "units", "files"},
-    "sglang_start": {"systemd"},
-    "sglang_stop": {"options", "systemd", *GPUS},
-    "sglang_unit": {"options", "systemd", "units", "files"},
+    "sglang_record": RECORD,
+    "sglang_start": START,
+    "sglang_stop": STOP,
+    "sglang_unit": UNIT,
+    "sglang_restart": STOP | UNIT | START | HEALTH | RECORD,
     "sglang_units_info": {"options", "units", "files"},
 }
 MODULE_FILES = sorted(ROLES_DIR.glob("*/library/*.py"))
@@ -80,8 +87,8 @@ def test_a_module_ships_the_submodules_it_uses_and_no_others(
 
 def test_only_the_probe_ships_the_whole_host_package(payloads: dict[str, set[str]]) -> None:
     """sglang_probe takes the lock, runs preflight and reads health: it uses every concern but the
-    start-up log parser, which only the health wait reads."""
-    whole = _ours(SUBMODULES - {"startup"})
+    start-up log parser, which only the health wait reads, and the steps of a restart."""
+    whole = _ours(SUBMODULES - {"startup", "stop", "unitfile", "start", "healthwait", "record"})
     assert [m for m, files in payloads.items() if files >= whole] == ["sglang_probe"]
 
 

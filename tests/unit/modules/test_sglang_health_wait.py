@@ -6,6 +6,7 @@ import json
 import time
 
 import pytest
+from ansible.module_utils.orchestrator_host import healthwait
 from hostfakes import load_module, systemctl_show
 
 ALIVE = {"ActiveState": "active", "MainPID": "10", "NRestarts": "0", "InvocationID": "abc"}
@@ -191,7 +192,7 @@ def test_a_weight_load_reading_from_storage_is_not_stalled_without_a_line(
     host.answers["systemctl"] = [systemctl_show(**state)]
     host.answers["journalctl"] = journal_of(origin, (1.0, "[2026-12-03 06:00:00 TP0] Load weight begin."))
     reads = iter(range(1, 10**6))
-    monkeypatch.setattr(health, "read_bytes", lambda cgroup: next(reads) * 2**20)
+    monkeypatch.setattr(healthwait, "read_bytes", lambda cgroup: next(reads) * 2**20)
     args = {
         "url": "http://127.0.0.1:9/health",
         "unit": "sglang.service",
@@ -203,6 +204,6 @@ def test_a_weight_load_reading_from_storage_is_not_stalled_without_a_line(
     )
     assert not failed and (result["reason"], result["phase"]) == ("starting", "weights")
     assert result["quiet_s"] < 2 and 15 < result["eta_s"] < 20  # 30 s usual, 11.5 s in
-    monkeypatch.setattr(health, "read_bytes", lambda cgroup: 0)  # the reads stop: stalled
+    monkeypatch.setattr(healthwait, "read_bytes", lambda cgroup: 0)  # the reads stop: stalled
     failed, result = run_module(health, args | {"stall_s": {"weights": 5}})
     assert failed and result["reason"] == "stalled"
