@@ -21,6 +21,7 @@ from orchestrator.results import (
     PREFLIGHT,
     PROBE,
     RECORD,
+    RESTART,
     SHAPES,
     START,
     STOP,
@@ -60,6 +61,9 @@ STEPS = {
     PREFLIGHT: "preflight",
     GATEWAY: "gateway",
     DRAIN: "drain",
+    #: The restart's one transaction (roles/sglang_restart) until its steps came back, each read
+    #: as its own module's (runner.split_steps).
+    RESTART: "restart",
     STOP: "stop",
     GPU_IDLE: "GPUs idle",
     UNIT: "write unit",
@@ -200,8 +204,9 @@ class HostFacts:
     @property
     def stopped(self) -> bool:
         """Whether this play stopped (or tried to stop) the host's server: then a rollback is owed.
-        A stop that failed on busy GPUs did stop the server."""
-        return STOP in self.done or (self.failed is not None and self.failed.action == STOP)
+        A stop that failed on busy GPUs did stop the server, and a restart that failed without
+        saying which step (the host went, the module died) may have."""
+        return STOP in self.done or (self.failed is not None and self.failed.action in (STOP, RESTART))
 
     @property
     def problems(self) -> list[str]:

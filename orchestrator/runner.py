@@ -328,15 +328,15 @@ RESTART_STEPS = ("sglang_stop", "sglang_unit", "sglang_start", "sglang_health_wa
 def split_steps(task: TaskEvent) -> list[TaskEvent]:
     """A restart transaction's event as the events of its steps, each under its own module's name,
     as if each had been a task of its own: every reader of results (facts, the live view, the
-    report, rollback) reads a step as it reads that module's task. Its start is the first step's
-    start; where it never said what ran (unreachable, or it died), the first step is what failed,
-    so that a rollback is owed. Any other event is itself."""
+    report, rollback) reads a step as it reads that module's task. Its start, and an end that
+    says nothing of its steps (unreachable, or it died), stay the restart's own: a host that
+    failed there may have been stopped (facts.HostFacts.stopped). Any other event is itself."""
     if task.action != RESTART or task.kind == "skipped":
         return [task]
     first = RESTART_STEPS[0]
     steps = task.result.get("steps")
     if task.kind in ("start", "unreachable") or not isinstance(steps, list) or not steps:
-        return [TaskEvent(task.host, task.kind, task.role, first, task.result, task.at)]
+        return [task]  # the restart as a whole: which of its steps ran is not known
     events: list[TaskEvent] = []
     for step in steps:
         action = step.get("action") if isinstance(step, dict) else None

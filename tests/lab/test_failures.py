@@ -136,9 +136,18 @@ def test_ctrl_c_mid_start_rolls_back_and_leaves_no_lock(lab, host, tmp_path):
     assert proc.returncode == 130, out
     report = json.loads(out)
     (h,) = report["hosts"]
-    assert report["interrupted"] and h["diagnosis"] == "interrupted (Ctrl-C) during health", h
+    # The start is one transaction on the host (roles/sglang_restart) for its first 5 s of health.
+    assert report["interrupted"] and h["diagnosis"] == "interrupted (Ctrl-C) during restart", h
     assert_rolled_back(h, host)
     assert ssh(host, "ls", "-A", "/run/orchestrator") == ""  # the lock went with the rollback
+    # The interrupted transaction started no later step behind the rollback's back: past the time
+    # its server would have needed, the rolled-back one still runs, and is the one recorded.
+    running = service(host)["MainPID"]
+    time.sleep(10)
+    assert service(host)["MainPID"] == running
+    good = plan.build(profile.load(GOOD))
+    record = json.loads(ssh(host, "cat", f"{plan.HOST_STATE_DIR}/last-good/sglang.service.json"))
+    assert record["digest"] == good.digest
 
 
 def test_never_healthy_fails_at_the_timeout(lab, host, tmp_path):

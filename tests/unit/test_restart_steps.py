@@ -57,20 +57,18 @@ def test_a_server_still_starting_is_a_progress_report_not_a_result() -> None:
     assert [e.kind for e in split_steps(ev)][-1] == "progress"
 
 
-def test_its_start_is_the_stop_and_a_host_lost_during_it_failed_there() -> None:
-    """Where nothing came back (the connection went, the module died), the first step is what
-    failed: the server may be stopped, so a rollback is owed."""
-    assert [(e.kind, e.action) for e in split_steps(_restart("start"))] == [("start", "sglang_stop")]
+def test_its_start_and_an_end_that_names_no_step_are_the_restarts_own() -> None:
+    """Where nothing came back (the connection went, the module died), the restart failed as a
+    whole: the server may be stopped, so a rollback is owed; a Ctrl-C during it names the restart."""
+    assert [(e.kind, e.action) for e in split_steps(_restart("start"))] == [("start", "sglang_restart")]
+    assert facts.step_of(split_steps(_restart("start"))[0]) == "restart"
     lost = TaskEvent("lab1", "unreachable", "", "sglang_restart", {"msg": "ssh: connection closed"})
-    assert [(e.kind, e.action) for e in split_steps(lost)] == [("unreachable", "sglang_stop")]
+    assert [(e.kind, e.action) for e in split_steps(lost)] == [("unreachable", "sglang_restart")]
     died = TaskEvent("lab1", "failed", "", "sglang_restart", {"msg": "MODULE FAILURE", "rc": 1})
     [failed] = split_steps(died)
-    assert (
-        failed.kind == "failed"
-        and failed.action == "sglang_stop"
-        and failed.result["msg"] == "MODULE FAILURE"
-    )
-    assert facts.of_run(HostRun("lab1", [failed])).stopped
+    assert failed.kind == "failed" and failed.result["msg"] == "MODULE FAILURE"
+    f = facts.of_run(HostRun("lab1", [failed]))
+    assert f.stopped and report.step(f) == "restart"
 
 
 def test_a_step_orchestrator_does_not_know_fails_naming_it() -> None:

@@ -7,12 +7,18 @@ replaced by a recorder, to prove what the transaction does with their results an
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 from ansible.module_utils.orchestrator_host import healthwait, record, start, stop, unitfile
 from hostfakes import load_module
 
+from orchestrator.paths import MODULE_UTILS_DIR, ROLES_DIR
+
+MODULE = ROLES_DIR / "sglang_restart" / "library" / "sglang_restart.py"
 PATHS = {"unit_dir": "/etc/systemd/system", "state_dir": "/var/lib/orchestrator", "lock_dir": "/run/o"}
 ARGS: dict[str, Any] = {
     "stop": {"unit_name": "sglang.service", "paths": PATHS},
@@ -131,3 +137,31 @@ def test_each_steps_options_are_checked_by_that_steps_own_spec(restart, steps, r
     bad = {**ARGS, "stop": {**ARGS["stop"], "gone_timeout_s": "soon"}}
     failed, result = run_module(restart, bad)
     assert failed and "gone_timeout_s" in result["msg"] and steps == []
+
+
+def test_no_step_starts_once_the_control_machine_is_gone(restart, steps, run_module, monkeypatch):
+    """Ctrl-C on the control machine mid-stop: the stop ends, but no unit is written and nothing is
+    started or recorded behind the rollback's back."""
+    seen = iter([True, False])
+    monkeypatch.setattr(restart, "watched", lambda: next(seen))
+    with pytest.raises(SystemExit):
+        run_module(restart, ARGS)
+    assert [name for name, _ in steps] == ["stop"]
+
+
+def test_a_closed_pipe_is_a_control_machine_gone(tmp_path):
+    """watched() on a stdout whose reader went, as sshd leaves it once the session closed."""
+    script = (
+        "import os, sys, importlib.util, ansible.module_utils\n"
+        f"ansible.module_utils.__path__.append({str(MODULE_UTILS_DIR)!r})\n"
+        "r, w = os.pipe(); os.close(r); os.dup2(w, 1)\n"
+        f"spec = importlib.util.spec_from_file_location('m', {str(MODULE)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "sys.stderr.write(str(m.watched()))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    gone = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert gone.stderr.strip().endswith("False"), gone.stderr
+    script = script.replace("os.close(r); ", "")
+    kept = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert kept.stderr.strip().endswith("True"), kept.stderr
