@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import importlib.util
 import json
 import os
 import shlex
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,6 +149,7 @@ def play_environment(config: AnsibleConfig, forks: int) -> dict[str, str]:
     }
     if config.file:
         env["ANSIBLE_CONFIG"] = config.file
+    check_mitogen(config)
     for name, variable, ours in OUR_DEFAULTS:
         if not config[name].user_set:
             env[variable] = ours.format(forks=forks)
@@ -154,6 +157,51 @@ def play_environment(config: AnsibleConfig, forks: int) -> dict[str, str]:
     if ssh_args is not None:
         env["ANSIBLE_SSH_ARGS"] = ssh_args
     return env
+
+
+def check_mitogen(config: AnsibleConfig) -> None:
+    """Where the user's configuration asks for one of Mitogen's strategies (`strategy = mitogen_linear`),
+    the installed Mitogen for Ansible must load into the installed ansible-core, or the play would fail
+    on every host with Ansible's traceback: InputError in one line, before anything runs. Mitogen is
+    found as ansible-playbook finds it: installed beside orchestrator, or the folder `strategy_plugins`
+    names inside an unpacked release (its strategy puts the release on sys.path itself)."""
+    setting = config["DEFAULT_STRATEGY"]
+    name = str(setting.value or "")
+    if not setting.user_set or not name.startswith("mitogen"):
+        return
+    why = "ANSIBLE_STRATEGY" if setting.origin.startswith("env:") else f"ansible.cfg: {setting.origin}"
+    if importlib.util.find_spec("ansible_mitogen") is None:
+        for folder in config["DEFAULT_STRATEGY_PLUGIN_PATH"].value or []:
+            release = Path(folder).resolve().parents[2] if Path(folder, f"{name}.py").is_file() else None
+            if release is not None and (release / "ansible_mitogen").is_dir():
+                sys.path.insert(0, str(release))
+                break
+    try:
+        loaders = importlib.import_module("ansible_mitogen.loaders")  # only where a user asks for Mitogen
+    except ImportError:
+        raise InputError(
+            f"{why} asks for strategy {name}, but Mitogen for Ansible is not installed beside orchestrator "
+            f"and no strategy_plugins folder holds {name}.py: pip install mitogen (in orchestrator's "
+            "environment), or remove the strategy setting"
+        ) from None
+    import ansible
+
+    try:
+        loaders.assert_supported_release()
+    except Exception as exc:  # Mitogen raises AnsibleError; any failure here means it cannot run
+        said = " ".join(str(exc).split())
+        raise InputError(
+            f"{why} asks for strategy {name}, but Mitogen {_version('mitogen')} cannot run ansible-core "
+            f"{ansible.__version__}: {said} (pip install -U mitogen, or remove the strategy setting)"
+        ) from None
+
+
+def _version(dist: str) -> str:
+    with contextlib.suppress(Exception):
+        from importlib import metadata
+
+        return metadata.version(dist)
+    return "(version unknown)"
 
 
 def merged_ssh_args(setting: Setting) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from click.testing import CliRunner
 from orchestrator import ansible_config, runner
 from orchestrator.__main__ import cli
 from orchestrator.ansible_config import Setting
+from orchestrator.errors import InputError
 from orchestrator.hostplan import PlayVars
 from orchestrator.paths import MODULE_UTILS_DIR, PLAYBOOKS_DIR, ROLES_DIR
 
@@ -281,3 +283,74 @@ def test_without_any_inventory_the_lab_is_named(tmp_path: Path, monkeypatch: pyt
         "(no -i, ANSIBLE_INVENTORY or inventory in ansible.cfg)"
     )
     assert last == "error: no inventory given and no lab is up: pass -i INVENTORY"
+
+
+def _mitogen_release(root: Path, refuse: str = "") -> Path:
+    """An unpacked Mitogen release: ansible_mitogen with its strategy folder, whose
+    assert_supported_release raises `refuse` (Mitogen's AnsibleError), when given."""
+    package = root / "ansible_mitogen"
+    (package / "plugins" / "strategy").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    body = f"    raise AnsibleError({refuse!r})\n" if refuse else "    pass\n"
+    (package / "loaders.py").write_text(
+        f"from ansible.errors import AnsibleError\n\n\ndef assert_supported_release():\n{body}"
+    )
+    (package / "plugins" / "strategy" / "mitogen_linear.py").write_text("")
+    return package / "plugins" / "strategy"
+
+
+def _asking_for(strategy: str, folder: Path) -> ansible_config.AnsibleConfig:
+    return ansible_config.AnsibleConfig(
+        "/x/ansible.cfg",
+        {
+            "DEFAULT_STRATEGY": Setting(strategy, "/x/ansible.cfg"),
+            "DEFAULT_STRATEGY_PLUGIN_PATH": Setting([str(folder)], "/x/ansible.cfg"),
+        },
+    )
+
+
+@pytest.fixture
+def no_mitogen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This Python without an installed Mitogen, whatever the machine has; sys.path restored after."""
+    monkeypatch.setattr("sys.path", list(sys.path))
+    for name in [m for m in sys.modules if m.split(".")[0] == "ansible_mitogen"]:
+        monkeypatch.delitem(sys.modules, name)
+    real = ansible_config.importlib.util.find_spec
+    monkeypatch.setattr(
+        ansible_config.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "ansible_mitogen" else real(name, *a),
+    )
+
+
+def test_mitogen_from_an_unpacked_release_is_found_as_its_strategy_finds_it(tmp_path, no_mitogen) -> None:
+    ansible_config.check_mitogen(_asking_for("mitogen_linear", _mitogen_release(tmp_path)))
+
+
+def test_a_mitogen_that_cannot_run_this_ansible_is_one_line_naming_both(tmp_path, no_mitogen) -> None:
+    said = (  # Mitogen 0.3.7's own (ansible_mitogen/loaders.py NEW_VERSION_MSG, ANSIBLE_VERSION_MAX (2, 16))
+        "Your Ansible version ((2, 19, 14)) is too recent. The most recent version\n"
+        "supported by Mitogen for Ansible is (2, 16).x. Please check the Mitogen\n"
+        "release notes to see if a new version is available, otherwise\n"
+        "subscribe to the corresponding GitHub issue to be notified when\n"
+        "support becomes available.\n\n"
+        "    https://mitogen.rtfd.io/en/latest/changelog.html\n"
+        "    https://github.com/mitogen-hq/mitogen/issues/\n"
+    )
+    config = _asking_for("mitogen_linear", _mitogen_release(tmp_path, refuse=said))
+    with pytest.raises(InputError) as err:
+        ansible_config.check_mitogen(config)
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(
+        "ansible.cfg: /x/ansible.cfg asks for strategy mitogen_linear"
+    )
+    assert "too recent" in line and "ansible-core 2." in line and "pip install -U mitogen" in line
+
+
+def test_a_mitogen_strategy_without_mitogen_says_how_to_install_it(tmp_path, no_mitogen) -> None:
+    with pytest.raises(InputError, match="Mitogen for Ansible is not installed beside orchestrator"):
+        ansible_config.check_mitogen(_asking_for("mitogen_linear", tmp_path))
+
+
+def test_other_strategies_are_not_mitogens_business(tmp_path, no_mitogen) -> None:
+    ansible_config.check_mitogen(_asking_for("free", tmp_path))

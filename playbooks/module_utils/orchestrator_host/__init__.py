@@ -11,6 +11,9 @@ the submodules they use, and Ansible ships with a module only those and what the
 - lock: the host's deploy lock
 - health: a server's HTTP health
 - preflight: the read-only checks before a restart (on the host's Python, or in a container image)
+- a restart's steps, each the work of one module (its run()), which sglang_restart also runs in one
+  transaction: stop (sglang_stop), unitfile (sglang_unit), start (sglang_start), healthwait
+  (sglang_health_wait), record (sglang_record)
 
 Pure functions (text in, values out) are kept apart from the ones that read the host, so that
 tests/unit/modules can prove them on captured output. Paths are never defaults here: the control
