@@ -13,7 +13,11 @@ read from the run's artifacts: pipelining, SSH ControlPersist, forks), so the di
 work, not the configuration. Goals (issue 26): restart at most 1.0x the plain playbook, no-op at
 most 0.6x. Then the per-task timeline of the last restart, from ansible-runner's events.
 
-Usage: python3 benchmarks/peer_speed.py [--repeat N] [--profile NAME|PATH] [--host N]
+With --mitogen, both run under Mitogen for Ansible's strategy (mitogen_linear, from the installed
+`mitogen` package), as a team's ansible.cfg asking for it would run them: orchestrator from a
+directory whose ansible.cfg says so, the plain playbook with the same settings.
+
+Usage: python3 benchmarks/peer_speed.py [--repeat N] [--profile NAME|PATH] [--host N] [--mitogen]
 """
 
 from __future__ import annotations
@@ -35,10 +39,10 @@ from orchestrator.runner import ansible_command
 PLAIN = Path(__file__).parent / "peer" / "plain.yml"
 
 
-def run(argv: list[str], env: dict[str, str] | None = None) -> float:
+def run(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> float:
     """Seconds the command took; a failing command ends the benchmark with its output."""
     start = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, env=env)
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
     took = time.monotonic() - start
     if done.returncode != 0:
         sys.exit(
@@ -85,7 +89,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", default="cg_5tok")
     parser.add_argument("--host", type=int, default=2, help="which lab host (2 = lab2)")
+    parser.add_argument("--mitogen", action="store_true", help="both under Mitogen's mitogen_linear")
     args = parser.parse_args()
+    where = tempfile.TemporaryDirectory()
+    if args.mitogen:
+        import ansible_mitogen
+
+        strategies = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
+        text = f"[defaults]\nstrategy = mitogen_linear\nstrategy_plugins = {strategies}\n"
+        Path(where.name, "ansible.cfg").write_text(text)
+        if "/" not in args.profile and not args.profile.endswith(".yml"):
+            args.profile = str(Path("profiles", f"{args.profile}.yml").resolve())
 
     seen = lab_hosts.status()  # a running lab of the same shape is reused as it is
     shape = {"hosts": len(seen.hosts), "gpus": seen.gpus, "sglang_version": seen.sglang_version}
@@ -94,7 +108,8 @@ def main() -> None:
     inv = str(state.inventory)
     deploy = [sys.executable, "-m", "orchestrator", "deploy", "-i", inv, "--limit", host.name, "--json"]
     deploy += ["--profile", args.profile]
-    run(deploy)  # the host runs the profile, recorded: the starting point of every row
+    cwd = where.name if args.mitogen else None
+    run(deploy, cwd=cwd)  # the host runs the profile, recorded: the starting point of every row
     unit_name, unit, port = rendered(args.profile)
     health = f"http://127.0.0.1:{port}/health"
     env = play_env()
@@ -110,15 +125,16 @@ def main() -> None:
         for _ in range(args.repeat):
             rows["floor"].append(run(floor))
             rows["plain"].append(run([*plain, "-e", "state=restarted"], env))
-            rows["ours"].append(run([*deploy, "--force-restart"]))
+            rows["ours"].append(run([*deploy, "--force-restart"], cwd=cwd))
             rows["plain_noop"].append(run([*plain, "-e", "state=started"], env))
-            rows["ours_noop"].append(run(deploy))
-    last = subprocess.run([*deploy, "--force-restart"], capture_output=True, text=True, check=True)
+            rows["ours_noop"].append(run(deploy, cwd=cwd))
+    last = subprocess.run([*deploy, "--force-restart"], capture_output=True, text=True, check=True, cwd=cwd)
     artifacts = Path(json.loads(last.stdout)["artifacts"])
     tasks, steps = timeline(artifacts), restart_steps(artifacts)
     med = {k: statistics.median(v) for k, v in rows.items()}
 
-    print(f"host {host.name}, profile {args.profile}, medians of {args.repeat} interleaved runs")
+    under = ", both under Mitogen (mitogen_linear)" if args.mitogen else ""
+    print(f"host {host.name}, profile {args.profile}, medians of {args.repeat} interleaved runs{under}")
     print(f"{'floor: ssh, systemctl restart, poll /health':<48} {med['floor']:6.2f} s")
     print(f"{'plain playbook, restart':<48} {med['plain']:6.2f} s")
     ratio = med["ours"] / med["plain"]

@@ -11,11 +11,16 @@ import re
 import signal
 import time
 from collections.abc import Callable, Collection, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .containers import container_units
 from .procs import argv0, cgroup_unit, proc_cgroup
 from .units import deployed_units
+
+if TYPE_CHECKING:  # never run: the same submodules, named as Mitogen's module finder needs them
+    import ansible.module_utils.orchestrator_host.containers
+    import ansible.module_utils.orchestrator_host.procs
+    import ansible.module_utils.orchestrator_host.units  # noqa: F401
 
 # --- nvidia-smi ----------------------------------------------------------------------------------
 GPU_FIELDS = ("index", "uuid", "name", "memory.used", "memory.total")

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .health import health_status
 from .startup import LABELS, Startup
 from .systemd import systemctl_show
+
+if TYPE_CHECKING:  # never run: the same submodules, named as Mitogen's module finder needs them
+    import ansible.module_utils.orchestrator_host.health
+    import ansible.module_utils.orchestrator_host.startup
+    import ansible.module_utils.orchestrator_host.systemd  # noqa: F401
 
 ARGUMENT_SPEC = {
     "url": {"type": "str", "required": True, "description": "Health URL polled from the host itself."},

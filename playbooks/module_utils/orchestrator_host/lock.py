@@ -8,10 +8,14 @@ import contextlib
 import json
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .files import read_json
 from .units import lock_path
+
+if TYPE_CHECKING:  # never run: the same submodules, named as Mitogen's module finder needs them
+    import ansible.module_utils.orchestrator_host.files
+    import ansible.module_utils.orchestrator_host.units  # noqa: F401
 
 
 def _stale(current: dict, mine: dict) -> bool:

@@ -16,7 +16,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # gpus' own _gpus_are and _mib: gpu_set_problems words GPU sets and sizes as gpus does
 from .containers import CONTAINER_LABEL, container_units
@@ -25,6 +25,14 @@ from .gpus import _gpus_are, _mib, describe, foreign_gpus, missing_gpus, owned_a
 from .procs import argv0, cgroup_unit, proc_cgroup
 from .systemd import parse_systemctl_show, try_systemctl_show, verify_unit
 from .units import OWNER_PROPS, deployed_units, foreign_write, installed_units, unit_digest, unit_path
+
+if TYPE_CHECKING:  # never run: the same submodules, named as Mitogen's module finder needs them
+    import ansible.module_utils.orchestrator_host.containers
+    import ansible.module_utils.orchestrator_host.files
+    import ansible.module_utils.orchestrator_host.gpus
+    import ansible.module_utils.orchestrator_host.procs
+    import ansible.module_utils.orchestrator_host.systemd
+    import ansible.module_utils.orchestrator_host.units  # noqa: F401
 
 #: EAGLE-1 style algorithms: an EAGLE-3 drafter under them runs with accept length 1.0.
 EAGLE1 = ("EAGLE", "NEXTN")

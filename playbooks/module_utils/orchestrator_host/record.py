@@ -7,12 +7,18 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .files import ensure_attrs, ensure_dir, ensure_file, read_json
 from .lock import release_if_ours
 from .options import PATHS_SPEC
 from .units import record_path
+
+if TYPE_CHECKING:  # never run: the same submodules, named as Mitogen's module finder needs them
+    import ansible.module_utils.orchestrator_host.files
+    import ansible.module_utils.orchestrator_host.lock
+    import ansible.module_utils.orchestrator_host.options
+    import ansible.module_utils.orchestrator_host.units  # noqa: F401
 
 ARGUMENT_SPEC = {
     "unit_name": {

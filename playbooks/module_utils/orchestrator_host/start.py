@@ -4,9 +4,12 @@ a start that failed (sglang_start, and the restart transaction sglang_restart).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .systemd import systemctl_show
+
+if TYPE_CHECKING:  # never run: the same submodules, named as Mitogen's module finder needs them
+    import ansible.module_utils.orchestrator_host.systemd  # noqa: F401
 
 ARGUMENT_SPEC = {
     "unit_name": {"type": "str", "required": True, "description": "The systemd unit to start."},

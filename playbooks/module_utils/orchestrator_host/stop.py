@@ -5,7 +5,7 @@ released (sglang_stop, and the restart transaction sglang_restart).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .containers import unit_containers
 from .files import read_json
@@ -14,6 +14,15 @@ from .options import PATHS_SPEC
 from .procs import cgroup_procs
 from .systemd import systemctl_show
 from .units import OWNER_PROPS, facts_path, foreign_unit
+
+if TYPE_CHECKING:  # never run: the same submodules, named as Mitogen's module finder needs them
+    import ansible.module_utils.orchestrator_host.containers
+    import ansible.module_utils.orchestrator_host.files
+    import ansible.module_utils.orchestrator_host.gpus
+    import ansible.module_utils.orchestrator_host.options
+    import ansible.module_utils.orchestrator_host.procs
+    import ansible.module_utils.orchestrator_host.systemd
+    import ansible.module_utils.orchestrator_host.units  # noqa: F401
 
 ARGUMENT_SPEC = {
     "unit_name": {"type": "str", "required": True, "description": "The systemd unit to stop."},

@@ -8,7 +8,7 @@ import contextlib
 import json
 import os
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .files import ensure_dir, ensure_file, read_bytes
 from .options import PATHS_SPEC
@@ -20,6 +20,12 @@ from .units import (
     unit_digest,
     unit_path,
 )
+
+if TYPE_CHECKING:  # never run: the same submodules, named as Mitogen's module finder needs them
+    import ansible.module_utils.orchestrator_host.files
+    import ansible.module_utils.orchestrator_host.options
+    import ansible.module_utils.orchestrator_host.systemd
+    import ansible.module_utils.orchestrator_host.units  # noqa: F401
 
 ARGUMENT_SPEC = {
     "unit_name": {

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import TYPE_CHECKING
 
 from .files import read_bytes, read_json
+
+if TYPE_CHECKING:  # never run: the same submodules, named as Mitogen's module finder needs them
+    import ansible.module_utils.orchestrator_host.files  # noqa: F401
 
 
 def unit_digest(data: bytes) -> str:
