@@ -191,6 +191,8 @@ class HostFacts:
     done: list[str]
     #: What the gateway and the server said at each step of a drain (gateway_steps()).
     gateway: dict[str, Any] = field(default_factory=dict)
+    #: The play ended (Ctrl-C) while the host ran its restart transaction, which never came back.
+    restarting: bool = False
 
     @property
     def unreachable(self) -> bool:
@@ -205,7 +207,9 @@ class HostFacts:
     def stopped(self) -> bool:
         """Whether this play stopped (or tried to stop) the host's server: then a rollback is owed.
         A stop that failed on busy GPUs did stop the server, and a restart that failed without
-        saying which step (the host went, the module died) may have."""
+        saying which step (the host went, the module died) or never came back (Ctrl-C) may have."""
+        if self.restarting:
+            return True
         return STOP in self.done or (self.failed is not None and self.failed.action in (STOP, RESTART))
 
     @property
@@ -278,6 +282,7 @@ def of_run(run: HostRun) -> HostFacts:
         elapsed_s=round((run.finished or time.monotonic()) - run.started, 1),
         done=[e.action for e in run.events if e.kind in ("ok", "changed")],
         gateway=gateway_steps(run),
+        restarting=bool(run.events) and (run.events[-1].action, run.events[-1].kind) == (RESTART, "start"),
     )
 
 

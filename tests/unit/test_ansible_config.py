@@ -347,7 +347,8 @@ def test_a_mitogen_that_cannot_run_this_ansible_is_one_line_naming_both(tmp_path
     assert "too recent" in line and "ansible-core 2." in line and "pip install -U mitogen" in line
 
 
-def test_a_mitogen_strategy_without_mitogen_says_how_to_install_it(tmp_path, no_mitogen) -> None:
+def test_a_mitogen_strategy_without_mitogen_says_how_to_install_it(tmp_path, no_mitogen, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ansible_mitogen", None)  # not importable, installed or not
     with pytest.raises(InputError, match="Mitogen for Ansible is not installed beside orchestrator"):
         ansible_config.check_mitogen(_asking_for("mitogen_linear", tmp_path))
 

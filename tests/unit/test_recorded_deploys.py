@@ -75,7 +75,7 @@ def test_only_the_hosts_it_stopped_are_rolled_back_each_to_its_last_good_unit(la
     """Four hosts of one play, each as a lab run recorded it: lab1 stopped and died of CUDA OOM
     (test_cuda_oom_from_mem_fraction), lab2 failed preflight on a busy GPU before any stop
     (test_busy_gpu_fails_...), ghost was unreachable (test_unreachable_host_...), lab4 restarted
-    healthy (lab2 of test_deploy_then_noop_...). lab2, ghost and lab4 ran other profiles there: their events
+    healthy (lab1 of test_deploy_then_noop_..., the host that run restarted). lab2, ghost and lab4 ran other profiles there: their events
     answer this plan all the same (a probe's preflight failure, no connection, a healthy start)."""
     oom = Recording.load("oom")
     plays.then(
@@ -83,7 +83,7 @@ def test_only_the_hosts_it_stopped_are_rolled_back_each_to_its_last_good_unit(la
             oom,
             Recording.load("busy_gpu").renamed(lab2="lab1").for_any_plan("lab2"),
             Recording.load("unreachable_ghost").only("ghost").for_any_plan("ghost"),
-            Recording.load("deploy_4_hosts").only("lab2").renamed(lab4="lab2").for_any_plan("lab4"),
+            Recording.load("deploy_4_hosts").only("lab1").renamed(lab4="lab1").for_any_plan("lab4"),
         ),
         Recording.load("oom_rollback"),
     )
@@ -196,7 +196,8 @@ def test_one_rank_dying_fails_every_rank_naming_it_and_rolls_the_group_back(lab,
 
 def test_ctrl_c_marks_the_host_it_stopped_and_the_hosts_it_never_reached(lab, plays, tmp_path) -> None:
     """test_ctrl_c_mid_start_rolls_back_and_leaves_no_lock's play, here the first batch of three
-    (--serial 1): Ctrl-C came during lab1's health wait, before any later batch."""
+    (--serial 1): Ctrl-C came during lab1's restart (the one transaction on the host: stop, start,
+    its first seconds of health), before any later batch. The server was stopped there."""
     plays.then(
         Recording.load("ctrl_c_during_health").with_unreached("lab2", "lab3"),
         Recording.load("ctrl_c_during_health_rollback"),
@@ -207,7 +208,7 @@ def test_ctrl_c_marks_the_host_it_stopped_and_the_hosts_it_never_reached(lab, pl
     first, back = plays.asks
     assert first.orch.serial == "1" and report.interrupted and not report.ok
     hosts = by_host(report)
-    assert hosts["lab1"].diagnosis == "interrupted (Ctrl-C) during health" and hosts["lab1"].stopped
+    assert hosts["lab1"].diagnosis == "interrupted (Ctrl-C) during restart" and hosts["lab1"].stopped
     assert hosts["lab1"].rolled_back_to == f"cg_5tok ({GOOD})"
     for name in ("lab2", "lab3"):
         assert hosts[name].step == "not started", hosts[name]
