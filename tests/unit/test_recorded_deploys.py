@@ -75,7 +75,8 @@ def test_only_the_hosts_it_stopped_are_rolled_back_each_to_its_last_good_unit(la
     """Four hosts of one play, each as a lab run recorded it: lab1 stopped and died of CUDA OOM
     (test_cuda_oom_from_mem_fraction), lab2 failed preflight on a busy GPU before any stop
     (test_busy_gpu_fails_...), ghost was unreachable (test_unreachable_host_...), lab4 restarted
-    healthy (lab1 of test_deploy_then_noop_..., the host that run restarted). lab2, ghost and lab4 ran other profiles there: their events
+    healthy (lab1 of test_deploy_then_noop_..., the host that run restarted). lab2, ghost and lab4
+    ran other profiles there: their events
     answer this plan all the same (a probe's preflight failure, no connection, a healthy start)."""
     oom = Recording.load("oom")
     plays.then(
