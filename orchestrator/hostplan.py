@@ -166,6 +166,10 @@ class HostPlan(_Record):
     #: A rollback's unit, which ran healthy on this host before: written without systemd-analyze
     #: verify, so a line today's checks refuse (one systemd ignores) cannot keep the host from it.
     trusted_digest: str = ""
+    #: A rank of a multi-node server: its restart goes a step at a time across all ranks (one rank
+    #: failing a step ends every rank's play before the next, max_fail_percentage 0) and it is
+    #: recorded only once the group is healthy, never in the one transaction of a single host.
+    lockstep: bool = False
 
 
 class Target(_Record):
@@ -402,18 +406,21 @@ def for_profile(
         preflight=checks if preflight else None,
         health_timeout_s=prof.service.health_timeout_s,
         health_interval_s=prof.service.health_poll_interval_s,
+        lockstep=facts.nnodes > 1,
         **run,
     )
 
 
 def for_record(unit_name: str, record: dict[str, Any], **run: Any) -> HostPlan:
     """A recorded healthy unit (rollback), with the facts recorded beside it."""
+    facts = UnitFacts.model_validate(record["facts"])
     return HostPlan(
         unit_name=unit_name,
         profile=record["profile"],
         unit=record["unit"],
         digest=record["digest"],
-        facts=UnitFacts.model_validate(record["facts"]),
+        facts=facts,
         trusted_digest=record["digest"],
+        lockstep=facts.nnodes > 1,
         **run,
     )

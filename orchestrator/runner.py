@@ -338,7 +338,10 @@ def split_steps(task: TaskEvent) -> list[TaskEvent]:
     if task.kind in ("start", "unreachable") or not isinstance(steps, list) or not steps:
         return [task]  # the restart as a whole: which of its steps ran is not known
     events: list[TaskEvent] = []
-    for step in steps:
+    # Each step's start and end on this clock, from its took_s: the transaction ended at task.at.
+    took = [float(s.get("took_s") or 0) if isinstance(s, dict) else 0.0 for s in steps]
+    ends = [task.at - sum(took[i + 1 :]) for i in range(len(steps))]
+    for step, end, step_s in zip(steps, ends, took, strict=True):
         action = step.get("action") if isinstance(step, dict) else None
         result = step.get("result") if isinstance(step, dict) else None
         if action not in RESTART_STEPS or not isinstance(result, dict):
@@ -351,8 +354,8 @@ def split_steps(task: TaskEvent) -> list[TaskEvent]:
         else:
             kind = "changed" if result.get("changed") else "ok"
         events += [
-            TaskEvent(task.host, "start", task.role, action, {}, task.at),
-            TaskEvent(task.host, kind, task.role, action, result, task.at),
+            TaskEvent(task.host, "start", task.role, action, {}, end - step_s),
+            TaskEvent(task.host, kind, task.role, action, result, end),
         ]
     return events
 

@@ -38,9 +38,9 @@ attributes:
 # Written by python3 scripts/role_specs.py from ARGUMENT_SPEC below:
 options:
   stop:
-    description: The options of the step's own module, as it takes them.
+    description: "The options of the step's own module, as it takes them; none: this step is not run."
     type: dict
-    required: true
+    default: null
     suboptions:
       unit_name: {description: The systemd unit to stop., type: str, required: true}
       paths:
@@ -85,9 +85,9 @@ options:
         type: bool
         default: false
   unit:
-    description: The options of the step's own module, as it takes them.
+    description: "The options of the step's own module, as it takes them; none: this step is not run."
     type: dict
-    required: true
+    default: null
     suboptions:
       unit_name:
         description: The systemd unit name (its file name in I(paths.unit_dir)).
@@ -128,14 +128,14 @@ options:
         type: str
         default: ""
   start:
-    description: The options of the step's own module, as it takes them.
+    description: "The options of the step's own module, as it takes them; none: this step is not run."
     type: dict
-    required: true
+    default: null
     suboptions: {unit_name: {description: The systemd unit to start., type: str, required: true}}
   health:
-    description: The options of the step's own module, as it takes them.
+    description: "The options of the step's own module, as it takes them; none: this step is not run."
     type: dict
-    required: true
+    default: null
     suboptions:
       url: {description: Health URL polled from the host itself., type: str, required: true}
       unit: {description: The systemd unit running the server., type: str, required: true}
@@ -166,8 +166,7 @@ options:
         type: float
         default: 0.0
   record:
-    description: "The options of the step's own module, as it takes them; none: not recorded (the play records
-      later)."
+    description: "The options of the step's own module, as it takes them; none: this step is not run."
     type: dict
     default: null
     suboptions:
@@ -249,6 +248,7 @@ invocation_id:
 
 import os
 import time
+import traceback
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -267,45 +267,42 @@ CHECKED = ("stop", "unit")
 
 
 def _spec(option: str, step: Any) -> dict[str, Any]:
-    """The option holding one step's options: a dict validated by that step's own spec."""
-    required = option != "record"
+    """The option holding one step's options: a dict validated by that step's own spec (its no_log
+    options masked as Ansible masks any), or none: the step is not run here."""
     return {
         "type": "dict",
-        "required": required,
+        "default": None,
         "options": step.ARGUMENT_SPEC,
-        **({} if required else {"default": None}),
-        "description": "The options of the step's own module, as it takes them"
-        + ("." if required else "; none: not recorded (the play records later)."),
+        "description": "The options of the step's own module, as it takes them; none: this step is not run.",
     }
 
 
 ARGUMENT_SPEC = {option: _spec(option, step) for option, _, step in STEPS}
 
 
-class _Step:
-    """The AnsibleModule one step runs with: its fail_json ends the transaction, naming the step
-    and carrying every step before it."""
+def _failing(module: AnsibleModule, action: str, done: list[dict[str, Any]], outcome: dict[str, Any]) -> Any:
+    """The fail_json a step runs with (set on the module itself, so that AnsibleModule's own failures,
+    a chown or a missing binary, end the same way): it ends the transaction naming the step, with
+    every step before it."""
+    began, fail = time.monotonic(), module.fail_json
 
-    def __init__(self, module: AnsibleModule, action: str, done: list[dict[str, Any]], began: float):
-        self._module, self._action, self._done, self._began = module, action, done, began
-
-    def fail_json(self, msg: str, **result: Any) -> None:
-        took_s = round(time.monotonic() - self._began, 3)
-        failed = {"action": self._action, "failed": True, "took_s": took_s, "result": {"msg": msg, **result}}
-        changed = any(s["result"].get("changed") for s in self._done) or bool(result.get("changed"))
-        self._module.fail_json(
+    def fail_json(msg: str, **result: Any) -> None:
+        fail_json.ended = True  # type: ignore[attr-defined]  # whatever it raises, it is the end
+        took_s = round(time.monotonic() - began, 3)
+        failed = {"action": action, "failed": True, "took_s": took_s, "result": {"msg": msg, **result}}
+        changed = any(s["result"].get("changed") for s in done) or bool(result.get("changed"))
+        fail(
             msg=msg,
             changed=changed,
-            steps=[*self._done, failed],
-            failed_step=self._action,
+            steps=[*done, failed],
+            failed_step=action,
             done=False,
             recorded=False,
             released=False,
-            invocation_id="",
+            invocation_id=outcome["invocation_id"],
         )
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._module, name)
+    return fail_json
 
 
 def watched() -> bool:
@@ -334,7 +331,17 @@ def transact(module: AnsibleModule) -> dict[str, Any]:
         if option == "health":  # the wait watches the invocation this start began
             p = {**p, "invocation_id": p["invocation_id"] or outcome["invocation_id"]}
         began = time.monotonic()
-        result = step.run(_Step(module, action, done, began), p)
+        own, failing = module.fail_json, _failing(module, action, done, outcome)
+        module.fail_json = failing
+        try:
+            result = step.run(module, p)
+        except Exception as exc:  # a bug of the step: named with it, the steps before it kept
+            if getattr(failing, "ended", False):
+                raise  # the step's own fail_json, ending (a test's stand-in for sys.exit raises)
+            failing(msg=f"{action} failed: {type(exc).__name__}: {exc}", exception=traceback.format_exc())
+            raise
+        finally:
+            module.fail_json = own
         done.append(
             {
                 "action": action,

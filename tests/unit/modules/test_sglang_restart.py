@@ -165,3 +165,27 @@ def test_a_closed_pipe_is_a_control_machine_gone(tmp_path):
     script = script.replace("os.close(r); ", "")
     kept = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     assert kept.stderr.strip().endswith("True"), kept.stderr
+
+
+def test_a_step_that_raises_is_named_with_the_steps_before_it(restart, steps, run_module, monkeypatch):
+    """A bug in a step (or AnsibleModule's own failure inside it: a chown, a missing binary) ends the
+    transaction as a failure of that step, the stop's result kept for the report and rollback."""
+
+    def broken(module: Any, p: dict) -> dict:
+        raise KeyError("facts")
+
+    monkeypatch.setattr(unitfile, "run", broken)
+    failed, result = run_module(restart, ARGS)
+    assert failed and result["failed_step"] == "sglang_unit"
+    assert (
+        result["msg"] == "sglang_unit failed: KeyError: 'facts'"
+        and "Traceback" in result["steps"][-1]["result"]["exception"]
+    )
+    assert [s["action"] for s in result["steps"]] == ["sglang_stop", "sglang_unit"]
+
+
+def test_one_step_alone_runs_only_that_step(restart, steps, run_module):
+    """A multi-node server's ranks go a step at a time (playbooks/tasks/restart_lockstep.yml)."""
+    failed, result = run_module(restart, {"stop": ARGS["stop"]})
+    assert not failed and [name for name, _ in steps] == ["stop"]
+    assert not result["done"] and not result["recorded"]
