@@ -339,7 +339,10 @@ def split_steps(task: TaskEvent) -> list[TaskEvent]:
         return [task]  # the restart as a whole: which of its steps ran is not known
     events: list[TaskEvent] = []
     # Each step's start and end on this clock, from its took_s: the transaction ended at task.at.
-    took = [float(s.get("took_s") or 0) if isinstance(s, dict) else 0.0 for s in steps]
+    took = [
+        s["took_s"] if isinstance(s, dict) and isinstance(s.get("took_s"), int | float) else 0.0
+        for s in steps
+    ]
     ends = [task.at - sum(took[i + 1 :]) for i in range(len(steps))]
     for step, end, step_s in zip(steps, ends, took, strict=True):
         action = step.get("action") if isinstance(step, dict) else None

@@ -80,3 +80,12 @@ def test_a_step_orchestrator_does_not_know_fails_naming_it() -> None:
 def test_other_events_are_themselves() -> None:
     ev = TaskEvent("lab1", "ok", "sglang_probe", "sglang_probe", {"x": 1})
     assert split_steps(ev) == [ev]
+
+
+def test_a_step_with_a_malformed_duration_is_still_read() -> None:
+    ev = _restart("changed", ("sglang_stop", False, STOPPED))
+    ev.result["steps"][0]["took_s"] = "soon"
+    assert [(e.kind, e.action) for e in split_steps(ev)] == [
+        ("start", "sglang_stop"),
+        ("changed", "sglang_stop"),
+    ]

@@ -288,6 +288,8 @@ def _failing(module: AnsibleModule, action: str, done: list[dict[str, Any]], out
 
     def fail_json(msg: str, **result: Any) -> None:
         fail_json.ended = True  # type: ignore[attr-defined]  # whatever it raises, it is the end
+        if isinstance(result.get("exception"), BaseException):  # 2.19's own failures pass the object
+            result["exception"] = "".join(traceback.format_exception(result["exception"]))
         took_s = round(time.monotonic() - began, 3)
         failed = {"action": action, "failed": True, "took_s": took_s, "result": {"msg": msg, **result}}
         changed = any(s["result"].get("changed") for s in done) or bool(result.get("changed"))

@@ -7,6 +7,7 @@ replaced by a recorder, to prove what the transaction does with their results an
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -189,3 +190,20 @@ def test_one_step_alone_runs_only_that_step(restart, steps, run_module):
     failed, result = run_module(restart, {"stop": ARGS["stop"]})
     assert not failed and [name for name, _ in steps] == ["stop"]
     assert not result["done"] and not result["recorded"]
+
+
+def test_ansibles_own_failure_with_an_exception_object_is_named_with_its_step(
+    restart, steps, run_module, monkeypatch
+):
+    """ansible-core 2.19's AnsibleModule fails with the exception itself (run_command's OSError, a
+    chown): it comes back as text, under the step it happened in."""
+
+    def missing(module: Any, p: dict) -> dict:
+        module.fail_json(msg="Error executing command.", exception=FileNotFoundError(2, "No such file"))
+        raise AssertionError("fail_json returned")
+
+    monkeypatch.setattr(start, "run", missing)
+    failed, result = run_module(restart, ARGS)
+    assert failed and result["failed_step"] == "sglang_start" and result["msg"] == "Error executing command."
+    assert "FileNotFoundError" in result["steps"][-1]["result"]["exception"]
+    json.dumps(result)  # all of it goes back as JSON
