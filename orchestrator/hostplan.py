@@ -166,9 +166,9 @@ class HostPlan(_Record):
     #: A rollback's unit, which ran healthy on this host before: written without systemd-analyze
     #: verify, so a line today's checks refuse (one systemd ignores) cannot keep the host from it.
     trusted_digest: str = ""
-    #: A rank of a multi-node server: its restart goes a step at a time across all ranks (one rank
-    #: failing a step ends every rank's play before the next, max_fail_percentage 0) and it is
-    #: recorded only once the group is healthy, never in the one transaction of a single host.
+    #: A rank of a multi-node server: its restart goes a step at a time across all ranks
+    #: (restart_lockstep.yml) and it records after the group's health task, never in the one
+    #: transaction of a single host.
     lockstep: bool = False
 
 
