@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
-def timed(argv: list[str]) -> float:
+def timed(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> float:
     """Seconds the command took; a failing command ends the benchmark with its output."""
     start = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True)
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
     took = time.monotonic() - start
     if done.returncode != 0:
         sys.exit(

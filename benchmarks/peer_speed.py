@@ -28,27 +28,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from _timing import timed as run
 from deploy_speed import newest_deploy, timeline
 
 from orchestrator.lab import hosts as lab_hosts
 from orchestrator.runner import ansible_command
 
 PLAIN = Path(__file__).parent / "peer" / "plain.yml"
-
-
-def run(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> float:
-    """Seconds the command took; a failing command ends the benchmark with its output."""
-    start = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
-    took = time.monotonic() - start
-    if done.returncode != 0:
-        sys.exit(
-            f"{' '.join(argv)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}"
-        )
-    return took
 
 
 def rendered(profile: str) -> tuple[str, str, int]:

@@ -333,7 +333,6 @@ def split_steps(task: TaskEvent) -> list[TaskEvent]:
     failed there may have been stopped (facts.HostFacts.stopped). Any other event is itself."""
     if task.action != RESTART or task.kind == "skipped":
         return [task]
-    first = RESTART_STEPS[0]
     steps = task.result.get("steps")
     if task.kind in ("start", "unreachable") or not isinstance(steps, list) or not steps:
         return [task]  # the restart as a whole: which of its steps ran is not known
@@ -349,7 +348,7 @@ def split_steps(task: TaskEvent) -> list[TaskEvent]:
         result = step.get("result") if isinstance(step, dict) else None
         if action not in RESTART_STEPS or not isinstance(result, dict):
             msg = f"{RESTART} returned a step orchestrator does not know: {str(step)[:200]}"
-            return [*events, TaskEvent(task.host, "failed", task.role, first, {"msg": msg}, task.at)]
+            return [*events, TaskEvent(task.host, "failed", task.role, RESTART, {"msg": msg}, task.at)]
         if step.get("failed"):
             kind = "failed"
         elif action == "sglang_health_wait" and result.get("done") is False:
