@@ -27,6 +27,7 @@ from hostfakes import (
 )
 
 from orchestrator.paths import ROOT
+from tests.unit.test_standin_sglang import free_port
 
 HELP = (ROOT / "orchestrator/sglang_help/launch_server-help-0.5.9.txt").read_text()
 H200 = "GPU-8b9e1fa8-32f8-da01-8524-833ee60332e7"
@@ -65,12 +66,6 @@ def checks(tmp_path: Path, host) -> dict:
         "log_dir": str(tmp_path),
         "min_free_mib": 1,
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
