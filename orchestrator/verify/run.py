@@ -92,12 +92,18 @@ def verify(prof: profile_mod.Profile, inventory: Path, limit: str | None = None)
         "--hosts=" + ",".join(f"ansible://{name}" for name in plans),
         f"--ansible-inventory={inventory}",
         "-p",
+        "testinfra.plugin",  # the one plugin: autoloading every installed one cost 1.2 s
+        "-p",
         "no:cacheprovider",
         "-q",
         "--rootdir",
         str(TESTS.parent),
     ]
-    env = {"ORCH_VERIFY_PLANS": json.dumps(plans), "PATH": _path_first_ours()}
+    env = {
+        "ORCH_VERIFY_PLANS": json.dumps(plans),
+        "PATH": _path_first_ours(),
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    }
     _give_testinfra(inventory, list(plans))
     with _environ(env), contextlib.redirect_stdout(io.StringIO()):
         pytest.main(args, plugins=[collector])
@@ -127,11 +133,20 @@ def _give_testinfra(inventory: Path, names: list[str]) -> None:
     runner = AnsibleRunner.get_runner(str(inventory))
     runner.__dict__["inventory"] = {"_meta": {"hostvars": hostvars}, "all": {"hosts": list(hostvars)}}
     runner._host_cache.clear()
+    parser = runner.ansible_config
+    if not parser.has_section("ssh_connection"):
+        parser.add_section("ssh_connection")
+    if not parser.get("ssh_connection", "control_path", fallback="", raw=True):
+        # One ssh connection per host for all its checks, as Ansible keeps one: testinfra asks for
+        # ControlMaster but names no ControlPath, so each check paid a new handshake (13 per host).
+        cp_dir = Path(parser.get("persistent_connection", "control_path_dir", fallback="~/.ansible/cp"))
+        cp_dir.expanduser().mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not parser.has_section("persistent_connection"):
+            parser.add_section("persistent_connection")
+        parser.set("persistent_connection", "control_path_dir", str(cp_dir).replace("%", "%%"))
+        parser.set("ssh_connection", "control_path", "%(directory)s/testinfra-%%C")
     ssh_args = ansible_config.read()["ssh.ssh_args"]
     if ssh_args.origin.startswith("env:"):
-        parser = runner.ansible_config
-        if not parser.has_section("ssh_connection"):
-            parser.add_section("ssh_connection")
         parser.set("ssh_connection", "ssh_args", str(ssh_args.value).replace("%", "%%"))
 
 
