@@ -139,12 +139,14 @@ def _give_testinfra(inventory: Path, names: list[str]) -> None:
     if not parser.get("ssh_connection", "control_path", fallback="", raw=True):
         # One ssh connection per host for all its checks, as Ansible keeps one: testinfra asks for
         # ControlMaster but names no ControlPath, so each check paid a new handshake (13 per host).
+        # Where that folder cannot be made, each check opens its own connection, as before.
         cp_dir = Path(parser.get("persistent_connection", "control_path_dir", fallback="~/.ansible/cp"))
-        cp_dir.expanduser().mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            cp_dir.expanduser().mkdir(mode=0o700, parents=True, exist_ok=True)
         if not parser.has_section("persistent_connection"):
             parser.add_section("persistent_connection")
         parser.set("persistent_connection", "control_path_dir", str(cp_dir).replace("%", "%%"))
-        parser.set("ssh_connection", "control_path", "%(directory)s/testinfra-%%C")
+        parser.set("ssh_connection", "control_path", "%(directory)s/ti-%%C")  # short: a socket path
     ssh_args = ansible_config.read()["ssh.ssh_args"]
     if ssh_args.origin.startswith("env:"):
         parser.set("ssh_connection", "ssh_args", str(ssh_args.value).replace("%", "%%"))
