@@ -375,7 +375,10 @@ def _group_diagnosis(reports: list[HostReport], where: dict[str, Placement]) -> 
     # A rank that saw its peer go (ncclRemoteError) died of another's death, even when its own
     # systemd recorded the exit a few milliseconds earlier (clock skew, a busy host's reaper).
     causes = [r for r in dead if not _PEER_GONE.search(r.diagnosis)] or dead
-    first = min(causes, key=lambda r: r.exited_at) if causes else failed[0]
+    # Otherwise the rank that failed a step itself: not one Ansible stopped because another failed
+    # (any_errors_fatal: no failed task, no diagnosis), nor one refused at the ranks gate.
+    own = [r for r in failed if r.diagnosis and r.step != facts_mod.STEPS[facts_mod.RANKS_GATE]]
+    first = min(causes, key=lambda r: r.exited_at) if causes else (own or failed)[0]
     rank = where[first.host].facts.rank
     why = first.diagnosis or f"failed at {first.step}"
     for r in reports:

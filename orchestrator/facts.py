@@ -54,6 +54,9 @@ from orchestrator.results import (
 from orchestrator.runner import HostRun, TaskEvent
 
 COMMAND = "ansible.builtin.command"
+#: Only playbooks/tasks/restart_lockstep.yml's gate asserts: every rank of a multi-node server
+#: restarts, or none is stopped.
+RANKS_GATE = "ansible.builtin.assert"
 
 #: Actions in play order, with the step name users see.
 STEPS = {
@@ -61,6 +64,7 @@ STEPS = {
     PREFLIGHT: "preflight",
     GATEWAY: "gateway",
     DRAIN: "drain",
+    RANKS_GATE: "ranks",
     #: The restart's one transaction (roles/sglang_restart) until its steps came back, each read
     #: as its own module's (runner.split_steps).
     RESTART: "restart",

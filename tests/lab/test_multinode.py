@@ -119,3 +119,74 @@ def test_preflight_checks_each_rank_for_its_share_of_the_gpus(lab, ranks):
         "the server uses GPU 0-7 (8: TP x DP, on server.gpus); GPUs 4-7 are not on this host: "
         "nvidia-smi reports 4 GPUs (0-3)" in one_node.stdout + one_node.stderr
     )
+
+
+def changed(tmp_path, name: str) -> str:
+    """PROFILE with one setting changed: a deploy of it restarts every rank."""
+    return write_profile(tmp_path, name, yaml.safe_dump({"extends": PROFILE, "env": {"ORCH_TRY": name}}))
+
+
+def test_a_rank_failing_its_preflight_leaves_every_rank_untouched(lab, ranks, tmp_path):
+    """Rank 1 refuses at its preflight (a foreign process on its GPU 0): rank 0 passed its own, but
+    is stopped neither, since a rank restarted alone cannot join peers on the old unit; both locks
+    are released."""
+    rc, _ = deploy_json(lab, "--profile", PROFILE, "--limit", limit(ranks))
+    assert rc == 0
+    before = {h.name: service(h)["MainPID"] for h in ranks}
+    ssh(
+        ranks[1], "systemd-run", "--unit=rank-holder", "/usr/local/bin/gpu-hold", "--gpu", "0", "--mib", "900"
+    )
+    try:
+        pid = service_pid(ranks[1], "rank-holder.service")
+        rc, report = deploy_json(lab, "--profile", changed(tmp_path, "try_a"), "--limit", limit(ranks))
+    finally:
+        ssh(ranks[1], "systemctl", "stop", "rank-holder.service")
+    assert rc == 1, report
+    by_host = {h["host"]: h for h in report["hosts"]}
+    for h in ranks:
+        assert by_host[h.name]["diagnosis"].startswith(
+            f"group failed: node rank 1 ({ranks[1].name}) failed first: preflight: 1 problem(s), "
+            f"nothing was stopped: GPU 0 is used by PID {pid}"
+        ), by_host[h.name]
+        assert not by_host[h.name]["stopped"] and not by_host[h.name]["rolled_back_to"]
+        assert service(h)["MainPID"] == before[h.name]  # still the old server, never stopped
+    assert by_host[ranks[0].name]["step"] == "ranks" and by_host[ranks[1].name]["step"] == "preflight"
+    assert health(ranks[0]) == 200
+    # Neither rank kept its lock: the same deploy goes through once the GPU is free.
+    rc, report = deploy_json(lab, "--profile", PROFILE, "--limit", limit(ranks))
+    assert rc == 0, report
+
+
+def test_a_rank_failing_a_step_ends_every_rank_there(lab, ranks, tmp_path):
+    """Rank 1's start fails (a drop-in of someone else's whose ExecStartPre= fails): rank 0,
+    started in the same task, goes no further (no health wait, no record) and the group fails at
+    once, naming rank 1."""
+    rc, _ = deploy_json(lab, "--profile", PROFILE, "--limit", limit(ranks))
+    assert rc == 0
+    dropin = "/run/systemd/system/sglang.service.d"
+    ssh(
+        ranks[1],
+        "sh",
+        "-c",
+        f"mkdir -p {dropin} && printf '[Service]\\nExecStartPre=/bin/false\\n' > {dropin}/x.conf",
+    )
+    try:
+        start = time.monotonic()
+        rc, report = deploy_json(
+            lab, "--profile", changed(tmp_path, "try_b"), "--limit", limit(ranks), "--no-rollback"
+        )
+        took = time.monotonic() - start
+    finally:
+        ssh(ranks[1], "sh", "-c", f"rm -r {dropin} && systemctl daemon-reload")
+    assert rc == 1, report
+    by_host = {h["host"]: h for h in report["hosts"]}
+    for h in ranks:
+        assert by_host[h.name]["diagnosis"].startswith(
+            f"group failed: node rank 1 ({ranks[1].name}) failed first: failed at start:"
+        ), by_host[h.name]
+        assert by_host[h.name]["stopped"]
+    assert by_host[ranks[0].name]["step"] == "start"  # not health: it never waited for its peer
+    assert took < 30  # rank 0 would wait for rank 1 up to the stand-in's dist_timeout_s (30 s)
+    rc, report = deploy_json(lab, "--profile", PROFILE, "--limit", limit(ranks))
+    assert rc == 0, report
+    assert health(ranks[0]) == 200
