@@ -27,4 +27,15 @@ if ((${#missing[@]})); then
   fi
 fi
 
+# The gateway: smg 1.x comes with the test extra; sglang-router 0.3.2, the release before smg left
+# that package, gets a venv of its own, since both install a program named `smg` (the gateway
+# tests run each). An older checkout's 0.3.2 in this Python goes, with the smg it overwrote.
+if python3 -m pip show -q sglang-router >/dev/null 2>&1; then
+  python3 -m pip uninstall -q -y sglang-router smg >/dev/null 2>&1
+fi
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+previous=/opt/orchestrator/smg-0.3.2
+if [[ ! -x $previous/bin/smg ]]; then
+  python3 -m venv "$previous"
+  "$previous/bin/pip" install -q --disable-pip-version-check 'sglang-router==0.3.2'
+fi

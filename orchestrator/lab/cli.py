@@ -148,10 +148,18 @@ def gateway() -> None:
     type=click.IntRange(1, 65535),
     help="The port the hosts' servers listen on.",
 )
+@click.option(
+    "--smg",
+    "smg",
+    metavar="PROGRAM",
+    default=None,
+    help="The smg to run (a path, or a name on PATH). Default: `smg` on PATH, smg 1.x of the "
+    "gateway extra; e.g. a venv's bin/smg of sglang-router 0.3.2.",
+)
 @_errors_to_exit
-def gateway_up(port: int, worker_port: int) -> None:
+def gateway_up(port: int, worker_port: int, smg: str | None) -> None:
     """Start smg with every lab host as a worker and wait until all serve (a no-op when it runs)."""
-    state = lab_gateway.up(port=port, worker_port=worker_port)
+    state = lab_gateway.up(port=port, worker_port=worker_port, smg=smg)
     if state.reused:
         _progress("gateway already up with these workers; nothing to do")
     out.print(f"gateway:   {state.url}  (pid {state.pid}, log {state.log})")

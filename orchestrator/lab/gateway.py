@@ -1,14 +1,14 @@
 """The lab's gateway: SGLang's own `smg` on the control machine's loopback, the lab hosts its workers.
 
 A fleet behind a gateway is drained there before a worker stops; this puts the real gateway in front
-of the lab so a deploy can be tried under traffic. `smg` (PyPI sglang-router, the `gateway` extra)
-runs in its own session, so it outlives the command that started it, and routes round robin to
+of the lab so a deploy can be tried under traffic. `smg` (PyPI smg 1.x, the `gateway` extra; or
+another, --smg) runs in its own session, so it outlives the command that started it, and routes round robin to
 http://<host address>:<worker port> for every lab host. Its Prometheus exporter (which binds 29000 on
 all interfaces unless told otherwise) goes to 127.0.0.1:<port + 1>.
 
 Layout under `lab_dir()`:
 
-    gateway.json            the record: pid and its start time, url, port, workers, log
+    gateway.json            the record: pid and its start time, url, port, workers, log, smg
     gateway.log             smg's output (--log-level warn)
     inventory-gateway.yml   inventory.yml plus all.vars.orchestrator_gateway_url, for deploys through it
 
@@ -35,6 +35,10 @@ import yaml
 
 from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.lab import hosts as lab_hosts
+from orchestrator.paths import module_utils
+
+#: The same client as the roles' (playbooks/module_utils/orchestrator_gateway.py).
+smg_api = module_utils("orchestrator_gateway")
 
 DEFAULT_PORT = 39000
 #: The port the lab's servers listen on (a profile's default).
@@ -43,8 +47,11 @@ WORKER_PORT = 30000
 #: within a few seconds of its /health answering 200.
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0
-#: The release whose worker API (/workers, /readiness) this module was written against.
-SMG_REQUIREMENT = "sglang-router==0.3.2"
+#: The gateway the `gateway` extra installs: smg 1.x (Shepherd Model Gateway). The worker API
+#: (/workers with each worker's status, /readiness) was read from 1.13; sglang-router 0.3.2, the
+#: release before smg left that package, is tested too (SMG_PREVIOUS).
+SMG_REQUIREMENT = "smg>=1.13,<2"
+SMG_PREVIOUS = "sglang-router==0.3.2"
 INVENTORY_VAR = "orchestrator_gateway_url"
 
 
@@ -160,12 +167,15 @@ def _write_inventory(inventory: dict, url: str) -> Path:
     return path
 
 
-def _smg() -> str:
-    smg = shutil.which("smg")
+def _smg(given: str | None = None) -> str:
+    """The smg to run: `given` (a path, or a name on PATH), else `smg` on PATH."""
+    smg = shutil.which(given or "smg")
+    if smg is None and given:
+        raise InputError(f"--smg {given}: no such program (give the path of an smg executable)")
     if smg is None:
         raise InputError(
             "the lab gateway runs SGLang's `smg`, which is not installed: "
-            f"pip install 'orchestrator[gateway]' (or pip install {SMG_REQUIREMENT})"
+            f"pip install 'orchestrator[gateway]' (or pip install '{SMG_REQUIREMENT}')"
         )
     return smg
 
@@ -185,29 +195,34 @@ def _check_free(port: int, what: str) -> None:
 
 
 def up(
-    port: int = DEFAULT_PORT, worker_port: int = WORKER_PORT, timeout_s: float = READY_TIMEOUT_S
+    port: int = DEFAULT_PORT,
+    worker_port: int = WORKER_PORT,
+    timeout_s: float = READY_TIMEOUT_S,
+    smg: str | None = None,
 ) -> GatewayState:
-    """Start smg in front of the lab hosts (a no-op when it already runs with the same workers and
-    port), write inventory-gateway.yml, and wait until every worker is registered and healthy.
+    """Start smg (`smg`: a path or a name on PATH; default `smg` on PATH) in front of the lab hosts
+    (a no-op when the same smg already runs with the same workers and port), write
+    inventory-gateway.yml, and wait until every worker is registered and healthy.
 
     A gateway recorded with other workers or another port is stopped first. When the workers do not
     all serve within `timeout_s`, the smg this call started is stopped again and the error names them.
     """
     if not 1 <= port < 65535:
         raise InputError(f"--port must be between 1 and 65534 (port + 1 serves metrics), not {port}")
-    smg = _smg()
+    program = _smg(smg)
     inventory = _lab_inventory()
     workers = _worker_urls(inventory, worker_port)
     with _locked():
         record = _load()
         running = record is not None and lab_hosts._alive(record.get("pid"), record.get("pid_start"))
-        if running and record and (record["workers"], record["port"]) == (list(workers), port):
+        same = (list(workers), port, program)
+        if running and record and (record["workers"], record["port"], record.get("smg")) == same:
             _write_inventory(inventory, record["url"])
             _wait_serving(record, timeout_s)
             return _as_state(record, reused=True)
         if record is not None:
             _stop(record)
-        record = _start(smg, port, workers)
+        record = _start(program, port, workers)
         try:
             _wait_serving(record, timeout_s)
         except BaseException:  # Ctrl-C as well: an smg nobody waited for is not left behind
@@ -236,6 +251,7 @@ def _start(smg: str, port: int, workers: tuple[str, ...]) -> dict:
         "port": port,
         "workers": list(workers),
         "log": str(log),
+        "smg": smg,
     }
     _save(record)
     return record
@@ -276,7 +292,7 @@ def _listed(client: httpx.Client, workers: list[str]) -> tuple[GatewayWorker, ..
         listed = client.get("/workers").json()["workers"]
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         listed = []
-    healthy = {w.get("url"): bool(w.get("is_healthy")) for w in listed}
+    healthy = {w.get("url"): smg_api.healthy(w) for w in listed}
     return tuple(GatewayWorker(url, healthy.get(url)) for url in workers)
 
 

@@ -1,17 +1,23 @@
-"""SGLang's gateway (`smg`, PyPI sglang-router 0.3.2) as a rollout sees it, and a server's own load.
+"""SGLang's gateway (`smg`: PyPI smg 1.x, and sglang-router 0.3.2 before it) as a rollout sees it,
+and a server's own load.
 
 One client for both sides: roles/sglang_gateway's modules import it as
 `ansible.module_utils.orchestrator_gateway`, and orchestrator/gateway.py loads this same file for
 the checks before a play and the clean-up after an interrupted one. Standard library only.
 
-The worker API, as read from sglang-router 0.3.2 and pinned by tests/unit/test_gateway_smg.py:
-- GET /workers -> {"workers": [{"id", "url", "is_healthy", "load", ...}], "total", ...}
-- DELETE /workers/{id} -> 202: the worker leaves the list asynchronously (on a loaded CI machine it
-  was still listed right after the 202); requests already routed to it run to their end.
-- POST /workers {"url", "api_key"?} -> 202: listed, and healthy after its first health check.
-- The `load` of a worker stays 0 while requests run through it over HTTP in 0.3.2, and a removed
-  worker is no longer listed: a drain counts the server's own requests (SGLang's GET /get_load,
-  one entry per DP rank, `num_reqs` running plus waiting) instead.
+The worker API, as read from both releases and pinned by tests/unit/test_gateway_smg.py (which runs
+each installed one):
+- GET /workers -> {"workers": [{"id", "url", "is_healthy", "load", ...}], "total", ...}; 1.x adds
+  each worker's `status`: pending, ready, not_ready, failed or draining.
+- DELETE /workers/{id} -> 202. 0.3.2 drops the worker from the list a moment later (on a loaded CI
+  machine it was still listed right after the 202). 1.x lists it at once as `draining` (is_healthy
+  false, so it is routed nothing new) until its requests have ended and a few seconds more.
+  Requests already routed to it run to their end in both.
+- POST /workers {"url", "api_key"?} -> 202: listed, and healthy after its first health check (1.x:
+  `ready`). While 1.x still lists the URL, draining, it answers 409 (the worker exists).
+- The `load` of a worker stays 0 while requests run through it over HTTP in 0.3.2 (1.x counts
+  them), and 0.3.2 no longer lists a removed worker: a drain counts the server's own requests
+  (SGLang's GET /get_load, one entry per DP rank, `num_reqs` running plus waiting) instead.
 """
 
 from __future__ import annotations
@@ -80,50 +86,77 @@ def find(listed: list[dict[str, Any]], worker_url: str) -> dict[str, Any] | None
     return next((w for w in listed if normalize(str(w.get("url", ""))) == want), None)
 
 
+def healthy(worker: dict[str, Any] | None) -> bool:
+    """Whether the gateway routes new requests to the worker: listed healthy and, where the gateway
+    says a state (1.x), `ready` (not pending, not draining)."""
+    if worker is None or not worker.get("is_healthy"):
+        return False
+    return worker.get("status", "ready") == "ready"
+
+
+def draining(worker: dict[str, Any] | None) -> bool:
+    """A worker 1.x still lists after its DELETE: out of rotation, its requests running to their end."""
+    return worker is not None and worker.get("status") == "draining"
+
+
 def seen(worker: dict[str, Any] | None) -> dict[str, Any]:
-    """What the report shows of a worker as the gateway lists it ({} when it is not listed)."""
-    if worker is None:
+    """What the report shows of a worker as the gateway lists it ({} when it is not listed); a
+    draining one (1.x, after its DELETE) is out of rotation, as one no longer listed."""
+    if worker is None or draining(worker):
         return {"listed": False}
-    return {"listed": True, "is_healthy": bool(worker.get("is_healthy")), "load": worker.get("load", 0)}
+    said = {"listed": True, "is_healthy": healthy(worker), "load": worker.get("load", 0)}
+    if "status" in worker:
+        said["status"] = str(worker["status"])
+    return said
 
 
 def remove(gateway: str, worker_url: str, key: str = "", timeout_s: float = 30.0) -> dict[str, Any] | None:
-    """Take a worker out of rotation; the worker as it was listed (None: it was not listed)."""
+    """Take a worker out of rotation: once the gateway no longer lists it, or lists it draining
+    (1.x); the worker as it was listed (None: it was not listed, or already draining)."""
     worker = find(workers(gateway, key), worker_url)
-    if worker is None:
+    if worker is None or draining(worker):
         return None
     url = f"{gateway.rstrip('/')}/workers/{urllib.parse.quote(str(worker['id']), safe='')}"
     status, body = _call("DELETE", url, key)
     if status not in (200, 202, 204):
         raise _refused("DELETE", url, status, body)
     deadline = time.monotonic() + timeout_s
-    while find(workers(gateway, key), worker_url) is not None:
+    while not _gone(find(workers(gateway, key), worker_url)):
         if time.monotonic() > deadline:
             raise GatewayError(f"{gateway} still lists {worker_url} {timeout_s:.0f} s after DELETE {url}")
         time.sleep(0.2)
     return worker
 
 
+def _gone(worker: dict[str, Any] | None) -> bool:
+    return worker is None or draining(worker)
+
+
 def add(
     gateway: str, worker_url: str, key: str = "", worker_key: str = "", timeout_s: float = 60.0
 ) -> dict[str, Any]:
-    """Put a worker (back) in rotation and wait until the gateway lists it healthy; the worker."""
-    listed = find(workers(gateway, key), worker_url)
-    if listed is None:
-        url = gateway.rstrip("/") + "/workers"
-        body: dict[str, Any] = {"url": worker_url}
-        if worker_key:
-            body["api_key"] = worker_key
-        status, answer = _call("POST", url, key, body)
-        if status not in (200, 201, 202):
-            raise _refused("POST", url, status, answer)
+    """Put a worker (back) in rotation and wait until the gateway lists it healthy; the worker.
+    A worker 1.x still lists as draining (taken out moments ago) is added once it has left the list:
+    until then the gateway refuses it as one it has (409)."""
     deadline = time.monotonic() + timeout_s
+    url = gateway.rstrip("/") + "/workers"
+    body: dict[str, Any] = {"url": worker_url}
+    if worker_key:
+        body["api_key"] = worker_key
+    added = False
     while True:
         listed = find(workers(gateway, key), worker_url)
-        if listed is not None and listed.get("is_healthy"):
+        if listed is not None and healthy(listed):
             return listed
+        if listed is None and not added:
+            status, answer = _call("POST", url, key, body)
+            if status not in (200, 201, 202, 409):  # 409: a draining entry is still there; again
+                raise _refused("POST", url, status, answer)
+            added = status != 409
         if time.monotonic() > deadline:
-            state = "listed but not healthy" if listed else "not listed"
+            state = (
+                "still draining" if draining(listed) else "listed but not healthy" if listed else "not listed"
+            )
             raise GatewayError(f"{gateway}: {worker_url} is {state} {timeout_s:.0f} s after it was added")
         time.sleep(0.25)
 

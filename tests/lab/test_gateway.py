@@ -121,6 +121,7 @@ class Load:
 
 
 def test_a_rolling_restart_behind_the_gateway_fails_no_request(lab, gw):
+    """Behind `smg` on PATH: 1.x, the gateway extra's (test_gateway_previous.py: 0.3.2)."""
     names = ",".join(h.name for h in lab.hosts)
     before = {h.name: service(h)["MainPID"] for h in lab.hosts}
     with Load(gw.url) as load:
@@ -139,7 +140,8 @@ def test_a_rolling_restart_behind_the_gateway_fails_no_request(lab, gw):
         assert g["out"]["changed"] and g["out"]["before"]["is_healthy"]
         assert g["drain"]["timed_out"] is False and g["drain"]["in_flight"] == 0
         assert g["prove"]["status"] == 200
-        assert g["back"]["after"] == {"listed": True, "is_healthy": True, "load": 0}
+        back = g["back"]["after"]
+        assert back["listed"] and back["is_healthy"] and back.get("status", "ready") == "ready", g
     assert listed(gw) == {worker_url(h): True for h in lab.hosts}
 
 

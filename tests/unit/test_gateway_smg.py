@@ -1,6 +1,7 @@
-"""SGLang's gateway `smg` (sglang-router 0.3.2, installed), run for real in front of two SGLang
-stand-ins on 127.0.0.1: the worker API that draining stands on, the lab gateway's Python API and
-CLI, and the rollout benchmark's load generator through it. No lab needed.
+"""SGLang's gateway `smg`, run for real in front of two SGLang stand-ins on 127.0.0.1, each test on
+both releases installed (smg 1.x and sglang-router 0.3.2, tests/unit/smgs.py): the worker API that
+draining stands on, the lab gateway's Python API and CLI, and the rollout benchmark's load
+generator through it. No lab needed.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import shutil
+import os
 import socket
 import subprocess
 import sys
@@ -21,15 +22,13 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from smgs import PREVIOUS, Smg, params
 from test_standin_sglang import Lab, Server, free_port
 
 from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.lab import gateway as lab_gateway
 from orchestrator.lab import hosts as lab_hosts
 from orchestrator.lab.cli import lab as lab_cli
-
-if shutil.which("smg") is None:
-    pytest.skip("smg is not installed: pip install 'orchestrator[gateway]'", allow_module_level=True)
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 BENCHMARKS = CHECKOUT / "benchmarks"
@@ -47,6 +46,7 @@ class Stack:
     servers: list[Server]
     gateway: Server
     smg: subprocess.Popen[bytes]
+    version: Smg
 
     def url(self, server: Server) -> str:
         return f"http://127.0.0.1:{server.port}"
@@ -63,12 +63,14 @@ class Stack:
             time.sleep(0.1)
         raise AssertionError(f"smg lists {self.listed()}, not {urls} healthy")
 
-    def wait_only(self, urls: set[str], timeout: float = 5) -> None:
-        """Until smg lists exactly `urls`: DELETE answers 202 and removes the worker a moment later."""
+    def wait_out(self, url: str, timeout: float = 5) -> dict | None:
+        """Until smg no longer routes to `url` after its DELETE (202, done a moment later): 0.3.2
+        drops it from the list, 1.x lists it `draining`; how it is listed then (None: not)."""
         deadline = time.monotonic() + timeout
-        while set(self.listed()) != urls:
-            assert time.monotonic() < deadline, f"smg still lists {set(self.listed())}, not {urls}"
+        while (w := self.listed().get(url)) is not None and w.get("status") != "draining":
+            assert time.monotonic() < deadline, f"smg still lists {w} {timeout} s after its DELETE"
             time.sleep(0.05)
+        return w
 
 
 def generated_tokens(server: Server) -> float:
@@ -91,9 +93,9 @@ def free_gateway_port() -> int:
     raise AssertionError("no free pair of ports on 127.0.0.1 in 50 tries")
 
 
-def start_smg(workers: list[str], log: Path) -> tuple[subprocess.Popen[bytes], Server]:
+def start_smg(smg: Smg, workers: list[str], log: Path) -> tuple[subprocess.Popen[bytes], Server]:
     port, metrics = free_port(), free_port()
-    argv = ["smg", "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers]
+    argv = [smg.program, "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers]
     argv += ["--policy", "round_robin", "--log-level", "warn"]
     argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)]
     with log.open("wb") as out:
@@ -101,8 +103,8 @@ def start_smg(workers: list[str], log: Path) -> tuple[subprocess.Popen[bytes], S
     return proc, Server(proc, port)  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+@pytest.fixture(scope="module", params=params())
+def stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("gateway")
     lab = Lab(root / "root")
     smg = None
@@ -115,9 +117,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ]
         for server in servers:
             server.wait_ready()
-        smg, gateway = start_smg([f"http://127.0.0.1:{s.port}" for s in servers], root / "smg.log")
+        smg, gateway = start_smg(
+            request.param, [f"http://127.0.0.1:{s.port}" for s in servers], root / "smg.log"
+        )
         gateway.wait_ready()
-        stack = Stack(lab, servers, gateway, smg)
+        stack = Stack(lab, servers, gateway, smg, request.param)
         stack.wait_listed({stack.url(s) for s in servers})
         yield stack
     finally:
@@ -130,12 +134,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 # --- the installed smg's worker API ------------------------------------------------------------
 
 
-def test_the_installed_smg_is_the_release_pinned_in_the_gateway_extra() -> None:
+def test_the_installed_smg_is_the_release_the_gateway_extra_asks_for() -> None:
     extras = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert extras["gateway"] == [lab_gateway.SMG_REQUIREMENT] == ["sglang-router==0.3.2"]
+    assert extras["gateway"] == [lab_gateway.SMG_REQUIREMENT] == ["smg>=1.13,<2"]
     assert lab_gateway.SMG_REQUIREMENT in extras["test"]  # CI installs '.[test]'
-    assert importlib.metadata.version("sglang-router") == "0.3.2"
+    major, minor = (int(n) for n in importlib.metadata.version("smg").split(".")[:2])
+    assert major == 1 and minor >= 13
     said = subprocess.run(["smg", "--version"], capture_output=True, text=True, timeout=30)
+    assert said.stdout.strip() == f"smg {importlib.metadata.version('smg')}"
+
+
+def test_the_release_before_is_installed_beside_it() -> None:
+    """scripts/setup.sh's venv of sglang-router 0.3.2 (its `smg` would overwrite 1.x's)."""
+    assert os.access(PREVIOUS, os.X_OK), f"{PREVIOUS}: no smg there: run scripts/setup.sh"
+    assert lab_gateway.SMG_PREVIOUS == "sglang-router==0.3.2"
+    said = subprocess.run([PREVIOUS, "--version"], capture_output=True, text=True, timeout=30)
     assert said.stdout.strip() == "sgl-model-gateway 0.3.2"
 
 
@@ -143,6 +156,8 @@ def test_both_workers_are_listed_healthy_and_answer_through_it(stack: Stack) -> 
     listed = stack.listed()
     assert set(listed) == {stack.url(s) for s in stack.servers}
     assert all(w["is_healthy"] and w["id"] for w in listed.values())
+    if stack.version.states:
+        assert {w["status"] for w in listed.values()} == {"ready"}
     assert stack.gateway.json("GET", "/readiness") == {
         "status": "ready",
         "healthy_workers": 2,
@@ -166,7 +181,11 @@ def test_a_deleted_worker_finishes_in_flight_and_gets_nothing_new_until_added_ba
     worker_id = stack.listed()[stack.url(victim)]["id"]
     resp = stack.gateway.request("DELETE", f"/workers/{worker_id}")
     assert (resp.status, json.loads(resp.read())["status"]) == (202, "accepted")
-    stack.wait_only({stack.url(other)})  # removed from the list (asynchronously: 202)
+    out = stack.wait_out(stack.url(victim))  # out of rotation (asynchronously: 202)
+    if stack.version.states:  # listed while its request runs, routed nothing
+        assert out is not None and (out["status"], out["is_healthy"]) == ("draining", False)
+    else:
+        assert out is None and set(stack.listed()) == {stack.url(other)}
 
     before = generated_tokens(other)
     short = {"text": "x", "sampling_params": {"max_new_tokens": 8}}
@@ -179,6 +198,13 @@ def test_a_deleted_worker_finishes_in_flight_and_gets_nothing_new_until_added_ba
     assert last[-2:] == ["data: [DONE]", ""]
     assert json.loads(last[-3].removeprefix("data: "))["meta_info"]["completion_tokens"] == LONG_TOKENS
 
+    if stack.version.states:  # 1.x: refused while it is still listed draining; gone a while after
+        resp = stack.gateway.request("POST", "/workers", {"url": stack.url(victim)})
+        assert resp.status == 409 and "already exists" in resp.read().decode()
+        deadline = time.monotonic() + 15
+        while stack.url(victim) in stack.listed():
+            assert time.monotonic() < deadline, stack.listed()
+            time.sleep(0.1)
     resp = stack.gateway.request("POST", "/workers", {"url": stack.url(victim)})
     assert (resp.status, json.loads(resp.read())["status"]) == (202, "accepted")
     stack.wait_listed({stack.url(s) for s in stack.servers})
@@ -213,7 +239,7 @@ def test_lab_gateway_up_status_and_down(stack: Stack, state_dir: Path) -> None:
     server = stack.servers[0]
     write_lab_inventory(["127.0.0.1"])
     port = free_gateway_port()
-    state = lab_gateway.up(port=port, worker_port=server.port)
+    state = lab_gateway.up(port=port, worker_port=server.port, smg=stack.version.program)
     try:
         url = f"http://127.0.0.1:{port}"
         assert (state.url, state.workers, state.reused) == (url, (stack.url(server),), False)
@@ -223,10 +249,10 @@ def test_lab_gateway_up_status_and_down(stack: Stack, state_dir: Path) -> None:
         assert inventory["all"]["children"]["lab"]["hosts"]["lab1"]["ansible_host"] == "127.0.0.1"
         assert state.inventory.read_text().startswith("# Written by `orchestrator lab gateway up`")
 
-        again = lab_gateway.up(port=port, worker_port=server.port)
+        again = lab_gateway.up(port=port, worker_port=server.port, smg=stack.version.program)
         assert (again.pid, again.reused) == (state.pid, True)
         first, port = state, free_gateway_port()
-        state = lab_gateway.up(port=port, worker_port=server.port)  # another port: a new smg
+        state = lab_gateway.up(port=port, worker_port=server.port, smg=stack.version.program)  # a new smg
         assert not state.reused and lab_hosts._proc_start(first.pid) is None
         url = f"http://127.0.0.1:{port}"
         assert yaml.safe_load(state.inventory.read_text())["all"]["vars"] == {"orchestrator_gateway_url": url}
@@ -253,7 +279,9 @@ def test_lab_gateway_up_names_the_workers_that_do_not_serve_and_stops_smg(
     server = stack.servers[1]
     write_lab_inventory(["127.0.0.1", "127.0.0.2"])  # nothing listens on 127.0.0.2
     with pytest.raises(OrchestratorError) as failed:
-        lab_gateway.up(port=free_gateway_port(), worker_port=server.port, timeout_s=3)
+        lab_gateway.up(
+            port=free_gateway_port(), worker_port=server.port, timeout_s=3, smg=stack.version.program
+        )
     assert f"the gateway's workers http://127.0.0.2:{server.port} are not serving after 3 s" in str(
         failed.value
     )
@@ -272,7 +300,12 @@ def test_lab_gateway_without_smg_or_a_lab_says_what_to_do(
     assert shown.exit_code == 2
     assert shown.stderr == (
         "error: the lab gateway runs SGLang's `smg`, which is not installed: "
-        "pip install 'orchestrator[gateway]' (or pip install sglang-router==0.3.2)\n"
+        "pip install 'orchestrator[gateway]' (or pip install 'smg>=1.13,<2')\n"
+    )
+    shown = CliRunner().invoke(lab_cli, ["gateway", "up", "--smg", "/nowhere/smg"])
+    assert (shown.exit_code, shown.stderr) == (
+        2,
+        "error: --smg /nowhere/smg: no such program (give the path of an smg executable)\n",
     )
 
 

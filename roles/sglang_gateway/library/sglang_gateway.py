@@ -57,7 +57,8 @@ state:
   type: str
   returned: always
 before:
-  description: "The worker as the gateway listed it before: listed, is_healthy, load."
+  description: "The worker as the gateway listed it before: listed, is_healthy, load, and status
+    where the gateway has one (1.x)."
   type: dict
   returned: always
 after:
@@ -73,7 +74,16 @@ drain:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.orchestrator_gateway import GatewayError, add, find, remove, seen, workers
+from ansible.module_utils.orchestrator_gateway import (
+    GatewayError,
+    add,
+    draining,
+    find,
+    healthy,
+    remove,
+    seen,
+    workers,
+)
 
 ARGUMENT_SPEC = {
     "url": {"type": "str", "required": True, "description": "The gateway's base URL."},
@@ -117,12 +127,12 @@ def main() -> None:
     try:
         before = find(workers(gateway, key), worker)
         if p["state"] == "absent":
-            changed = before is not None
+            changed = before is not None and not draining(before)  # 1.x: draining is out already
             if changed and not module.check_mode:
                 remove(gateway, worker, key, p["timeout_s"])
             after = None if changed else before
         else:
-            changed = before is None or not before.get("is_healthy")
+            changed = not healthy(before)
             after = before
             if changed and not module.check_mode:
                 after = add(gateway, worker, key, p["worker_api_key"], p["timeout_s"])
