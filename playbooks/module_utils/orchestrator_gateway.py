@@ -99,10 +99,15 @@ def draining(worker: dict[str, Any] | None) -> bool:
     return worker is not None and worker.get("status") == "draining"
 
 
+def out(worker: dict[str, Any] | None) -> bool:
+    """Out of rotation: not listed, or listed draining (1.x, after its DELETE)."""
+    return worker is None or draining(worker)
+
+
 def seen(worker: dict[str, Any] | None) -> dict[str, Any]:
     """What the report shows of a worker as the gateway lists it ({} when it is not listed); a
     draining one (1.x, after its DELETE) is out of rotation, as one no longer listed."""
-    if worker is None or draining(worker):
+    if worker is None or draining(worker):  # out(), spelled for the type checker
         return {"listed": False}
     said = {"listed": True, "is_healthy": healthy(worker), "load": worker.get("load", 0)}
     if "status" in worker:
@@ -114,22 +119,18 @@ def remove(gateway: str, worker_url: str, key: str = "", timeout_s: float = 30.0
     """Take a worker out of rotation: once the gateway no longer lists it, or lists it draining
     (1.x); the worker as it was listed (None: it was not listed, or already draining)."""
     worker = find(workers(gateway, key), worker_url)
-    if worker is None or draining(worker):
+    if worker is None or draining(worker):  # out(), spelled for the type checker
         return None
     url = f"{gateway.rstrip('/')}/workers/{urllib.parse.quote(str(worker['id']), safe='')}"
     status, body = _call("DELETE", url, key)
     if status not in (200, 202, 204):
         raise _refused("DELETE", url, status, body)
     deadline = time.monotonic() + timeout_s
-    while not _gone(find(workers(gateway, key), worker_url)):
+    while not out(find(workers(gateway, key), worker_url)):
         if time.monotonic() > deadline:
             raise GatewayError(f"{gateway} still lists {worker_url} {timeout_s:.0f} s after DELETE {url}")
         time.sleep(0.2)
     return worker
-
-
-def _gone(worker: dict[str, Any] | None) -> bool:
-    return worker is None or draining(worker)
 
 
 def add(

@@ -77,9 +77,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.orchestrator_gateway import (
     GatewayError,
     add,
-    draining,
     find,
     healthy,
+    out,
     remove,
     seen,
     workers,
@@ -127,7 +127,7 @@ def main() -> None:
     try:
         before = find(workers(gateway, key), worker)
         if p["state"] == "absent":
-            changed = before is not None and not draining(before)  # 1.x: draining is out already
+            changed = not out(before)  # 1.x: a draining worker is out already
             if changed and not module.check_mode:
                 remove(gateway, worker, key, p["timeout_s"])
             after = None if changed else before
