@@ -93,17 +93,22 @@ class LoadStats:
 
 
 def stream_truncated(lines: Iterable[str], max_new_tokens: int) -> bool:
-    """SGLang's SSE from /generate: cumulative meta_info in each event, then `data: [DONE]`."""
-    done, tokens = False, 0
+    """SGLang's SSE from /generate: cumulative meta_info in each event, then `data: [DONE]`. smg 1.x
+    ends a stream its worker cut with an error event (no meta_info), then `[DONE]`: truncated."""
+    done, tokens, error = False, 0, False
     for line in lines:
         if not line.startswith("data: "):
             continue
         data = line.removeprefix("data: ")
         if data == "[DONE]":
             done = True
+            continue
+        item = json.loads(data)
+        if "meta_info" in item:
+            tokens = item["meta_info"]["completion_tokens"]
         else:
-            tokens = json.loads(data)["meta_info"]["completion_tokens"]
-    return not done or tokens < max_new_tokens
+            error = True
+    return error or not done or tokens < max_new_tokens
 
 
 def one_request(client: httpx.Client, stream: bool, max_new_tokens: int) -> Outcome:

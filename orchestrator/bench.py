@@ -472,9 +472,10 @@ async def _sse(resp: httpx.Response) -> AsyncIterator[tuple[float, str]]:
 
 
 async def _read_events(resp: httpx.Response, stream: Stream) -> None:
-    """SGLang's SSE: `data: {text, meta_info}` with cumulative counts, then `data: [DONE]`."""
+    """SGLang's SSE: `data: {text, meta_info}` with cumulative counts, then `data: [DONE]`. An
+    error object fails the request: smg 1.x ends a stream its worker cut so, then `[DONE]`."""
     async for now, data in _sse(resp):
-        meta = json.loads(data)["meta_info"]
+        meta = _chunk(data)["meta_info"]
         tokens = int(meta["completion_tokens"])
         stream.verify_ct = int(meta.get("spec_verify_ct") or 0)
         if tokens > stream.tokens:
@@ -483,6 +484,17 @@ async def _read_events(resp: httpx.Response, stream: Stream) -> None:
 
 class StreamError(ValueError):
     """The server said, inside a 200 stream, that the request failed."""
+
+
+def _chunk(data: str) -> dict[str, Any]:
+    """One SSE payload as a JSON object; StreamError for anything else, and for an error object
+    (the server's, or a gateway's: smg 1.x sends `{"error": {..., "type": "stream_error"}}`)."""
+    item = json.loads(data)
+    if not isinstance(item, dict):
+        raise StreamError(f"a chunk that is not a JSON object: {data[:80]}")
+    if "error" in item or item.get("object") == "error":
+        raise StreamError(f"the server reported an error mid-stream: {data[:200]}")
+    return item
 
 
 async def _read_openai(resp: httpx.Response, stream: Stream, chat: bool) -> None:
@@ -494,11 +506,7 @@ async def _read_openai(resp: httpx.Response, stream: Stream, chat: bool) -> None
     chunks: list[tuple[float, int, int | None]] = []  # (arrival, text length so far, tokens so far)
     chars, final = 0, None
     async for now, data in _sse(resp):
-        item = json.loads(data)
-        if not isinstance(item, dict):
-            raise StreamError(f"a chunk that is not a JSON object: {data[:80]}")
-        if "error" in item or item.get("object") == "error":
-            raise StreamError(f"the server reported an error mid-stream: {data[:200]}")
+        item = _chunk(data)
         usage = item.get("usage")
         tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
         choices = item.get("choices")

@@ -115,9 +115,16 @@ class Load:
             if r.status_code != 200:
                 return f"status {r.status_code}"
             lines = [line for line in r.iter_lines() if line.startswith("data: ")]
-        if not lines or lines[-1] != "data: [DONE]":
-            return "truncated stream"
-        return "" if json.loads(lines[-2][6:])["meta_info"]["completion_tokens"] == 32 else "truncated stream"
+        return "" if whole(lines, 32) else "truncated stream"
+
+
+def whole(lines: list[str], tokens: int) -> bool:
+    """A /generate stream that ended with all its tokens and `[DONE]`; not one that smg 1.x ended
+    with an error event (its worker cut it) and `[DONE]`."""
+    if len(lines) < 2 or lines[-1] != "data: [DONE]":
+        return False
+    last = json.loads(lines[-2].removeprefix("data: "))
+    return last.get("meta_info", {}).get("completion_tokens") == tokens
 
 
 def test_a_rolling_restart_behind_the_gateway_fails_no_request(lab, gw):
@@ -154,7 +161,7 @@ def long_stream(url: str, outcome: list[str], tokens: int = 8000) -> threading.T
         try:
             with httpx.stream("POST", f"{url}/generate", json=body, timeout=120) as r:
                 lines = [line for line in r.iter_lines() if line.startswith("data: ")]
-            outcome.append("whole" if lines and lines[-1] == "data: [DONE]" else "truncated")
+            outcome.append("whole" if whole(lines, tokens) else "truncated")
         except httpx.HTTPError as exc:
             outcome.append(type(exc).__name__)
 

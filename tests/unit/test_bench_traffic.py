@@ -273,3 +273,22 @@ def test_a_request_rate_spreads_the_sends(lab: LoggedLab) -> None:
     planned = bench.arrivals(6, 10.0, 5)
     assert [b - sent[0] for b in sent] == pytest.approx(planned, abs=0.05)
     assert result.row()["request_rate"] == 10.0 and result.settings.level == "10/s"
+
+
+#: What smg 1.13 sent, captured, when the worker of a /generate stream went away mid-stream.
+SMG1_CUT = {
+    "error": {
+        "message": "Stream error: error decoding response body: request or response body error: error "
+        "reading a body from connection: unexpected EOF during chunk size line",
+        "type": "stream_error",
+    }
+}
+
+
+def test_a_generate_stream_a_gateway_ended_with_an_error_fails() -> None:
+    """smg 1.x ends a stream its worker cut with an error event, then `[DONE]`: a failed request
+    named so, not a KeyError on the missing meta_info."""
+    meta = {"text": " a", "meta_info": {"completion_tokens": 1}}
+    stream, _ = read_with("generate", sse([meta, SMG1_CUT, "[DONE]"]))
+    assert stream.error.startswith("StreamError: the server reported an error mid-stream: "), stream.error
+    assert "stream_error" in stream.error

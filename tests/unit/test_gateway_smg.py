@@ -345,6 +345,9 @@ def test_the_benchmark_counts_truncated_streams_and_failures(rollout) -> None:
     assert not rollout.stream_truncated(done, 32)
     assert rollout.stream_truncated(done[:2], 32)  # no [DONE]
     assert rollout.stream_truncated(['data: {"meta_info": {"completion_tokens": 31}}', "data: [DONE]"], 32)
+    # smg 1.x ends a stream its worker cut with an error event, then [DONE] (captured from 1.13).
+    cut = 'data: {"error":{"message":"Stream error: unexpected EOF","type":"stream_error"}}'
+    assert rollout.stream_truncated([done[0], cut, "data: [DONE]"], 32)
     outcomes = [
         rollout.Outcome(True, 0.1, 200),
         rollout.Outcome(False, 0.3, 200),
