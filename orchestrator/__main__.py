@@ -492,6 +492,101 @@ def deploy(
     _show(lambda on_event: deploy_mod.deploy(prof, inv, options, on_event), title, as_json, check)
 
 
+@cli.command("plan")
+@click.option(
+    "--profile", "-p", "profile_ref", metavar="NAME|PATH", required=True, help="Profile name or file."
+)
+@inventory_option
+@limit_option
+@click.option("--force-restart", is_flag=True, help="Restart even when the unit is unchanged and healthy.")
+@click.option(
+    "--kill-gpu-holders",
+    is_flag=True,
+    help="Kill processes outside our unit that hold the GPUs (never by default).",
+)
+@click.option(
+    "--lock-wait",
+    type=click.FloatRange(0, 86400),
+    default=120,
+    show_default=True,
+    help="Seconds to wait for another deploy's lock on a host.",
+)
+@click.option(
+    "--serial", metavar="N|P%", help="Deploy in batches of N hosts (or P% of them), each healthy first."
+)
+@click.option(
+    "--max-fail-percent",
+    type=click.IntRange(0, 100),
+    help="Start no further batch once more than this percent of a batch failed (implies --serial 1).",
+)
+@click.option("--no-preflight", is_flag=True, help="Skip the read-only checks before a restart.")
+@click.option(
+    "--no-drain",
+    is_flag=True,
+    help="Behind a gateway (orchestrator_gateway_url): restart under traffic, without draining first.",
+)
+@click.option(
+    "--secret-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A profile with secrets (api_key, secret_env): write them to this new file (mode 0600), "
+    "which the play reads on the control machine; remove it after the play.",
+)
+def plan_command(
+    profile_ref: str,
+    inventory: Path | None,
+    limit: str | None,
+    force_restart: bool,
+    kill_gpu_holders: bool,
+    lock_wait: float,
+    serial: str | None,
+    max_fail_percent: int | None,
+    no_preflight: bool,
+    no_drain: bool,
+    secret_file: Path | None,
+) -> None:
+    """Print what `deploy` would hand its play, for a team's own ansible-playbook.
+
+    The JSON is the extra vars of the collection orchestrator.sglang's playbooks and roles (`orch`,
+    a HostPlan per host): ansible-playbook -i INVENTORY -e @plan.json orchestrator.sglang.deploy.
+    Nothing on a host is touched; the play itself records nothing in orchestrator's ledger.
+    """
+    import uuid
+
+    from orchestrator import deploy as deploy_mod
+    from orchestrator.runner import write_private
+    from orchestrator.secrets import secret_bundle
+
+    prof = profile_mod.load(profile_ref)
+    options = deploy_mod.Options(
+        limit=limit,
+        force_restart=force_restart,
+        kill_gpu_holders=kill_gpu_holders,
+        lock_wait_s=lock_wait,
+        serial=_serial(serial),
+        max_fail_percent=max_fail_percent,
+        preflight=not no_preflight,
+        drain=not no_drain,
+    )
+    secret = secret_bundle(prof)
+    if secret and secret_file is None:
+        raise InputError(
+            f"profile {prof.name} has secrets (api_key or secret_env): plan writes them only to a file of "
+            "their own, never into the plan: pass --secret-file PATH (a new file, mode 0600)"
+        )
+    if secret_file is not None and not secret:
+        raise InputError(f"profile {prof.name} has no secrets: drop --secret-file")
+    _where, orch = deploy_mod.planned(prof, inventory_or_lab(inventory), options, uuid.uuid4().hex[:12])
+    if secret_file is not None:
+        try:
+            write_private(secret_file, secret)
+        except FileExistsError:
+            raise InputError(
+                f"--secret-file {secret_file}: the file exists; remove it or name a new one"
+            ) from None
+        orch = orch.model_copy(update={"secret_file": str(secret_file.resolve())})
+    click.echo(json.dumps(orch.extravars(), indent=2))
+
+
 def _canary(prof: profile_mod.Profile, inv: Path, options: Any, margin: float, on_event: Any) -> Any:
     """The canary's verdict on stderr, then the usual report (failed when it was rejected)."""
     from orchestrator import bench as bench_mod

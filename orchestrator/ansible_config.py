@@ -7,10 +7,12 @@ own `ansible-playbook`. A play runs in the user's directory with `ANSIBLE_CONFIG
 (ansible-runner would start it elsewhere, where `./ansible.cfg` is not the user's), plus environment
 variables for only these (`play_environment`):
 
-- orchestrator's roles, module_utils and strategy plugin folders, put before the user's, never in
+- orchestrator's collection, orchestrator.sglang (its roles, modules, module_utils and strategy
+  plugin: orchestrator/paths.py collections_dir), put before the user's collection paths, never in
   their place;
-- its speed settings (pipelining, SSH ControlMaster/ControlPersist, the `orchestrator_linear` strategy,
-  forks) and quiet settings where the user left Ansible's default; a user's `ssh_args` is kept whole
+- its speed settings (pipelining, SSH ControlMaster/ControlPersist, forks, the strategy
+  `orchestrator.sglang.orchestrator_linear`) and quiet settings where the user left Ansible's
+  default; a user's `ssh_args` is kept whole
   (a ProxyJump in it stays) and gets only the multiplexing options it does not name;
 - what orchestrator needs to drive the play: no password prompt the CLI did not ask for itself
   (it answers -K and the vault prompts), and the user's `host_key_checking` (ansible-runner would
@@ -36,13 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import InputError
-from orchestrator.paths import MODULE_UTILS_DIR, PLAYBOOKS_DIR, ROLES_DIR, state_dir
+from orchestrator.paths import COLLECTION, PLAYBOOKS_DIR, collections_dir, state_dir
 
 #: Ansible's own settings (base.yml) that orchestrator reads.
 BASE_SETTINGS = (
     "DEFAULT_HOST_LIST",
-    "DEFAULT_ROLES_PATH",
-    "DEFAULT_MODULE_UTILS_PATH",
+    "COLLECTIONS_PATHS",
     "DEFAULT_STRATEGY_PLUGIN_PATH",
     "DEFAULT_CALLBACK_PLUGIN_PATH",
     "DEFAULT_STRATEGY",
@@ -67,14 +68,14 @@ SSH_MULTIPLEXING = {"controlmaster": "ControlMaster=auto", "controlpersist": "Co
 #: Where the user left Ansible's default: (setting, variable, orchestrator's value; "{forks}" is the run's).
 OUR_DEFAULTS = (
     ("ssh.pipelining", "ANSIBLE_PIPELINING", "True"),
-    ("DEFAULT_STRATEGY", "ANSIBLE_STRATEGY", "orchestrator_linear"),
+    ("DEFAULT_STRATEGY", "ANSIBLE_STRATEGY", f"{COLLECTION}.orchestrator_linear"),
     ("DEFAULT_FORKS", "ANSIBLE_FORKS", "{forks}"),
     ("ANSIBLE_NOCOWS", "ANSIBLE_NOCOWS", "True"),
     ("DEPRECATION_WARNINGS", "ANSIBLE_DEPRECATION_WARNINGS", "False"),
     ("LOCALHOST_WARNING", "ANSIBLE_LOCALHOST_WARNING", "False"),
     ("INVENTORY_UNPARSED_WARNING", "ANSIBLE_INVENTORY_UNPARSED_WARNING", "False"),
 )
-_FORMAT = 1
+_FORMAT = 2
 _CACHE_ENTRIES = 16
 _memo: dict[str, AnsibleConfig] = {}
 
@@ -134,11 +135,7 @@ def read() -> AnsibleConfig:
 def play_environment(config: AnsibleConfig, forks: int) -> dict[str, str]:
     """The environment variables a play gets on top of the user's own (see the module's docstring)."""
     env = {
-        "ANSIBLE_ROLES_PATH": _search_path(ROLES_DIR, config["DEFAULT_ROLES_PATH"].value),
-        "ANSIBLE_MODULE_UTILS": _search_path(MODULE_UTILS_DIR, config["DEFAULT_MODULE_UTILS_PATH"].value),
-        "ANSIBLE_STRATEGY_PLUGINS": _search_path(
-            PLAYBOOKS_DIR / "strategy_plugins", config["DEFAULT_STRATEGY_PLUGIN_PATH"].value
-        ),
+        "ANSIBLE_COLLECTIONS_PATH": _search_path(collections_dir(), config["COLLECTIONS_PATHS"].value),
         "ANSIBLE_CALLBACK_PLUGINS": os.pathsep.join(config["DEFAULT_CALLBACK_PLUGIN_PATH"].value or []),
         "ANSIBLE_HOST_KEY_CHECKING": str(bool(config["HOST_KEY_CHECKING"].value)),
         # The CLI asks -K and the vault passwords itself and answers their prompts; any other prompt
@@ -234,7 +231,8 @@ def ssh_option_names(args: str) -> set[str]:
 
 
 def _search_path(ours: Path, theirs: list[str] | None) -> str:
-    """orchestrator's folder first (its playbooks must get its own roles), then every one of the user's."""
+    """orchestrator's folder first (its playbooks must get its own collection, not another release of
+    orchestrator.sglang a user installed), then every one of the user's."""
     folders = [str(ours), *(str(p) for p in theirs or [] if str(p) != str(ours))]
     return os.pathsep.join(folders)
 

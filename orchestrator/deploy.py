@@ -157,24 +157,9 @@ def deploy(
     campaign's trials, one per host): its keys are the hosts, and `prof` names the run and gives
     what they share (secrets, the lock's profile text)."""
     run_id = uuid.uuid4().hex[:12]
-    where = (
-        placements(prof, inventory, options.limit)
-        if each is None
-        else _each_placements(prof, each, inventory, options)
-    )
+    where, orch = planned(prof, inventory, options, run_id, each)
     limit = options.limit if each is None else ",".join(each)
     multinode = len(where) > 1 and any(p.facts.nnodes > 1 for p in where.values())
-    if multinode and (options.serial or options.max_fail_percent is not None):
-        raise InputError(
-            "--serial and --max-fail-percent roll through a fleet of replicas; a multi-node server "
-            f"({', '.join(where)}) restarts all its ranks together: drop them"
-        )
-    if not where:
-        raise inventory_mod.no_match(inventory, options.limit)
-    # systemd's reading, before any host
-    for p, hosts in _by_profile(prof, each, list(where)):
-        systemd_check.require(p, [where[h].plan for h in hosts])
-    orch = play_vars(prof, where, options, run_id, each)
     drained = {h: p.gateway for h, p in orch.hosts.items() if p.gateway is not None}
     keys = gateway_mod.api_keys(inventory, drained)
     # Before anything is stopped: each gateway answers and lists its hosts (a canary's caller took
@@ -224,6 +209,35 @@ def deploy(
         owed = reports if options.rejoin else [r for r in reports if not r.ok]
         gateway_mod.restore(owed, drained, keys, api_key(prof) or "")
     return report
+
+
+def planned(
+    prof: Profile,
+    inventory: Path,
+    options: Options,
+    run_id: str,
+    each: Mapping[str, Profile] | None = None,
+) -> tuple[dict[str, Placement], PlayVars]:
+    """Each host's placement and the play's one extra var, checked before any host is touched: the
+    inventory matches, a multi-node server is not rolled in batches, and systemd reads every unit.
+    What deploy runs, and what `orchestrator plan` prints for a team's own ansible-playbook."""
+    where = (
+        placements(prof, inventory, options.limit)
+        if each is None
+        else _each_placements(prof, each, inventory, options)
+    )
+    multinode = len(where) > 1 and any(p.facts.nnodes > 1 for p in where.values())
+    if multinode and (options.serial or options.max_fail_percent is not None):
+        raise InputError(
+            "--serial and --max-fail-percent roll through a fleet of replicas; a multi-node server "
+            f"({', '.join(where)}) restarts all its ranks together: drop them"
+        )
+    if not where:
+        raise inventory_mod.no_match(inventory, options.limit)
+    # systemd's reading, before any host
+    for p, hosts in _by_profile(prof, each, list(where)):
+        systemd_check.require(p, [where[h].plan for h in hosts])
+    return where, play_vars(prof, where, options, run_id, each)
 
 
 def _each_placements(

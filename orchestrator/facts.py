@@ -2,7 +2,7 @@
 (its action).
 
 A task's display name is for people; renaming one in YAML changes nothing here. The action
-names are the modules in roles/*/library (see docs/architecture.md). Every result of those
+names are the modules in plugins/modules (see docs/architecture.md). Every result of those
 modules in a play is validated on the way (of_run), read or not: a host whose module differs from
 orchestrator's is a ResultError, never a report read with defaults.
 """

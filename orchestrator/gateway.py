@@ -2,7 +2,7 @@
 
 The per-batch steps (out of rotation, drain, prove, back in rotation) run in the play itself
 (roles/sglang_gateway, roles/sglang_drain); this side uses the same client, the file
-playbooks/module_utils/orchestrator_gateway.py, loaded here as it is shipped.
+plugins/module_utils/orchestrator_gateway.py, loaded here as it is shipped.
 """
 
 from __future__ import annotations

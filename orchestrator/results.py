@@ -1,4 +1,4 @@
-"""Results in: what each host module (roles/*/library/*.py) returns, typed.
+"""Results in: what each host module (plugins/modules/*.py) returns, typed.
 
 One pydantic model per module. Its fields are the keys the module's RETURN block documents, and
 their descriptions are there, in one place; tests/unit/test_results.py checks both ways that the
@@ -22,7 +22,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from orchestrator.errors import OrchestratorError, one_line
-from orchestrator.paths import ROLES_DIR, ROOT
 
 PROBE = "sglang_probe"
 UNITS = "sglang_units_info"
@@ -549,8 +548,7 @@ def _said(exc: ValidationError) -> str:
 
 
 def _differ(action: str, model: type[ModuleResult]) -> str:
-    found = sorted(ROLES_DIR.glob(f"*/library/{action}.py"))
-    module = found[0].relative_to(ROOT) if found else f"roles/*/library/{action}.py"
+    module = f"plugins/modules/{action}.py"
     return (
         f"the host's module and orchestrator differ: orchestrator/results.py {model.__name__} reads "
         f"what {module} returns; did Ansible run another copy of the module, or was one changed "

@@ -29,7 +29,7 @@ from orchestrator import ansible_config, diagnose, vault
 from orchestrator import inventory as inventory_mod
 from orchestrator.errors import OrchestratorError
 from orchestrator.hostplan import PlayVars
-from orchestrator.paths import PLAYBOOKS_DIR, state_dir
+from orchestrator.paths import COLLECTION, PLAYBOOKS_DIR, state_dir
 
 #: Runs kept under the state directory's runs/; older ones are removed.
 KEEP_RUNS = 20
@@ -53,7 +53,8 @@ class TaskEvent:
     host: str
     kind: str  # start, progress (a report of a task still running), ok, changed, failed, skipped, unreachable
     role: str
-    #: The module or action plugin the task ran (`sglang_probe`, `ansible.builtin.command`):
+    #: The module or action plugin the task ran (`sglang_probe` for orchestrator.sglang.sglang_probe,
+    #: `ansible.builtin.command`):
     #: what results are read by, never the task's display name.
     action: str
     result: dict[str, Any] = field(default_factory=dict)
@@ -134,10 +135,10 @@ DEFAULT_FORKS = 20
 
 
 def _settings(forks: int) -> dict[str, str]:
-    """The user's Ansible configuration (ansible.cfg, ANSIBLE_*) kept whole, with orchestrator's roles and
-    plugins added to its search paths, and Ansible's own means for speed where the user left the default:
+    """The user's Ansible configuration (ansible.cfg, ANSIBLE_*) kept whole, with orchestrator's collection
+    added to its collection paths, and Ansible's own means for speed where the user left the default:
     pipelining, SSH multiplexing, forks, and a strategy (linear, frozen out of GC before workers fork:
-    playbooks/strategy_plugins/). See ansible_config."""
+    plugins/strategy/). See ansible_config."""
     return ansible_config.play_environment(ansible_config.read(), forks)
 
 
@@ -213,7 +214,7 @@ def _secret_file(secret: str) -> Iterator[str]:
     folder = tempfile.mkdtemp(prefix="orchestrator-secret-", dir=tmpfs)  # mode 0700
     try:
         path = Path(folder, "secret")
-        _write_private(path, secret)
+        write_private(path, secret)
         yield str(path)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -234,11 +235,11 @@ def _vars_file(private: Path, orch: PlayVars) -> Path:
     `-e @FILE`: on the command line it would be visible to every local user, and one argument
     over 128 KiB (a unit per host, for a hundred hosts) fails to start at all (E2BIG)."""
     path = private / "orch.json"
-    _write_private(path, json.dumps(orch.extravars()))
+    write_private(path, json.dumps(orch.extravars()))
     return path
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
     """A new file readable by this user only from its first byte (no chmod after the write)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -299,6 +300,12 @@ def _login_users(inventory: Path) -> dict[str, str]:
     return users
 
 
+def _ours(name: str) -> str:
+    """A role or module of orchestrator's collection by its own name (`orchestrator.sglang.sglang_probe`
+    is `sglang_probe`, as results.py names it); any other name as Ansible gave it."""
+    return name.removeprefix(f"{COLLECTION}.")
+
+
 def _collect(
     hosts: dict[str, HostRun], on_event: Callable[[TaskEvent], None] | None, event: dict[str, Any]
 ) -> bool:
@@ -309,7 +316,9 @@ def _collect(
     if kind is None or host is None:
         return True
     run = hosts.setdefault(host, HostRun(host))
-    task = TaskEvent(host, kind, data.get("role", ""), data.get("task_action", ""), data.get("res", {}) or {})
+    task = TaskEvent(
+        host, kind, _ours(data.get("role", "")), _ours(data.get("task_action", "")), data.get("res", {}) or {}
+    )
     for each in split_steps(task):
         run.events.append(each)
         if each.kind == "unreachable" or (each.kind == "failed" and not data.get("ignore_errors")):

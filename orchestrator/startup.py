@@ -2,7 +2,7 @@
 stall limits a deploy gives the health wait, the live line, and the summary of where a start went.
 
 The phases themselves are read on the host, from the server's own log lines
-(playbooks/module_utils/orchestrator_host/startup.py, shipped with the health wait); this module
+(plugins/module_utils/orchestrator_host/startup.py, shipped with the health wait); this module
 only names them, so the two agree on one list.
 """
 

@@ -3,26 +3,27 @@
 (`--check`: only name the files that are not as it would write them, exit 1).
 
 An option of a module is declared once: in the ARGUMENT_SPEC of the module that takes it
-(roles/<role>/library/<module>.py), with its type, default, choices, no_log and a `description`
+(plugins/modules/<module>.py), with its type, default, choices, no_log and a `description`
 (a string, or a list of paragraphs). Options that several modules take are declared once in
-playbooks/module_utils/orchestrator_host/options.py (PATHS_SPEC, PREFLIGHT_OPTIONS) and used from there.
+plugins/module_utils/orchestrator_host/options.py (PATHS_SPEC, PREFLIGHT_OPTIONS) and used from there.
 AnsibleModule ignores `description`; what validates on the host is the same dict as ever.
 
 From those declarations this writes:
 - the `options:` of each module's DOCUMENTATION, the rest of which is the module's own. A module
-  that takes the shared `paths` gets `extends_documentation_fragment: [orchestrator_paths]`
-  instead of a copy, and states only a description of its own, if it has one;
-- playbooks/doc_fragments/orchestrator_paths.py, the documentation of `paths`;
+  that takes the shared `paths` gets
+  `extends_documentation_fragment: [orchestrator.sglang.orchestrator_paths]` instead of a copy, and
+  states only a description of its own, if it has one;
+- plugins/doc_fragments/orchestrator_paths.py, the documentation of `paths`;
 - each role's meta/argument_specs.yml: an entry point per tasks/<entry>.yml, whose options are
-  those of the role's own module its task runs, each a role variable named `<role>_<option>`
-  (RENAMED aside), I(option) in a description naming the variable. An entry's short_description
-  and description are the file's own, kept as they are;
+  those of the collection's module its task runs (orchestrator.sglang.<module>), each a role
+  variable named `<role>_<option>` (RENAMED aside), I(option) in a description naming the variable.
+  An entry's short_description and description are the file's own, kept as they are;
 - each role's defaults/main.yml: the variables with a default, with the first sentence of their
   description above each.
 
-ansible-doc finds the fragment where Ansible finds doc fragments, so tell it the folder:
-`ANSIBLE_DOC_FRAGMENT_PLUGINS=playbooks/doc_fragments ansible-doc -M roles/gpu_idle/library gpu_idle`;
-a role's: `ansible-doc -t role --roles-path roles gpu_idle`.
+ansible-doc reads them from the collection (orchestrator/paths.py collections_dir):
+`ANSIBLE_COLLECTIONS_PATH=DIR ansible-doc orchestrator.sglang.gpu_idle`, a role's
+`ANSIBLE_COLLECTIONS_PATH=DIR ansible-doc -t role orchestrator.sglang.gpu_idle`.
 tests/unit/test_role_specs.py fails when a file is not as this writes it.
 """
 
@@ -44,14 +45,18 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import ansible.module_utils  # noqa: E402
+from orchestrator.paths import (  # noqa: E402 (the checkout's)
+    COLLECTION,
+    MODULES_DIR,
+    ROLES_DIR,
+    host_imports,
+)
 
-from orchestrator.paths import MODULE_UTILS_DIR, PLAYBOOKS_DIR, ROLES_DIR  # noqa: E402 (the checkout's)
+host_imports()
 
-if str(MODULE_UTILS_DIR) not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(MODULE_UTILS_DIR))
-
-from ansible.module_utils.orchestrator_host import options as host  # noqa: E402 (found through the path above)
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host import (  # noqa: E402
+    options as host,
+)
 
 COMMAND = "python3 scripts/role_specs.py"
 #: Role variables that are not `<role>_<option>`, by role and option.
@@ -64,8 +69,8 @@ RENAMED = {
     "sglang_record": {"unit": "sglang_record_unit_content"},
 }
 #: The doc fragment that documents PATHS_SPEC, for every module taking it as `paths`.
-FRAGMENT = "orchestrator_paths"
-FRAGMENT_FILE = PLAYBOOKS_DIR / "doc_fragments" / f"{FRAGMENT}.py"
+FRAGMENT = f"{COLLECTION}.orchestrator_paths"
+FRAGMENT_FILE = MODULES_DIR.parent / "doc_fragments" / "orchestrator_paths.py"
 WIDTH = 110
 _MARKUP = re.compile(r"\b([CI])\(([^()]*)\)")
 
@@ -87,11 +92,11 @@ def load(path: Path) -> types.ModuleType:
 
 
 def entry_points(role: Path) -> dict[str, str]:
-    """{entry point: the module of the role's library/ its tasks/<entry>.yml runs}, main first."""
-    own = {p.stem for p in (role / "library").glob("*.py")}
+    """{entry point: the collection's module its tasks/<entry>.yml runs}, main first."""
+    ours = {f"{COLLECTION}.{p.stem}": p.stem for p in MODULES_DIR.glob("*.py")}
     found = {}
     for path in sorted((role / "tasks").glob("*.yml"), key=lambda p: (p.stem != "main", p.stem)):
-        runs = {key for task in yaml.safe_load(path.read_text()) or [] for key in task if key in own}
+        runs = {ours[key] for task in yaml.safe_load(path.read_text()) or [] for key in task if key in ours}
         if len(runs) > 1:
             raise Failed(
                 f"{path.relative_to(ROOT)} runs {sorted(runs)}: one module of the role an entry point"
@@ -99,7 +104,7 @@ def entry_points(role: Path) -> dict[str, str]:
         if runs:
             found[path.stem] = runs.pop()
     if "main" not in found:
-        raise Failed(f"{role.relative_to(ROOT)}/tasks/main.yml runs no module of the role's library/")
+        raise Failed(f"{role.relative_to(ROOT)}/tasks/main.yml runs no module of {COLLECTION}")
     return found
 
 
@@ -254,7 +259,7 @@ def role_options(role: str, spec: dict[str, dict[str, Any]]) -> dict[str, dict[s
 def _header(specs: dict[str, tuple[str, dict]], *more: str) -> list[str]:
     """The comment that says where a file comes from."""
     sources = [
-        f"library/{module}.py" + (f" ({entry})" if len(specs) > 1 else "")
+        f"plugins/modules/{module}.py" + (f" ({entry})" if len(specs) > 1 else "")
         for entry, (module, _) in specs.items()
     ]
     text = f"Written by {COMMAND} from the ARGUMENT_SPEC of {' and '.join(sources)}: change an option there, "
@@ -271,7 +276,7 @@ def argument_specs(role: Path, specs: dict[str, tuple[str, dict]]) -> str:
         kept = {k: v for k, v in old["argument_specs"].get(entry, {}).items() if k != "options"}
         kept.setdefault(
             "short_description",
-            yaml.safe_load(load_doc(role / "library" / f"{module}.py"))["short_description"],
+            yaml.safe_load(load_doc(MODULES_DIR / f"{module}.py"))["short_description"],
         )
         entries[entry] = {**kept, "options": role_options(role.name, spec)}
     own = "An entry point's short_description and description are this file's own."
@@ -363,11 +368,11 @@ def documentation(path: Path, spec: dict[str, dict[str, Any]]) -> str:
 
 
 def fragment() -> str:
-    """playbooks/doc_fragments/orchestrator_paths.py: the documentation of PATHS_SPEC."""
+    """plugins/doc_fragments/orchestrator_paths.py: the documentation of PATHS_SPEC."""
     doc = "\n".join(["options:", *block({"paths": doc_option(host.PATHS_SPEC)}, 2)])
     return (
         '"""`paths`, as every module that takes orchestrator_host.options.PATHS_SPEC has it.\n\n'
-        f"Written by {COMMAND} from playbooks/module_utils/orchestrator_host/options.py: change\n"
+        f"Written by {COMMAND} from plugins/module_utils/orchestrator_host/options.py: change\n"
         'PATHS_SPEC there, then run it."""\n\n\n'
         "class ModuleDocFragment:\n"
         f'    DOCUMENTATION = r"""\n{doc}\n"""\n'
@@ -379,12 +384,12 @@ def expected() -> dict[Path, str]:
     _check("orchestrator_host.options.PATHS_SPEC", {"paths": host.PATHS_SPEC})
     _check("orchestrator_host.options.PREFLIGHT_OPTIONS", host.PREFLIGHT_OPTIONS)
     out = {FRAGMENT_FILE: fragment()}
+    argspecs = {}
+    for path in sorted(MODULES_DIR.glob("*.py")):
+        argspecs[path.stem] = load(path).ARGUMENT_SPEC
+        _check(str(path.relative_to(ROOT)), argspecs[path.stem])
+        out[path] = documentation(path, argspecs[path.stem])
     for role in sorted(p for p in ROLES_DIR.iterdir() if p.is_dir()):
-        argspecs = {}
-        for path in sorted((role / "library").glob("*.py")):
-            argspecs[path.stem] = load(path).ARGUMENT_SPEC
-            _check(str(path.relative_to(ROOT)), argspecs[path.stem])
-            out[path] = documentation(path, argspecs[path.stem])
         specs = {entry: (module, argspecs[module]) for entry, module in entry_points(role).items()}
         out[role / "meta/argument_specs.yml"] = argument_specs(role, specs)
         out[role / "defaults/main.yml"] = defaults(role, specs)

@@ -37,7 +37,7 @@ from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.lab import hosts as lab_hosts
 from orchestrator.paths import module_utils
 
-#: The same client as the roles' (playbooks/module_utils/orchestrator_gateway.py).
+#: The same client as the roles' (plugins/module_utils/orchestrator_gateway.py).
 smg_api = module_utils("orchestrator_gateway")
 
 DEFAULT_PORT = 39000

@@ -146,7 +146,7 @@ def test_container_runs_the_planned_image(host: Host, plan: dict) -> None:
     )
 
 
-#: The host modules' own parsers (playbooks/module_utils/orchestrator_host/): `ps` of both
+#: The host modules' own parsers (plugins/module_utils/orchestrator_host/): `ps` of both
 #: engines, a process tree, /proc/PID/cgroup, read here from what testinfra runs on the host.
 CONTAINERS = module_utils("orchestrator_host.containers")
 PROCS = module_utils("orchestrator_host.procs")

@@ -58,7 +58,7 @@ PLAYBOOK = """\
       block:
         - name: Check the GPUs
           ansible.builtin.import_role:
-            name: gpu_idle
+            name: orchestrator.sglang.gpu_idle
       always:
         - name: Save the module result
           ansible.builtin.copy:
@@ -128,10 +128,13 @@ class Check:
             f"[gpu]\nlocalhost ansible_connection=local ansible_python_interpreter={python}\n"
         )
         (work / "proof.yml").write_text(PLAYBOOK)
+        # The checkout as the collection orchestrator.sglang (orchestrator/paths.py collections_dir).
+        collection = work / "collections"
+        (collection / "ansible_collections" / "orchestrator").mkdir(parents=True)
+        (collection / "ansible_collections" / "orchestrator" / "sglang").symlink_to(REPO)
         self.env = {
             **os.environ,
-            "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-            "ANSIBLE_MODULE_UTILS": str(REPO / "playbooks" / "module_utils"),
+            "ANSIBLE_COLLECTIONS_PATH": str(collection),
             "ANSIBLE_NOCOLOR": "1",
             "ANSIBLE_RETRY_FILES_ENABLED": "0",
             "ANSIBLE_LOCAL_TEMP": str(work / "tmp"),

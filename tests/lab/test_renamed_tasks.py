@@ -13,7 +13,7 @@ import yaml
 from labutil import GOOD, service, variant
 from orchestrator import ansible_config, deploy, hostops, logs, runner
 from orchestrator import profile as profile_mod
-from orchestrator.paths import PLAYBOOKS_DIR, ROLES_DIR
+from orchestrator.paths import ROOT
 
 pytestmark = pytest.mark.lab
 
@@ -33,20 +33,21 @@ def _rename_tasks(node: object, counter: list[int]) -> None:
 
 @pytest.fixture
 def renamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
-    """Playbooks and roles copied with every task renamed, and the runner pointed at the copy."""
-    books, roles = tmp_path / "playbooks", tmp_path / "roles"
-    shutil.copytree(PLAYBOOKS_DIR, books, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROLES_DIR, roles, ignore=shutil.ignore_patterns("__pycache__"))
+    """The collection copied with every task of its playbooks and roles renamed, and the runner
+    pointed at the copy."""
+    top = tmp_path / "collections"
+    copy = top / "ansible_collections" / "orchestrator" / "sglang"
+    for part in ("playbooks", "roles", "plugins", "meta"):
+        shutil.copytree(ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    books, roles = copy / "playbooks", copy / "roles"
     counter = [0]
     for path in [*books.glob("*.yml"), *books.glob("tasks/*.yml"), *roles.glob("*/tasks/*.yml")]:
         data = yaml.safe_load(path.read_text())
         _rename_tasks(data, counter)
         path.write_text(yaml.safe_dump(data, sort_keys=False))
     monkeypatch.setattr(runner, "PLAYBOOKS_DIR", books)
-    # The play's roles, module_utils and strategy plugin paths come from ansible_config.
-    monkeypatch.setattr(ansible_config, "PLAYBOOKS_DIR", books)
-    monkeypatch.setattr(ansible_config, "ROLES_DIR", roles)
-    monkeypatch.setattr(ansible_config, "MODULE_UTILS_DIR", books / "module_utils")
+    # The play's collection path comes from ansible_config.
+    monkeypatch.setattr(ansible_config, "collections_dir", lambda: top)
     return counter[0]
 
 

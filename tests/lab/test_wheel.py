@@ -98,9 +98,11 @@ def test_the_wheel_carries_the_ansible_content_and_the_examples(wheel: Path) -> 
     assert not [n for n in names if n.endswith(".pyc") or "__pycache__" in n]
     assert {n.split("/")[0] for n in names} == {"orchestrator", wheel.name.split("-py3")[0] + ".dist-info"}
     for module in (
-        "roles/sglang_probe/library/sglang_probe.py",
-        "playbooks/module_utils/orchestrator_host/__init__.py",
-        "playbooks/module_utils/orchestrator_host/preflight.py",
+        "plugins/modules/sglang_probe.py",
+        "plugins/module_utils/orchestrator_host/__init__.py",
+        "plugins/module_utils/orchestrator_host/preflight.py",
+        "plugins/strategy/orchestrator_linear.py",
+        "meta/runtime.yml",
     ):
         assert f"orchestrator/{module}" in names
 

@@ -21,7 +21,7 @@ from orchestrator.__main__ import cli
 from orchestrator.ansible_config import Setting
 from orchestrator.errors import InputError
 from orchestrator.hostplan import PlayVars
-from orchestrator.paths import MODULE_UTILS_DIR, PLAYBOOKS_DIR, ROLES_DIR
+from orchestrator.paths import collections_dir
 
 PROXY = "-o ProxyJump=root@bastion.example -o ServerAliveInterval=15"
 TEAM_CFG = f"""\
@@ -30,6 +30,7 @@ inventory = hosts.yml
 forks = 7
 strategy = linear
 roles_path = ./team-roles
+collections_path = ./team-collections
 host_key_checking = True
 
 [ssh_connection]
@@ -61,6 +62,7 @@ def team(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "      ansible_python_interpreter: '{{ ansible_playbook_python }}'\n"
     )
     (repo / "team-roles").mkdir()
+    (repo / "team-collections").mkdir()
     monkeypatch.chdir(repo)
     return repo
 
@@ -74,12 +76,14 @@ def test_without_a_config_orchestrator_sets_its_speed_settings() -> None:
     env = ansible_config.play_environment(config, forks=20)
     assert env["ANSIBLE_SSH_ARGS"] == "-o ControlMaster=auto -o ControlPersist=120s"
     assert env["ANSIBLE_PIPELINING"] == "True"
-    assert env["ANSIBLE_STRATEGY"] == "orchestrator_linear"
+    assert env["ANSIBLE_STRATEGY"] == "orchestrator.sglang.orchestrator_linear"
     assert env["ANSIBLE_FORKS"] == "20"
     assert "ANSIBLE_CONFIG" not in env
-    # Ansible's default roles path stays searched, after ours
-    roles = env["ANSIBLE_ROLES_PATH"].split(os.pathsep)
-    assert roles[0] == str(ROLES_DIR) and any(p.endswith("/.ansible/roles") for p in roles[1:])
+    # orchestrator's collection comes first; Ansible's default collection paths stay searched after it
+    found = env["ANSIBLE_COLLECTIONS_PATH"].split(os.pathsep)
+    assert found[0] == str(collections_dir()) and any(p.endswith("/.ansible/collections") for p in found[1:])
+    assert (collections_dir() / "ansible_collections/orchestrator/sglang/galaxy.yml").is_file()
+    assert "ANSIBLE_ROLES_PATH" not in env  # the user's roles path is theirs, untouched
 
 
 def test_every_setting_the_user_made_is_kept(team: Path) -> None:
@@ -91,20 +95,20 @@ def test_every_setting_the_user_made_is_kept(team: Path) -> None:
         assert theirs not in env, theirs  # ansible.cfg's own value applies
     # the ProxyJump stays first and whole; only the multiplexing it does not name is added
     assert env["ANSIBLE_SSH_ARGS"] == f"{PROXY} -o ControlMaster=auto -o ControlPersist=120s"
-    assert env["ANSIBLE_ROLES_PATH"].split(os.pathsep) == [str(ROLES_DIR), str(team / "team-roles")]
-    assert env["ANSIBLE_MODULE_UTILS"].split(os.pathsep)[0] == str(MODULE_UTILS_DIR)
-    assert env["ANSIBLE_STRATEGY_PLUGINS"].split(os.pathsep)[0] == str(PLAYBOOKS_DIR / "strategy_plugins")
+    ours = [str(collections_dir()), str(team / "team-collections")]
+    assert env["ANSIBLE_COLLECTIONS_PATH"].split(os.pathsep) == ours
+    assert not {"ANSIBLE_ROLES_PATH", "ANSIBLE_MODULE_UTILS", "ANSIBLE_STRATEGY_PLUGINS"} & set(env)
     assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
 
 
 def test_environment_variables_are_settings_the_user_made_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANSIBLE_FORKS", "3")
     monkeypatch.setenv("ANSIBLE_SSH_ARGS", "-o ProxyJump=jump -o ControlMaster=no -o ControlPersist=no")
-    monkeypatch.setenv("ANSIBLE_ROLES_PATH", "/srv/roles")
+    monkeypatch.setenv("ANSIBLE_COLLECTIONS_PATH", "/srv/collections")
     env = ansible_config.play_environment(ansible_config.read(), forks=20)
     assert "ANSIBLE_FORKS" not in env
     assert "ANSIBLE_SSH_ARGS" not in env  # names both multiplexing options: nothing to add
-    assert env["ANSIBLE_ROLES_PATH"] == os.pathsep.join([str(ROLES_DIR), "/srv/roles"])
+    assert env["ANSIBLE_COLLECTIONS_PATH"] == os.pathsep.join([str(collections_dir()), "/srv/collections"])
 
 
 def test_the_config_file_is_found_as_ansible_finds_it(
@@ -180,13 +184,13 @@ def test_a_real_play_runs_with_the_users_config_and_ours_added(
     """ansible-playbook itself says what it runs with, from the user's directory."""
     books = tmp_path / "playbooks"
     books.mkdir()
-    (books / "strategy_plugins").symlink_to(PLAYBOOKS_DIR / "strategy_plugins")
     (books / "config.yml").write_text(
         "- hosts: all\n  gather_facts: false\n  tasks:\n"
         "    - ansible.builtin.debug:\n        msg:\n"
         "          forks: \"{{ lookup('ansible.builtin.config', 'DEFAULT_FORKS') }}\"\n"
         "          strategy: \"{{ lookup('ansible.builtin.config', 'DEFAULT_STRATEGY') }}\"\n"
         "          roles: \"{{ lookup('ansible.builtin.config', 'DEFAULT_ROLES_PATH') }}\"\n"
+        "          collections: \"{{ lookup('ansible.builtin.config', 'COLLECTIONS_PATHS') }}\"\n"
         "          ssh_args: \"{{ lookup('ansible.builtin.config', 'ssh_args', plugin_type='connection',"
         " plugin_name='ssh') }}\"\n"
         "          pipelining: \"{{ lookup('ansible.builtin.config', 'pipelining', plugin_type='connection',"
@@ -201,7 +205,8 @@ def test_a_real_play_runs_with_the_users_config_and_ours_added(
     # (ansible-core before 2.19 hands lookup results over as text)
     assert str(msg["forks"]) == "7" and msg["strategy"] == "linear" and str(msg["pipelining"]) == "False"
     assert msg["ssh_args"].startswith(PROXY) and "ControlPersist=120s" in msg["ssh_args"]
-    assert msg["roles"] == [str(ROLES_DIR), str(team / "team-roles")]
+    assert msg["roles"] == [str(team / "team-roles")]
+    assert msg["collections"] == [str(collections_dir()), str(team / "team-collections")]
     # ansible-playbook runs in the user's directory (ssh too): relative paths in their ssh_args (-F)
     # or inventory mean what they mean to their own ansible-playbook
     assert msg["cwd"] == str(team)

@@ -103,7 +103,6 @@ def test_the_password_answers_the_prompt_and_is_kept_nowhere(tmp_path, monkeypat
     (books / "debug.yml").write_text(
         "- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.debug: {msg: hi}\n"
     )
-    (books / "strategy_plugins").symlink_to(runner.PLAYBOOKS_DIR / "strategy_plugins")
     monkeypatch.setattr(runner, "PLAYBOOKS_DIR", books)
     inv = tmp_path / "hosts.yml"
     inv.write_text("all:\n  hosts:\n    h1: {ansible_connection: local}\n")

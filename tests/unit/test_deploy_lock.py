@@ -1,4 +1,4 @@
-"""The host's deploy lock (playbooks/module_utils/orchestrator_host/lock.py, taken by sglang_probe):
+"""The host's deploy lock (plugins/module_utils/orchestrator_host/lock.py, taken by sglang_probe):
 another deploy waits, a dead one's lock is taken over, a deploy stopped by Ctrl-C hands its
 lock to its own rollback, which then lets it go (the play's release:
 modules/test_sglang_probe.py)."""

@@ -26,7 +26,7 @@ SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 #: The stand-ins copied onto lab hosts: data of orchestrator.lab.standins, not packages of ours.
 HOST_FILES = CHECKOUT / "orchestrator" / "lab" / "standins" / "host"
 #: Top-level folders shipped inside the package, and what runs on hosts rather than here.
-SHIPPED = ("playbooks", "roles", "templates", "profiles")
+SHIPPED = ("playbooks", "roles", "plugins", "meta", "templates", "profiles")
 
 
 def test_every_python_package_of_ours_is_in_the_wheel() -> None:
@@ -54,15 +54,19 @@ def test_paths_in_a_checkout() -> None:
     )
 
 
-def test_module_utils_packages_ship_as_files() -> None:
-    """playbooks/module_utils/orchestrator_host/ is a package for Ansible (ANSIBLE_MODULE_UTILS), not
-    one of ours: its files ship as orchestrator.playbooks' data, every one, folders included."""
-    files = {p for p in paths.MODULE_UTILS_DIR.rglob("*.py") if "__pycache__" not in p.parts}
-    patterns = SETUPTOOLS["package-data"]["orchestrator.playbooks"]
-    shipped = {p for pattern in patterns for p in paths.PLAYBOOKS_DIR.glob(pattern)}
+def test_the_collections_plugins_ship_as_files() -> None:
+    """plugins/ (modules, module_utils/orchestrator_host/, the strategy, the doc fragment) is the
+    collection's, not a package of ours: its files ship as orchestrator.plugins' data, every one,
+    folders included, and meta/runtime.yml with them."""
+    plugins = paths.ROOT / "plugins"
+    files = {p for p in plugins.rglob("*.py") if "__pycache__" not in p.parts}
+    patterns = SETUPTOOLS["package-data"]["orchestrator.plugins"]
+    shipped = {p for pattern in patterns for p in plugins.glob(pattern)}
     assert paths.MODULE_UTILS_DIR / "orchestrator_host" / "gpus.py" in files
+    assert plugins / "strategy" / "orchestrator_linear.py" in files
     assert files <= shipped, sorted(map(str, files - shipped))
     assert not [name for name in SETUPTOOLS["packages"] if "module_utils" in name]
+    assert SETUPTOOLS["package-data"]["orchestrator.meta"] == ["*.yml"]
 
 
 def test_paths_in_an_installed_wheel(tmp_path: Path) -> None:

@@ -21,11 +21,11 @@ from pydantic import BaseModel
 
 from orchestrator import facts, results
 from orchestrator.hostplan import PlayVars
-from orchestrator.paths import ROLES_DIR
+from orchestrator.paths import MODULES_DIR
 from orchestrator.results import SHAPES, ResultError, parse
 from orchestrator.runner import HostRun, TaskEvent
 
-MODULE_FILES = {p.stem: p for p in sorted(ROLES_DIR.glob("*/library/*.py"))}
+MODULE_FILES = {p.stem: p for p in sorted(MODULES_DIR.glob("*.py"))}
 #: RETURN's types, as Python has them (a nested model is a dict).
 TYPES = {"str": str, "bool": bool, "int": int, "float": float, "list": list, "dict": dict}
 
@@ -158,7 +158,7 @@ def test_a_missing_field_names_the_module_and_the_field() -> None:
         parse("sglang_probe", probe, False, "gpu1")
     assert str(raised.value).startswith(
         "gpu1: sglang_probe returned no 'restart_needed' (the host's module and orchestrator differ: "
-        "orchestrator/results.py ProbeResult reads what roles/sglang_probe/library/sglang_probe.py returns;"
+        "orchestrator/results.py ProbeResult reads what plugins/modules/sglang_probe.py returns;"
     )
 
 
@@ -248,7 +248,6 @@ def test_a_real_play_hands_over_results_the_models_read(
     (tmp_path / "unit_dir").mkdir()
     books = tmp_path / "playbooks"
     books.mkdir()
-    (books / "strategy_plugins").symlink_to(runner.PLAYBOOKS_DIR / "strategy_plugins")
     dead = "http://127.0.0.1:9"  # the discard port: nothing answers
     play = [
         {
@@ -265,7 +264,7 @@ def test_a_real_play_hands_over_results_the_models_read(
                 ),
                 {
                     "name": "A bad argument",
-                    "sglang_units_info": {"paths": "{{ _paths }}", "bogus": 1},
+                    "orchestrator.sglang.sglang_units_info": {"paths": "{{ _paths }}", "bogus": 1},
                     "ignore_errors": True,
                 },
             ],
@@ -296,7 +295,7 @@ def test_a_real_play_hands_over_results_the_models_read(
 def _role(name: str, ignore_errors: bool = False, **variables: Any) -> dict[str, Any]:
     """A task importing role `name` with its variables (the role's prefix added)."""
     task: dict[str, Any] = {
-        "ansible.builtin.import_role": {"name": name},
+        "ansible.builtin.import_role": {"name": f"orchestrator.sglang.{name}"},
         "vars": {f"{name}_{key}": value for key, value in variables.items()},
     }
     return task | ({"ignore_errors": True} if ignore_errors else {})

@@ -23,7 +23,7 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from orchestrator.hostplan import HostPaths, LockSpec, PreflightChecks
-from orchestrator.paths import MODULE_UTILS_DIR, PLAYBOOKS_DIR, ROLES_DIR, ROOT
+from orchestrator.paths import COLLECTION, MODULE_UTILS_DIR, MODULES_DIR, ROLES_DIR, ROOT, collections_dir
 
 
 def _script() -> types.ModuleType:
@@ -37,7 +37,7 @@ def _script() -> types.ModuleType:
 gen = _script()
 host = gen.host  # module_utils/orchestrator_host/options.py, as the modules import it
 ROLES = sorted(p.name for p in ROLES_DIR.iterdir() if p.is_dir())
-MODULE_FILES = sorted(ROLES_DIR.glob("*/library/*.py"))
+MODULE_FILES = sorted(MODULES_DIR.glob("*.py"))
 HOST_PATHS = ("/etc/systemd/system", "/etc/orchestrator", "/run/orchestrator")
 
 
@@ -49,7 +49,7 @@ def role_spec(role: str, entry: str = "main") -> dict[str, dict]:
 def entries(role: str) -> dict[str, tuple[str, dict[str, dict]]]:
     """{entry point: (module, its ARGUMENT_SPEC)} of a role."""
     return {
-        entry: (module, gen.load(ROLES_DIR / role / "library" / f"{module}.py").ARGUMENT_SPEC)
+        entry: (module, gen.load(MODULES_DIR / f"{module}.py").ARGUMENT_SPEC)
         for entry, module in gen.entry_points(ROLES_DIR / role).items()
     }
 
@@ -72,12 +72,8 @@ def norm(spec: dict[str, dict]) -> dict[str, dict[str, Any]]:
 
 
 def ansible_doc(*args: str) -> dict[str, Any]:
-    """`ansible-doc --json ARGS` with the checkout's doc fragments, as a developer runs it."""
-    env = {
-        **os.environ,
-        "ANSIBLE_DOC_FRAGMENT_PLUGINS": str(PLAYBOOKS_DIR / "doc_fragments"),
-        "ANSIBLE_LIBRARY": ":".join(str(p) for p in sorted(ROLES_DIR.glob("*/library"))),
-    }
+    """`ansible-doc --json ARGS` on the checkout's collection, as a developer runs it."""
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(collections_dir())}
     argv = [sys.executable, "-m", "ansible.cli.doc", "--json", *args]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and not done.stderr.strip(), done.stderr
@@ -105,7 +101,8 @@ def test_the_script_refuses_an_option_without_a_description_or_both_required_and
 
 
 def test_ansible_doc_reads_every_module_as_its_argument_spec():
-    docs = ansible_doc("-t", "module", *(p.stem for p in MODULE_FILES))
+    docs = ansible_doc("-t", "module", *(f"{COLLECTION}.{p.stem}" for p in MODULE_FILES))
+    docs = {name.removeprefix(f"{COLLECTION}."): doc for name, doc in docs.items()}
     assert sorted(docs) == sorted(p.stem for p in MODULE_FILES)
     for path in MODULE_FILES:
         doc, spec = docs[path.stem], gen.load(path).ARGUMENT_SPEC
@@ -133,7 +130,8 @@ def _named(spec: dict[str, dict], names: dict[str, str]) -> dict[str, dict]:
 def test_ansible_doc_reads_every_role_as_its_modules_options():
     """A role variable is its module's option with the role's prefix (gen.RENAMED aside), and a
     description's I(option) names the variable."""
-    docs = ansible_doc("-t", "role", "--roles-path", str(ROLES_DIR), *ROLES)
+    docs = ansible_doc("-t", "role", *(f"{COLLECTION}.{role}" for role in ROLES))
+    docs = {name.removeprefix(f"{COLLECTION}."): doc for name, doc in docs.items()}
     for role in ROLES:
         for entry, (module, spec) in entries(role).items():
             names = {option: gen.role_var(role, option) for option in spec}
@@ -149,9 +147,10 @@ def test_ansible_doc_reads_every_role_as_its_modules_options():
 def test_a_role_accepts_what_its_modules_examples_pass(role):
     """With the validator validate_argument_spec runs on a role's variables at import_role."""
     for entry, (module, _) in entries(role).items():
-        path = ROLES_DIR / role / "library" / f"{module}.py"
+        path = MODULES_DIR / f"{module}.py"
         for example in yaml.safe_load(gen.load(path).EXAMPLES):
-            given = {gen.role_var(role, option): value for option, value in example[module].items()}
+            passed = example[f"{COLLECTION}.{module}"]
+            given = {gen.role_var(role, option): value for option, value in passed.items()}
             result = ArgumentSpecValidator(role_spec(role, entry)).validate(given)
             assert not result.error_messages, (role, entry, example["name"])
 
@@ -160,8 +159,10 @@ def test_a_role_accepts_what_its_modules_examples_pass(role):
 def test_the_task_passes_every_option_from_its_variable(role):
     for entry, (module, spec) in entries(role).items():
         tasks = yaml.safe_load((ROLES_DIR / role / "tasks" / f"{entry}.yml").read_text())
-        [task] = [t for t in tasks if module in t]
-        assert task[module] == {option: f"{{{{ {gen.role_var(role, option)} }}}}" for option in spec}
+        [task] = [t for t in tasks if f"{COLLECTION}.{module}" in t]
+        assert task[f"{COLLECTION}.{module}"] == {
+            option: f"{{{{ {gen.role_var(role, option)} }}}}" for option in spec
+        }
         if entry == "main":
             assert task["register"] == f"__{role}"
 

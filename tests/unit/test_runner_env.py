@@ -58,7 +58,6 @@ def test_the_plan_of_many_hosts_reaches_the_play_through_a_private_file(tmp_path
         "    - ansible.builtin.debug:\n"
         '        msg: "{{ orch.hosts | length }} {{ orch.hosts[inventory_hostname].profile }}"\n'
     )
-    (books / "strategy_plugins").symlink_to(runner.PLAYBOOKS_DIR / "strategy_plugins")
     monkeypatch.setattr(runner, "PLAYBOOKS_DIR", books)
     inv = tmp_path / "hosts.yml"
     inv.write_text(
@@ -94,7 +93,6 @@ def test_forks_given_to_a_play_win_over_ansible_cfg(tmp_path, monkeypatch) -> No
         "- hosts: all\n  gather_facts: false\n  tasks:\n"
         '    - ansible.builtin.debug:\n        msg: "{{ ansible_forks }}"\n'
     )
-    (books / "strategy_plugins").symlink_to(runner.PLAYBOOKS_DIR / "strategy_plugins")
     monkeypatch.setattr(runner, "PLAYBOOKS_DIR", books)
     inv = tmp_path / "hosts.yml"
     inv.write_text("all:\n  hosts:\n    h1: {ansible_connection: local}\n")

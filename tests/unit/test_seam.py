@@ -82,7 +82,8 @@ def _role_vars_set() -> dict[str, set[str]]:
         if isinstance(node, dict):
             for key in ("ansible.builtin.import_role", "ansible.builtin.include_role"):
                 if key in node:
-                    found.setdefault(node[key]["name"], set()).update((node.get("vars") or {}).keys())
+                    role = node[key]["name"].removeprefix("orchestrator.sglang.")
+                    found.setdefault(role, set()).update((node.get("vars") or {}).keys())
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):

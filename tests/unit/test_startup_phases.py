@@ -12,7 +12,7 @@ import pytest
 from tests.unit.test_standin_sglang import EAGLE3_345
 from tests.unit.test_standin_startup_lines import lab_for, started
 
-SOURCE = Path(__file__).resolve().parents[2] / "playbooks/module_utils/orchestrator_host/startup.py"
+SOURCE = Path(__file__).resolve().parents[2] / "plugins/module_utils/orchestrator_host/startup.py"
 _spec = importlib.util.spec_from_file_location("startup_parser", SOURCE)
 assert _spec and _spec.loader
 startup = importlib.util.module_from_spec(_spec)

@@ -22,7 +22,7 @@ from orchestrator import ansible_config, inventory, profile, runner, secrets, va
 from orchestrator.__main__ import VAULT_COMMANDS, cli
 from orchestrator.errors import InputError
 from orchestrator.hostplan import PlayVars
-from orchestrator.paths import PLAYBOOKS_DIR, ROOT
+from orchestrator.paths import ROOT
 
 PASSWORD = "vault-Pass-9d1"
 OTHER = "another-vault-pass"
@@ -230,7 +230,6 @@ def test_a_vaulted_api_key_file_is_decrypted_and_may_be_readable_by_others(
 def books(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "playbooks"
     folder.mkdir()
-    (folder / "strategy_plugins").symlink_to(PLAYBOOKS_DIR / "strategy_plugins")
     (folder / "secret.yml").write_text(
         "- hosts: all\n  gather_facts: false\n  tasks:\n"
         "    - ansible.builtin.debug:\n"

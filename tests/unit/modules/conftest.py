@@ -54,7 +54,11 @@ def cgroups(monkeypatch: pytest.MonkeyPatch) -> dict[int, str]:
     """{PID: unit}: these processes run in that systemd unit, as /proc/PID/cgroup would say
     (cgroup v2 under system.slice); every other PID reads its real cgroup. Replaced in each
     submodule that imports proc_cgroup by name (gpus, preflight), as well as in procs."""
-    from ansible.module_utils.orchestrator_host import gpus, preflight, procs
+    from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host import (
+        gpus,
+        preflight,
+        procs,
+    )
 
     units: dict[int, str] = {}
     real = procs.proc_cgroup

@@ -1,8 +1,10 @@
 """Helpers of the module tests, which test the roles' modules as ansible-core tests its own
 (test/units/modules/).
 
-The module files are imported directly, with playbooks/module_utils made part of
-`ansible.module_utils` as ANSIBLE_MODULE_UTILS makes it on a real run. The `run_module`
+The module files (plugins/modules) are imported directly, their imports of
+`ansible_collections.orchestrator.sglang.plugins.module_utils` finding the checkout's
+plugins/module_utils (orchestrator/paths.py host_imports), as Ansible's collection loader finds it
+on a real run. The `run_module`
 fixture (conftest.py) drives a module's main() with the documented pattern: module args
 patched in (module_args), exit_json/fail_json raising Exit. What only a host has (systemctl,
 nvidia-smi) is answered by `FakeHost`, whose nvidia-smi output is captured real output
@@ -20,14 +22,12 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-import ansible.module_utils
 from ansible.module_utils import basic
 
 from orchestrator import plan
-from orchestrator.paths import MODULE_UTILS_DIR, ROLES_DIR, ROOT
+from orchestrator.paths import MODULES_DIR, ROOT, host_imports
 
-if str(MODULE_UTILS_DIR) not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(MODULE_UTILS_DIR))
+host_imports()
 
 CAPTURES = ROOT / "tests/data/nvidia-smi"
 #: Binaries absent from a FakeHost unless a test answers them.
@@ -35,9 +35,9 @@ ENGINES = ("docker", "podman")
 DATA = Path(__file__).parent / "data"
 
 
-def load_module(role: str, name: str) -> types.ModuleType:
-    """roles/<role>/library/<name>.py as a Python module."""
-    spec = importlib.util.spec_from_file_location(name, ROLES_DIR / role / "library" / f"{name}.py")
+def load_module(name: str) -> types.ModuleType:
+    """plugins/modules/<name>.py as a Python module."""
+    spec = importlib.util.spec_from_file_location(name, MODULES_DIR / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -24,8 +24,12 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible.module_utils.orchestrator_host.containers import container_units, labelled_containers, parse_ps
-from ansible.module_utils.orchestrator_host.preflight import (
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.containers import (
+    container_units,
+    labelled_containers,
+    parse_ps,
+)
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.preflight import (
     _created_problems,
     _engine,
     _image_problems,

@@ -16,7 +16,7 @@ H200 = "GPU-8b9e1fa8-32f8-da01-8524-833ee60332e7"  # the GPU of the kill capture
 
 @pytest.fixture
 def gpu_idle():
-    return load_module("gpu_idle", "gpu_idle")
+    return load_module("gpu_idle")
 
 
 @pytest.fixture
@@ -158,7 +158,9 @@ def container_tree() -> Iterator[tuple[int, int]]:
 
 
 def _child_of(pid: int) -> int:
-    from ansible.module_utils.orchestrator_host.containers import proc_parents
+    from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.containers import (
+        proc_parents,
+    )
 
     for _ in range(100):
         children = [p for p, parent in proc_parents().items() if parent == pid]

@@ -1,4 +1,4 @@
-"""What Ansible ships with each role's module (issue 24): module_utils/orchestrator_host is a
+"""What Ansible ships with each of the collection's modules (issue 24): module_utils/orchestrator_host is a
 package of one submodule a concern, and a module's payload carries the submodules it imports and
 what those import, never the whole package for a module that uses a part of it. Found by
 ansible-core's own finder on the real module files (ansiballz_files.py), as a run builds them."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.paths import MODULE_UTILS_DIR, ROLES_DIR, ROOT
+from orchestrator.paths import MODULE_UTILS_DIR, MODULES_DIR, ROOT, collections_dir
 
 HERE = Path(__file__).parent
 HOST = MODULE_UTILS_DIR / "orchestrator_host"
@@ -23,16 +23,17 @@ HOST = MODULE_UTILS_DIR / "orchestrator_host"
 #: everything but the lock and health).
 GPUS = {"gpus", "procs", "containers", "units", "files"}
 PREFLIGHT = {"preflight", "systemd", *GPUS}
+#: Every module hands AnsibleModule its ARGUMENT_SPEC through options.module_spec.
 #: The steps of a restart, each in a submodule of its own: its module, and the transaction, run it.
 STOP = {"stop", "options", "systemd", *GPUS}
 UNIT = {"unitfile", "options", "systemd", "units", "files"}
-START = {"start", "systemd"}
-HEALTH = {"healthwait", "health", "systemd", "startup"}
+START = {"start", "systemd", "options"}
+HEALTH = {"healthwait", "health", "systemd", "startup", "options"}
 RECORD = {"record", "options", "lock", "units", "files"}
 NEEDS: dict[str, set[str]] = {
     "gpu_idle": {"options", *GPUS},
-    "sglang_drain": {"health", "orchestrator_gateway"},
-    "sglang_gateway": {"orchestrator_gateway"},
+    "sglang_drain": {"options", "health", "orchestrator_gateway"},
+    "sglang_gateway": {"options", "orchestrator_gateway"},
     "sglang_health_wait": HEALTH,
     "sglang_lock": {"options", "lock", "units", "files"},
     "sglang_preflight": {"options", *PREFLIGHT},
@@ -44,7 +45,9 @@ NEEDS: dict[str, set[str]] = {
     "sglang_restart": STOP | UNIT | START | HEALTH | RECORD,
     "sglang_units_info": {"options", "units", "files"},
 }
-MODULE_FILES = sorted(ROLES_DIR.glob("*/library/*.py"))
+MODULE_FILES = sorted(MODULES_DIR.glob("*.py"))
+#: Where a payload puts plugins/module_utils.
+SHIPPED_AS = "ansible_collections/orchestrator/sglang/plugins/module_utils"
 SUBMODULES = {p.stem for p in HOST.glob("*.py")} - {"__init__"}
 
 
@@ -52,14 +55,14 @@ def _ours(needs: set[str]) -> set[str]:
     """module_utils files, as the payload names them, for the names of NEEDS."""
     files = {f"orchestrator_host/{n}.py" for n in needs & SUBMODULES}
     files |= {"orchestrator_host/__init__.py"} if files else set()
-    return {f"ansible/module_utils/{f}" for f in files | {f"{n}.py" for n in needs - SUBMODULES}}
+    return {f"{SHIPPED_AS}/{f}" for f in files | {f"{n}.py" for n in needs - SUBMODULES}}
 
 
 @pytest.fixture(scope="module")
 def payloads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
-    """{module name: the files of playbooks/module_utils in its payload}."""
+    """{module name: the files of plugins/module_utils in its payload}."""
     env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}
-    env["ANSIBLE_MODULE_UTILS"] = str(MODULE_UTILS_DIR)
+    env["ANSIBLE_COLLECTIONS_PATH"] = str(collections_dir())
     done = subprocess.run(
         [sys.executable, HERE / "ansiballz_files.py", *map(str, MODULE_FILES)],
         capture_output=True,
@@ -69,7 +72,7 @@ def payloads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    mine = {f"ansible/module_utils/{p.relative_to(MODULE_UTILS_DIR)}" for p in MODULE_UTILS_DIR.rglob("*.py")}
+    mine = {f"{SHIPPED_AS}/{p.relative_to(MODULE_UTILS_DIR)}" for p in MODULE_UTILS_DIR.rglob("*.py")}
     return {Path(path).stem: set(names) & mine for path, names in json.loads(done.stdout).items()}
 
 

@@ -1,4 +1,4 @@
-"""playbooks/module_utils/orchestrator_host/: the parsers and rules every module relies on,
+"""plugins/module_utils/orchestrator_host/: the parsers and rules every module relies on,
 proved on real captured output where there is some."""
 
 from __future__ import annotations
@@ -11,9 +11,16 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.orchestrator_host.containers import descendants, parse_ps, proc_parents
-from ansible.module_utils.orchestrator_host.files import read_json, write_atomic
-from ansible.module_utils.orchestrator_host.gpus import (
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.containers import (
+    descendants,
+    parse_ps,
+    proc_parents,
+)
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.files import (
+    read_json,
+    write_atomic,
+)
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.gpus import (
     busy_gpus,
     describe,
     foreign_gpus,
@@ -25,9 +32,15 @@ from ansible.module_utils.orchestrator_host.gpus import (
     parse_gpus,
     with_units,
 )
-from ansible.module_utils.orchestrator_host.health import health_status
-from ansible.module_utils.orchestrator_host.lock import acquire, release_if_ours, try_lock
-from ansible.module_utils.orchestrator_host.preflight import (
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.health import (
+    health_status,
+)
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.lock import (
+    acquire,
+    release_if_ours,
+    try_lock,
+)
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.preflight import (
     disk_problem,
     drafter_problems,
     gpu_set_problems,
@@ -39,9 +52,16 @@ from ansible.module_utils.orchestrator_host.preflight import (
     port_problems,
     read_config,
 )
-from ansible.module_utils.orchestrator_host.procs import cgroup_procs, cgroup_unit, proc_cgroup
-from ansible.module_utils.orchestrator_host.systemd import parse_systemctl_show, unit_complaints
-from ansible.module_utils.orchestrator_host.units import (
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.procs import (
+    cgroup_procs,
+    cgroup_unit,
+    proc_cgroup,
+)
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.systemd import (
+    parse_systemctl_show,
+    unit_complaints,
+)
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.units import (
     deployed_units,
     facts_path,
     installed_units,

@@ -73,12 +73,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, smg: Smg) -> Iterator[Fleet]
 
 @pytest.fixture
 def gateway():
-    return load_module("sglang_gateway", "sglang_gateway")
+    return load_module("sglang_gateway")
 
 
 @pytest.fixture
 def drain():
-    return load_module("sglang_drain", "sglang_drain")
+    return load_module("sglang_drain")
 
 
 def test_out_of_rotation_and_back(fleet, gateway, run_module):

@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from ansible.module_utils.orchestrator_host import healthwait
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host import healthwait
 from hostfakes import load_module, systemctl_show
 
 ALIVE = {"ActiveState": "active", "MainPID": "10", "NRestarts": "0", "InvocationID": "abc"}
@@ -14,7 +14,7 @@ ALIVE = {"ActiveState": "active", "MainPID": "10", "NRestarts": "0", "Invocation
 
 @pytest.fixture
 def health():
-    return load_module("sglang_health", "sglang_health_wait")
+    return load_module("sglang_health_wait")
 
 
 def test_healthy(health, host, run_module, server):

@@ -12,7 +12,7 @@ from hostfakes import load_module
 
 @pytest.fixture
 def sglang_lock():
-    return load_module("sglang_probe", "sglang_lock")
+    return load_module("sglang_lock")
 
 
 def held(paths: dict, run_id: str) -> Path:

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.orchestrator_host.procs import argv0
-from ansible.module_utils.orchestrator_host.units import unit_digest
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.procs import argv0
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.units import unit_digest
 from hostfakes import (
     MANAGED,
     NOT_FOUND,
@@ -36,7 +36,7 @@ IDLE = (capture("released-query-gpu.csv"), "")
 
 @pytest.fixture
 def preflight():
-    return load_module("sglang_preflight", "sglang_preflight")
+    return load_module("sglang_preflight")
 
 
 @pytest.fixture

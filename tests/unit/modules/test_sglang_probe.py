@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.orchestrator_host.units import lock_path, unit_digest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.units import (
+    lock_path,
+    unit_digest,
+)
 from hostfakes import MANAGED, capture, load_module, systemctl_show
 
 from orchestrator.paths import PLAYBOOKS_DIR
@@ -23,7 +26,7 @@ INACTIVE = {"LoadState": "not-found", "ActiveState": "inactive", "MainPID": "0"}
 
 @pytest.fixture
 def probe():
-    return load_module("sglang_probe", "sglang_probe")
+    return load_module("sglang_probe")
 
 
 def install(paths: dict, facts: dict | None = None, digest: str = DIGEST) -> None:
@@ -378,7 +381,11 @@ def _release_paths() -> tuple[str, list[str]]:
     [record] = [t for t in settle if "sglang_record" in str(t.get("ansible.builtin.import_role"))]
     [play] = yaml.safe_load((PLAYBOOKS_DIR / "deploy.yml").read_text())
     [block] = play["tasks"]
-    [release] = [t for t in block["always"] if t["ansible.builtin.include_role"]["name"] == "sglang_probe"]
+    [release] = [
+        t
+        for t in block["always"]
+        if t["ansible.builtin.include_role"]["name"] == "orchestrator.sglang.sglang_probe"
+    ]
     return record["vars"]["sglang_record_release_run_id"], release["when"]
 
 

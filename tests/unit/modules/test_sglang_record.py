@@ -19,7 +19,7 @@ FACTS = {
 
 @pytest.fixture
 def record():
-    return load_module("sglang_record", "sglang_record")
+    return load_module("sglang_record")
 
 
 @pytest.fixture

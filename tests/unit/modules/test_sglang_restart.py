@@ -14,12 +14,18 @@ import sys
 from typing import Any
 
 import pytest
-from ansible.module_utils.orchestrator_host import healthwait, record, start, stop, unitfile
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host import (
+    healthwait,
+    record,
+    start,
+    stop,
+    unitfile,
+)
 from hostfakes import load_module
 
-from orchestrator.paths import MODULE_UTILS_DIR, ROLES_DIR
+from orchestrator.paths import MODULES_DIR
 
-MODULE = ROLES_DIR / "sglang_restart" / "library" / "sglang_restart.py"
+MODULE = MODULES_DIR / "sglang_restart.py"
 PATHS = {"unit_dir": "/etc/systemd/system", "state_dir": "/var/lib/orchestrator", "lock_dir": "/run/o"}
 ARGS: dict[str, Any] = {
     "stop": {"unit_name": "sglang.service", "paths": PATHS},
@@ -39,7 +45,7 @@ ARGS: dict[str, Any] = {
 
 @pytest.fixture
 def restart():
-    return load_module("sglang_restart", "sglang_restart")
+    return load_module("sglang_restart")
 
 
 @pytest.fixture
@@ -153,8 +159,8 @@ def test_no_step_starts_once_the_control_machine_is_gone(restart, steps, run_mod
 def test_a_closed_pipe_is_a_control_machine_gone(tmp_path):
     """watched() on a stdout whose reader went, as sshd leaves it once the session closed."""
     script = (
-        "import os, sys, importlib.util, ansible.module_utils\n"
-        f"ansible.module_utils.__path__.append({str(MODULE_UTILS_DIR)!r})\n"
+        "import os, sys, importlib.util\n"
+        "from orchestrator.paths import host_imports; host_imports()\n"
         "r, w = os.pipe(); os.close(r); os.dup2(w, 1)\n"
         f"spec = importlib.util.spec_from_file_location('m', {str(MODULE)!r})\n"
         "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"

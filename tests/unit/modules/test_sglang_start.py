@@ -9,7 +9,7 @@ from hostfakes import load_module, systemctl_show
 
 @pytest.fixture
 def sglang_start():
-    return load_module("sglang_service", "sglang_start")
+    return load_module("sglang_start")
 
 
 def _answers(show: tuple[int, str, str], start_rc: int = 0):

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.orchestrator_host import gpus
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host import gpus
 from hostfakes import Engine, capture, compute_apps, load_module, query_gpu, store_unit, systemctl_show
 
 RUNNING = {"LoadState": "loaded", "ActiveState": "active", "MainPID": "4242", "ControlGroup": "/gone.slice/x"}
@@ -19,7 +19,7 @@ RELEASED = (capture("released-query-gpu.csv"), capture("released-compute-apps.cs
 
 @pytest.fixture
 def stop():
-    return load_module("sglang_stop", "sglang_stop")
+    return load_module("sglang_stop")
 
 
 def systemctl(before: dict, after: dict):

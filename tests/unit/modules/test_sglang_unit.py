@@ -11,9 +11,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.orchestrator_host.files import write_atomic
-from ansible.module_utils.orchestrator_host.lock import try_lock
-from ansible.module_utils.orchestrator_host.units import facts_path, lock_path, record_path, unit_digest
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.files import write_atomic
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.lock import try_lock
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.units import (
+    facts_path,
+    lock_path,
+    record_path,
+    unit_digest,
+)
 from hostfakes import MANAGED, NOT_FOUND, load_module, systemctl_show
 
 from orchestrator import plan, profile
@@ -32,7 +37,7 @@ FACTS = {
 
 @pytest.fixture
 def sglang_unit():
-    return load_module("sglang_unit", "sglang_unit")
+    return load_module("sglang_unit")
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ from hostfakes import load_module, store_unit
 
 @pytest.fixture
 def units_info():
-    return load_module("sglang_units", "sglang_units_info")
+    return load_module("sglang_units_info")
 
 
 def test_every_installed_orchestrator_unit_is_listed(units_info, paths, run_module):

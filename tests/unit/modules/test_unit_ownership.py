@@ -18,8 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.orchestrator_host.procs import cgroup_unit
-from ansible.module_utils.orchestrator_host.units import MANAGED_MARK, foreign_unit, foreign_write
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.procs import cgroup_unit
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.units import (
+    MANAGED_MARK,
+    foreign_unit,
+    foreign_write,
+)
 from hostfakes import MANAGED
 
 from orchestrator import plan, profile

@@ -1,0 +1,771 @@
+"""The read-only checks before a restart (preflight_checks): that the unit is ours to replace,
+SGLang's version and flags on the host's Python or in the container image (the engine's own
+`create` judging the unit's run command), the unit as systemd reads it, the model and
+drafter, the GPU set and its holders, the port, disk for logs and the service user. Every
+problem is found before anything stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+# gpus' own _gpus_are and _mib: gpu_set_problems words GPU sets and sizes as gpus does
+from .containers import CONTAINER_LABEL, container_units
+from .files import read_bytes, read_json, write_atomic
+from .gpus import _gpus_are, _mib, describe, foreign_gpus, missing_gpus, owned_apps, query_nvidia_smi
+from .procs import argv0, cgroup_unit, proc_cgroup
+from .systemd import parse_systemctl_show, try_systemctl_show, verify_unit
+from .units import OWNER_PROPS, deployed_units, foreign_write, installed_units, unit_digest, unit_path
+
+if TYPE_CHECKING:  # never run: the same submodules, named as Mitogen's module finder needs them
+    import ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.containers
+    import ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.files
+    import ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.gpus
+    import ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.procs
+    import ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.systemd
+    import ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.units  # noqa: F401
+
+#: EAGLE-1 style algorithms: an EAGLE-3 drafter under them runs with accept length 1.0.
+EAGLE1 = ("EAGLE", "NEXTN")
+
+
+def read_config(path: str) -> tuple[dict, str]:
+    """A model directory's config.json, or an error saying what is wrong with the directory."""
+    config = os.path.join(path, "config.json")
+    if not os.path.isdir(path):
+        return {}, f"{path} does not exist"
+    try:
+        with open(config) as fh:
+            return json.load(fh), ""
+    except FileNotFoundError:
+        return {}, f"{path} holds no config.json"
+    except (OSError, ValueError) as exc:
+        return {}, f"{config} is unreadable: {exc}"
+
+
+def hidden_size(config: dict) -> int | None:
+    """The target's hidden size: top level, or text_config for multimodal wrappers (Kimi-K2.5)."""
+    return config.get("hidden_size") or (config.get("text_config") or {}).get("hidden_size")
+
+
+def drafter_problems(algorithm: str, target: dict, draft: dict, draft_path: str) -> list[str]:
+    archs = draft.get("architectures") or []
+    eagle3 = any("Eagle3" in a for a in archs)
+    problems = []
+    if eagle3 and algorithm in EAGLE1:
+        problems.append(
+            f"drafter {draft_path} is an EAGLE-3 model ({', '.join(archs)}) but the algorithm is "
+            f"{algorithm}: the server would start and silently run with accept length 1.0; "
+            "use --speculative-algorithm EAGLE3"
+        )
+    elif algorithm == "EAGLE3" and archs and not eagle3:
+        problems.append(
+            f"drafter {draft_path} is not an EAGLE-3 model ({', '.join(archs)}) but the algorithm is EAGLE3; "
+            "use an ...Eagle3 drafter or --speculative-algorithm EAGLE"
+        )
+    want, have = hidden_size(target), draft.get("target_hidden_size") or draft.get("hidden_size")
+    if eagle3 and want and have and int(want) != int(have):
+        problems.append(
+            f"drafter {draft_path} expects target hidden size {have}, the target model has {want}"
+        )
+    return problems
+
+
+def help_flags(help_text: str) -> set[str]:
+    """The long options `sglang.launch_server --help` names."""
+    return set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", help_text))
+
+
+def listeners(table_text: str, port: int) -> set[str]:
+    """Socket inodes listening (state 0A) on `port` in a /proc/net/tcp or tcp6 text."""
+    inodes = set()
+    for row in table_text.splitlines()[1:]:
+        cols = row.split()
+        if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+            inodes.add(cols[9])
+    return inodes
+
+
+def socket_owners(inodes: set[str]) -> list[int]:
+    """PIDs holding one of these socket inodes open."""
+    owners = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    owners.append(int(pid))
+                    break
+    return owners
+
+
+def _named(unit: str, units: dict[str, dict]) -> str:
+    """`sglang-a.service (profile cg_5tok)`: a unit with the profile its stored facts name."""
+    return f"{unit} (profile {units.get(unit, {}).get('profile') or 'unknown'})"
+
+
+def port_problems(
+    port: int,
+    unit_name: str,
+    owners: list[tuple[int, str, str]],
+    units: dict[str, dict],
+    installed: Collection[str],
+) -> list[str]:
+    """Why `port` is not free for `unit_name`, one line each. First another installed
+    orchestrator unit of this host whose facts say this port, running or enabled (started, it
+    would take it): `installed` holds those; then who else listens on it now: `owners` are (PID, argv[0], the
+    orchestrator unit it runs in or '') of the listening processes. Our own server may hold it.
+    `units`: deployed_units, for the profiles."""
+    clash = sorted(u for u in installed if u != unit_name and units.get(u, {}).get("port") == port)
+    problems = [
+        f"port {port} is the port of {_named(u, units)} on this host: give this profile another server.port"
+        for u in clash
+    ]
+    neighbours: dict[str, list[str]] = {}
+    foreign: list[str] = []
+    for pid, name, unit in owners:
+        if unit != unit_name and unit not in clash:  # a clash is named once, above
+            (neighbours.setdefault(unit, []) if unit else foreign).append(f"PID {pid} {name}")
+    problems += [
+        f"port {port} is taken by {', '.join(who)} of {_named(unit, units)}, another orchestrator unit "
+        "on this host: give this profile another server.port"
+        for unit, who in sorted(neighbours.items())
+    ]
+    if foreign:
+        problems.append(f"port {port} is taken by {', '.join(foreign)} (not {unit_name})")
+    return problems
+
+
+def live_units(module: Any, units: list[str]) -> list[str]:
+    """Those of `units` that run or start at boot: a unit `orchestrator stop` stopped and
+    disabled takes its port no more."""
+    if not units:
+        return []
+    systemctl = module.get_bin_path("systemctl", required=True)
+    rc, out, err = module.run_command([systemctl, "show", *units, "--property=Id,UnitFileState,ActiveState"])
+    if rc != 0:
+        module.fail_json(
+            msg=f"systemctl show {' '.join(units)} failed: {' '.join((err or out).split())}", rc=rc
+        )
+    live = []
+    for block in out.split("\n\n"):
+        state = parse_systemctl_show(block)
+        if state.get("UnitFileState") == "enabled" or state.get("ActiveState") in ("active", "activating"):
+            live.append(state.get("Id", ""))
+    return [u for u in units if u in live]
+
+
+def port_owners(module: Any, port: int, units: Collection[str]) -> list[tuple[int, str, str]]:
+    """(PID, argv[0], which of `units` it runs in or '') of each process listening on `port`: by
+    its cgroup, else by its container (a container on the host network listens here too)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        text = read_bytes(table)
+        if text is not None:
+            inodes |= listeners(text.decode(), port)
+    if not inodes:
+        return []
+    owners = []
+    for pid in socket_owners(inodes):
+        name = argv0(pid)
+        if name is not None:
+            owners.append((pid, name, cgroup_unit(proc_cgroup(pid), units)))
+    if any(not unit for *_holder, unit in owners):
+        containers = container_units(module, units)
+        owners = [(pid, name, unit or containers.get(pid, "")) for pid, name, unit in owners]
+    return owners
+
+
+def user_problem(user: str) -> str:
+    """The service user must exist: systemd fails the start with status 217/USER otherwise, after
+    the running server was stopped, and its secret files could not be given to it."""
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        return (
+            f"service.user {user} does not exist on this host: create it (useradd --system {user}) "
+            "or set another"
+        )
+    return ""
+
+
+def disk_problem(log_dir: str, min_free_mib: int) -> str:
+    try:
+        stat = os.statvfs(log_dir)
+    except OSError as exc:
+        return f"log dir {log_dir}: {exc.strerror}"
+    free_mib = stat.f_bavail * stat.f_frsize // 2**20
+    return (
+        f"{log_dir} has {free_mib} MiB free, the logs need {min_free_mib} MiB"
+        if free_mib < min_free_mib
+        else ""
+    )
+
+
+def cache_problem(cache_dir: str, min_free_mib: int) -> str:
+    """The compile cache directory cannot hold the caches: a file in its place, on a read-only file
+    system, or too little space where it is (or will be: systemd makes it at start)."""
+    if not cache_dir:
+        return ""
+    path = cache_dir
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        return f"compile cache dir {cache_dir}: {path} is not a directory"
+    try:
+        stat = os.statvfs(path)
+    except OSError as exc:
+        return f"compile cache dir {cache_dir}: {exc.strerror}"
+    if stat.f_flag & os.ST_RDONLY:
+        return f"compile cache dir {cache_dir}: {path} is on a read-only file system"
+    free_mib = stat.f_bavail * stat.f_frsize // 2**20
+    if free_mib < min_free_mib:
+        return (
+            f"compile cache dir {cache_dir} has {free_mib} MiB free, the JIT and compile caches need "
+            f"{min_free_mib} MiB (free space, or set service.compile_cache: false)"
+        )
+    return ""
+
+
+def _sglang_problems(module: Any, unit_name: str, paths: dict, c: dict) -> tuple[list[str], str, bool]:
+    """(problems, installed version, whether --help was checked) for the unit's python."""
+    python = c["python"]
+    if not os.access(python, os.X_OK):
+        return [f"python {python} does not exist or is not executable"], "", False
+    code = "import importlib.metadata as m; print(m.version('sglang'))"
+    rc, out, err = module.run_command([python, "-c", code])
+    if rc != 0:
+        tail = (err.strip().splitlines() or ["no output"])[-1]
+        return [f"SGLang is not importable by {python}: {tail}"], "", False
+    version, problems = out.strip(), []
+    if version != c["sglang_version"]:
+        problems.append(
+            f"SGLang {version} is installed, the profile renders flags for {c['sglang_version']}: "
+            f'set server.sglang_version: "{version}" or install {c["sglang_version"]}'
+        )
+    installed = read_bytes(unit_path(paths, unit_name))
+    if (
+        c["skip_flags_if_digest"]
+        and installed is not None
+        and unit_digest(installed) == c["skip_flags_if_digest"]
+    ):
+        return problems, version, False  # this unit's flags already run here
+    rc, out, err = module.run_command([python, "-m", "sglang.launch_server", "--help"])
+    if rc != 0:
+        tail = (err or out).strip()[-200:]
+        return [*problems, f"`{python} -m sglang.launch_server --help` failed ({rc}): {tail}"], version, True
+    known = help_flags(out)
+    problems += [
+        f"flag {flag} is not in this host's `sglang.launch_server --help` (SGLang {version})"
+        for flag in c["flags"]
+        if flag not in known
+    ]
+    return problems, version, True
+
+
+# --- preflight in a container --------------------------------------------------------------------
+
+#: The Debian package of each engine, for the problem that names it missing.
+ENGINE_PACKAGES = {"docker": "docker.io", "podman": "podman"}
+
+_VERSION_CODE = "import importlib.metadata as m; print(m.version('sglang'))"
+
+
+def parse_image_inspect(text: str) -> dict:
+    """`ENGINE image inspect IMAGE` (both engines print a JSON array) as {id, digests, labels}:
+    the image ID without `sha256:` (docker writes it, podman does not), the registry digests it
+    is known by, its labels. {} when the text is no such array."""
+    try:
+        rows = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(rows, list) or not rows or not isinstance(rows[0], dict):
+        return {}
+    row = rows[0]
+    labels = (row.get("Config") or {}).get("Labels") or row.get("Labels") or {}
+    return {
+        "id": str(row.get("Id", "")).removeprefix("sha256:"),
+        "digests": [d.rpartition("@")[2] for d in row.get("RepoDigests") or []],
+        "labels": labels,
+    }
+
+
+def label_version(labels: dict) -> str:
+    """The SGLang version an image's labels state, '' when they do not. `sglang.version` says it;
+    org.opencontainers.image.version only where the image's title is SGLang's, since a label is
+    inherited: a CUDA image built on Ubuntu carries Ubuntu's (22.04)."""
+    if labels.get("sglang.version"):
+        return str(labels["sglang.version"])
+    if "sglang" in str(labels.get("org.opencontainers.image.title", "")).lower():
+        return str(labels.get("org.opencontainers.image.version", ""))
+    return ""
+
+
+def image_cache_path(paths: dict, image_id: str) -> str:
+    """What preflight learnt from one image (its SGLang version and --help flags), by image ID:
+    an image's bytes never change, so one look serves every later deploy."""
+    return os.path.join(paths["state_dir"], "images", f"{image_id}.json")
+
+
+def _engine(module: Any, engine: str) -> tuple[str, str]:
+    """(the engine's path, '') when it is installed and answers `ENGINE version`; else ('', problem)."""
+    exe = module.get_bin_path(engine)
+    if not exe:
+        return "", (
+            f"{engine} is not installed on this host (runtime.kind: {engine}): install it "
+            f"(apt-get install {ENGINE_PACKAGES[engine]}) or set another runtime.kind"
+        )
+    rc, out, err = module.run_command([exe, "version"])
+    if rc != 0:
+        # docker's client answers only with its daemon; podman has none, so its set-up is at fault.
+        fix = "start the daemon (systemctl start docker)" if engine == "docker" else "see `podman info`"
+        return "", f"`{engine} version` exited {rc}: {_tail(out, err)}: {fix}"
+    return exe, ""
+
+
+def _in_image(module: Any, exe: str, image_id: str, c: dict, argv: list[str]) -> tuple[int, str, str]:
+    """`argv` in a throw-away container of the image we inspected, by its ID (no other image can
+    answer), without GPUs, mounts or a pull, with the unit's own engine options `run_options`
+    (network, cgroups, ulimits: what the host allows a container)."""
+    run = [exe, "run", "--rm", "--pull=never", *c["run_options"], image_id, *argv]
+    return module.run_command(run)
+
+
+def _tail(out: str, err: str) -> str:
+    return ((err or out).strip().splitlines() or ["no output"])[-1][-200:]
+
+
+def _inspect_image(module: Any, exe: str, c: dict) -> tuple[dict, list[str], list[str]]:
+    """(the image as parse_image_inspect reads it, problems, notes): {} when it is not here,
+    which is a problem only with runtime.pull never; preflight never pulls."""
+    engine, ref, pull = c["engine"], c["image"], c["pull"]
+    rc, out, _err = module.run_command([exe, "image", "inspect", ref])
+    image = parse_image_inspect(out) if rc == 0 else {}
+    if image.get("id"):
+        if pull != "always" or "@" in ref:
+            return image, [], []
+        moved = (
+            f"image {ref} is checked as it is here, but runtime.pull always pulls its tag again at "
+            "start: pin it by digest (IMAGE:TAG@sha256:...) so that what runs is what was checked"
+        )
+        return image, [], [moved]
+    if pull == "never":
+        missing = (
+            f"image {ref} is not on this host and runtime.pull is never: pull it ({engine} pull {ref}) "
+            "or set runtime.pull: missing"
+        )
+        return {}, [missing], []
+    pulled = (
+        f"image {ref} is not on this host: {engine} pulls it when the unit starts (runtime.pull: "
+        f"{pull}); its SGLang version and flags are checked by the next preflight"
+    )
+    return {}, [], [pulled]
+
+
+def _image_flags(module: Any, exe: str, image_id: str, c: dict) -> tuple[list[str] | None, list[str]]:
+    """(the long options of the image's own `sglang.launch_server --help`, or None and why not)."""
+    python, ref = c["python"], c["image"]
+    rc, out, err = _in_image(module, exe, image_id, c, [python, "-m", "sglang.launch_server", "--help"])
+    if rc != 0:
+        return None, [
+            f"`{python} -m sglang.launch_server --help` failed in image {ref} ({rc}): {_tail(out, err)}"
+        ]
+    return sorted(help_flags(out)), []
+
+
+def _image_problems(
+    module: Any, unit_name: str, paths: dict, c: dict
+) -> tuple[list[str], str, bool, list[str]]:
+    """(problems, the image's SGLang version, whether --help was checked, notes) for a container
+    runtime: the engine answers, the image is here (or will be pulled), and its own SGLang and
+    `--help`, not the host's, take the plan's version and flags. Both answers are cached by
+    image ID under the state dir (image_cache_path), so later deploys start no container."""
+    ref, python = c["image"], c["python"]
+    exe, problem = _engine(module, c["engine"])
+    if problem:
+        return [problem], "", False, []
+    image, problems, notes = _inspect_image(module, exe, c)
+    if c["run_words"]:
+        problems += _created_problems(module, exe, c, image.get("id", ""))
+    majors = nvidia_majors(_proc_devices())
+    problems += device_problems(c["run_words"], c["mounts"], majors, missing=c["engine"] == "docker")
+    if not image:
+        return problems, "", False, notes
+    cache_file = image_cache_path(paths, image["id"])
+    cached = read_json(cache_file)
+    version = cached.get("sglang_version") or label_version(image["labels"])
+    if not version:
+        rc, out, err = _in_image(module, exe, image["id"], c, [python, "-c", _VERSION_CODE])
+        if rc != 0:
+            problems.append(f"SGLang is not importable by {python} in image {ref}: {_tail(out, err)}")
+            return problems, "", False, []
+        version = out.strip()
+    if version != c["sglang_version"]:
+        problems.append(
+            f"image {ref} has SGLang {version}, the profile renders flags for {c['sglang_version']}: "
+            f'set server.sglang_version: "{version}" or use an image with {c["sglang_version"]}'
+        )
+    learnt = {**cached, "image": image["id"], "sglang_version": version}
+    installed = read_bytes(unit_path(paths, unit_name))
+    running = installed is not None and unit_digest(installed) == c["skip_flags_if_digest"]
+    help_checked = not (c["skip_flags_if_digest"] and running)  # else this unit's flags already run here
+    if help_checked:
+        flags = cached.get("flags")
+        if not isinstance(flags, list):
+            flags, more = _image_flags(module, exe, image["id"], c)
+            problems += more
+        if flags is not None:
+            learnt["flags"] = flags
+            problems += [
+                f"flag {flag} is not in the `sglang.launch_server --help` of image {ref} (SGLang {version})"
+                for flag in c["flags"]
+                if flag not in flags
+            ]
+    if learnt != cached and not module.check_mode:  # check mode changes nothing, not even a cache
+        os.makedirs(os.path.dirname(cache_file), mode=0o700, exist_ok=True)
+        write_atomic(cache_file, json.dumps(learnt, sort_keys=True).encode(), 0o600)
+    return problems, version, help_checked, notes
+
+
+# --- the engine's own reading of the unit's run command -----------------------------------------
+
+#: The label a preflight container carries in place of CONTAINER_LABEL, so that nothing that
+#: looks for the unit's container (GPU and port owners, verify) takes it for that.
+PREFLIGHT_LABEL = "orchestrator.preflight"
+
+#: `run` words that a `create` beside the running server leaves out: -d (create starts nothing)
+#: and podman's --replace, which would remove the running server's container of that name.
+_RUN_ONLY = ("-d", "--replace")
+
+
+def create_words(run_words: list[str], name: str, image: list[str], replaced: dict[str, str]) -> list[str]:
+    """The unit's `run` words (after `ENGINE run`, as systemd runs them) as the words of a
+    `create` that judges every option and leaves the unit's own things alone: its own `name`
+    and label, never a pull, `image` in place of the image, and each host path in `replaced`
+    (the secret files, sources that are missing) swapped as a --volume source or --env-file.
+    Everything else, SGLang's argv after the image included, is the unit's word for word."""
+    at = next(i for i, w in enumerate(run_words) if not w.startswith("-"))
+    words = []
+    for word in run_words[:at]:
+        flag, _eq, value = word.partition("=")
+        source, colon, rest = value.partition(":")
+        if word in _RUN_ONLY:
+            continue
+        if flag == "--name":
+            word = f"--name={name}"
+        elif flag == "--label" and value.startswith(CONTAINER_LABEL + "="):
+            word = f"--label={PREFLIGHT_LABEL}={value.partition('=')[2]}"
+        elif flag == "--pull":
+            word = "--pull=never"
+        elif flag == "--env-file" and value in replaced:
+            word = f"--env-file={replaced[value]}"
+        elif flag == "--volume" and colon and source in replaced:
+            word = f"--volume={replaced[source]}:{rest}"
+        words.append(word)
+    return [*words, *image, *run_words[at + 1 :]]
+
+
+def engine_message(out: str, err: str) -> str:
+    """The engine's one line about a refusal: podman's `Error: ...`, docker's `docker: Error
+    response from daemon: ...` (before its `See 'docker create --help'.`)."""
+    lines = [line.strip() for line in (err or out).splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("See '", "Run '"))] or ["no output"]
+    message = lines[-1]
+    for prefix in ("docker: ", "Error: ", "Error response from daemon: "):
+        message = message.removeprefix(prefix)
+    return message[:300]
+
+
+def refused_words(message: str, words: list[str]) -> list[str]:
+    """The unit's options an engine's refusal is about: those whose value it quotes whole, else
+    those with a part (between ':', '=' or ',') that is a word of it: a mode (`invalid device
+    mode: mmm`), a path, compared as the engines clean it (`"/data/m": duplicate mount
+    destination` for `--volume=/a:/data/m/.`)."""
+    options = [w for w in words if w.startswith("--") and "=" in w]
+    named = [
+        w
+        for w in options
+        if re.search(rf"(?:^|[\s\"'(]){re.escape(w.partition('=')[2])}(?:$|[\s\"'),:;])", message)
+    ]
+    if named:
+        return named
+    said = {_cleaned(t.strip("\"'.,:;()")) for t in message.split()}
+    return [w for w in options if said & {_cleaned(p) for p in re.split("[:=,]", w.partition("=")[2])}]
+
+
+def _cleaned(part: str) -> str:
+    return os.path.normpath(part) if part.startswith("/") else part
+
+
+def _created_problems(module: Any, exe: str, c: dict, image_id: str) -> list[str]:
+    """The engine's own parse of the whole run command before the stop: `create` (never
+    started) of the unit's words as create_words makes them, then `rm`, whatever happened.
+    podman creates over an empty root file system in the image's place (`--rootfs`: no copy of
+    the image's layers, which the vfs driver would make); docker, which has no such option,
+    from the image (absent: it verifies every option before it says "No such image"). The
+    secret files are empty ones here, so no secret reaches a container's stored config. In check
+    mode too, as the throw-away `run --rm`: nothing of it outlives the check."""
+    run_words, engine = c["run_words"], c["engine"]
+    base = next((w.partition("=")[2] for w in run_words if w.startswith("--name=")), "orchestrator")
+    name = f"{base}-preflight-{os.urandom(6).hex()}"  # never the server's container, nor another preflight's
+    folder = tempfile.mkdtemp(prefix="orchestrator-create-")
+    try:
+        replaced = {}
+        for i, path in enumerate(c["secret_files"]):
+            replaced[path] = os.path.join(folder, f"secret-{i}")
+            os.close(os.open(replaced[path], os.O_WRONLY | os.O_CREAT, 0o600))
+        for word in run_words:
+            source = word.partition("=")[2].partition(":")[0] if word.startswith("--volume=") else ""
+            if source and source not in replaced and not os.path.exists(source):
+                replaced[source] = tempfile.mkdtemp(dir=folder)  # named missing by its own check
+        if engine == "podman":
+            os.mkdir(os.path.join(folder, "rootfs"))
+            image = ["--rootfs", os.path.join(folder, "rootfs")]
+        else:
+            image = [image_id or c["image"]]
+        words = create_words(run_words, name, image, replaced)
+        rc, out, err = module.run_command([exe, "create", *words])
+    finally:
+        module.run_command([exe, "rm", "-f", *(["--ignore"] if engine == "podman" else []), name])
+        shutil.rmtree(folder, ignore_errors=True)
+    if rc == 0 or (engine == "docker" and not image_id and "No such image" in err):
+        return []
+    message = engine_message(out, err)
+    named = refused_words(message, words)
+    where = f" ({', '.join(named)})" if named else ""
+    return [
+        f"{engine} refuses the unit's run command: {message}{where}, said by its own `{engine} create` "
+        "before the stop: fix the profile's value"
+    ]
+
+
+#: /proc/devices names NVIDIA's drivers' character majors: nvidia (195: GPUs and nvidiactl),
+#: nvidia-uvm, nvidia-caps, nvidia-nvswitch..., all but 195 allocated at load time.
+NVIDIA_MAJOR = 195
+
+
+def nvidia_majors(proc_devices: str) -> set[int]:
+    """The character-device majors of NVIDIA's drivers in /proc/devices' text; 195 always."""
+    majors, char = {NVIDIA_MAJOR}, False
+    for line in proc_devices.splitlines():
+        if line.endswith(":"):
+            char = line == "Character devices:"
+            continue
+        number, _sep, driver = line.strip().partition(" ")
+        if char and driver.startswith("nvidia") and number.isdecimal():
+            majors.add(int(number))
+    return majors
+
+
+#: How many entries of a directory are looked through for an NVIDIA device node.
+DEVICE_WALK_LIMIT = 10000
+
+
+def nvidia_nodes(path: str, majors: set[int], walk: bool = True) -> list[str]:
+    """NVIDIA device nodes `path` gives a container, as the engines resolve it: the node its
+    links lead to, or with `walk` every node of the directory they lead to (the engines hand a
+    directory's nodes over, its links not followed). [] when it is none or cannot be read."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return []
+    if stat.S_ISCHR(st.st_mode):
+        return [real] if os.major(st.st_rdev) in majors else []
+    if not (walk and stat.S_ISDIR(st.st_mode)):
+        return []
+    found: list[str] = []
+    seen = 0
+    for top, dirs, files in os.walk(real):
+        for entry in (*dirs, *files):
+            seen += 1
+            if seen > DEVICE_WALK_LIMIT:
+                return [*found, f"{real} (more than {DEVICE_WALK_LIMIT} entries, not all looked at)"]
+            full = os.path.join(top, entry)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) in majors:
+                found.append(full)
+    return sorted(found)
+
+
+def device_problems(
+    run_words: list[str], sources: list[str], majors: set[int], missing: bool = False
+) -> list[str]:
+    """What the container would get of NVIDIA's devices beside server.gpus, through links and
+    directories the control machine cannot see: a --device host path (`/dev/gpu0` a link to
+    nvidia0), or a mount source under /dev (its directories walked; a model cache elsewhere is
+    not). With `missing`, a --device host path this host lacks too: docker's daemon looks at
+    devices only when the container starts, after the stop (podman's create says so itself)."""
+    problems = []
+    for word in run_words:
+        host = word.partition("=")[2].partition(":")[0] if word.startswith("--device=") else ""
+        nodes = nvidia_nodes(host, majors) if host.startswith("/") else []
+        if missing and host.startswith("/") and not os.path.exists(host):
+            problems.append(f"{word}: {host} does not exist on this host: drop it from runtime.options")
+        if nodes:
+            problems.append(
+                f"{word} gives the container {', '.join(nodes[:4])} on this host, NVIDIA's: GPUs reach "
+                "the container from server.gpus only; drop it from runtime.options"
+            )
+    for source in sources:
+        real = os.path.realpath(source)
+        nodes = nvidia_nodes(source, majors, walk=real == "/dev" or real.startswith("/dev/"))
+        if nodes:
+            problems.append(
+                f"runtime.mounts source {source} gives the container {', '.join(nodes[:4])} on this host, "
+                "NVIDIA's: GPUs reach the container from server.gpus only; mount no device paths"
+            )
+    return problems
+
+
+def _proc_devices() -> str:
+    try:
+        with open("/proc/devices") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def mount_problems(sources: list[str]) -> list[str]:
+    """runtime.mounts whose host path is missing: podman refuses to start the container, and
+    docker makes an empty directory in its place (a model cache that is silently empty)."""
+    return [
+        f"runtime.mounts source {src} does not exist on this host: create it or fix the path "
+        "(podman would not start; docker would mount an empty directory made in its place)"
+        for src in sources
+        if not os.path.exists(src)
+    ]
+
+
+def _model_problems(c: dict) -> list[str]:
+    target, error = read_config(c["model_path"])
+    problems = [f"model path: {error}"] if error else []
+    if c["draft_model_path"]:
+        draft, error = read_config(c["draft_model_path"])
+        if error:
+            problems.append(f"draft model path: {error}")
+        elif c["algorithm"]:
+            problems += drafter_problems(c["algorithm"], target, draft, c["draft_model_path"])
+    return problems
+
+
+def gpu_set_problems(
+    gpus: list[dict],
+    apps: list[dict],
+    wanted: list[int],
+    unit_name: str,
+    units: dict[str, dict],
+    allow_foreign: bool,
+) -> list[str]:
+    """What stands between `unit_name` and its GPU set (`wanted`), one line each: GPUs the host
+    lacks; a process of another orchestrator unit of this host on one of them (never killed:
+    the deploy cannot go on); any other process outside our unit, unless the deploy kills it
+    (allow_foreign). GPUs outside the set are not looked at: another server may use them.
+    `apps` carry their `unit` (with_units); `units`: deployed_units, for the profiles."""
+    missing = missing_gpus(wanted, gpus)
+    problems = [missing] if missing else []
+    others = [a for a in apps if a["gpu"] in wanted and a["unit"] != unit_name]
+    neighbours: dict[str, list[dict]] = {}
+    for a in others:
+        if a["unit"]:
+            neighbours.setdefault(a["unit"], []).append(a)
+    for unit, held in sorted(neighbours.items()):
+        who = ", ".join(dict.fromkeys(f"PID {_mib(a['pid'])} {a['process_name']}" for a in held))
+        problems.append(
+            f"{_gpus_are(sorted({a['gpu'] for a in held}))} used by {who} of {_named(unit, units)}, another "
+            f"orchestrator unit on this host: give this profile other server.gpus or stop {unit}"
+        )
+    if not allow_foreign:
+        for b in foreign_gpus(gpus, [a for a in others if not a["unit"]], wanted, unit_name):
+            for h in b["holders"]:  # one line per process, as --kill-gpu-holders would kill it
+                who = describe([{**b, "holders": [h]}], foreign_only=True)
+                problems.append(f"{who}, outside {unit_name} (--kill-gpu-holders kills it)")
+    return problems
+
+
+def _gpu_problems(module: Any, unit_name: str, units: dict[str, dict], c: dict) -> tuple[list[str], int]:
+    gpus, apps, error = query_nvidia_smi(module, c["nvidia_smi"])
+    if error:
+        return [error], 0
+    apps = owned_apps(module, apps, {*units, unit_name})
+    return gpu_set_problems(gpus, apps, c["gpus"], unit_name, units, c["allow_gpu_holders"]), len(gpus)
+
+
+def _unit_problems(module: Any, unit_name: str, paths: dict, c: dict) -> tuple[list[str], str]:
+    """systemd-analyze's verdict on the planned unit before anything stops, not after; skipped
+    when that very unit is installed (it runs). (problems, digest verified)."""
+    if not c["unit_content"]:
+        return [], ""
+    data = c["unit_content"].encode()
+    installed = read_bytes(unit_path(paths, unit_name))
+    if installed is not None and installed == data:
+        return [], ""
+    _verified, complaint = verify_unit(module, unit_name, data)
+    if complaint:
+        return [f"systemd-analyze verify refuses the planned {unit_name}: {complaint}"], ""
+    return [], unit_digest(data)
+
+
+def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> dict:
+    """Everything that can be known before a stop, read-only: that the unit is ours to replace
+    (foreign_write: not ssh.service, nor a masked one), SGLang's version and flags (the
+    host's Python's, or in a container runtime the engine, the image and the image's own SGLang),
+    the unit as systemd reads it, the model and drafter (a container gets them mounted read-only
+    at the same paths, so the host's files are the container's), our GPU set and its holders
+    (another orchestrator unit of this host named as such, a container's processes by its
+    label), the port (another unit's included), disk for logs. Every problem at once, one line
+    each: {problems, notes, sglang_version, gpus, help_checked, verified_digest}; notes say what
+    could not be checked yet (an image to be pulled) without failing."""
+    problems, verified = _unit_problems(module, unit_name, paths, checks)
+    state, failed = try_systemctl_show(module, unit_name, OWNER_PROPS)
+    foreign = failed or foreign_write(state, paths, unit_name)  # every other check still runs
+    if foreign:
+        fix = "" if failed else "; a deploy would replace it: choose another service.unit_name"
+        problems.insert(0, foreign + fix)
+    notes: list[str] = []
+    if checks["engine"]:
+        more, version, help_checked, notes = _image_problems(module, unit_name, paths, checks)
+    else:
+        more, version, help_checked = _sglang_problems(module, unit_name, paths, checks)
+    problems += more
+    problems += _model_problems(checks)
+    problems += mount_problems(checks["mounts"])
+    units = deployed_units(paths)
+    gpu_problems, gpus = _gpu_problems(module, unit_name, units, checks)
+    problems += gpu_problems
+    owners = port_owners(module, checks["port"], {*units, unit_name})
+    same_port = [u for u in installed_units(paths) if units[u].get("port") == checks["port"]]
+    problems += port_problems(checks["port"], unit_name, owners, units, live_units(module, same_port))
+    disk = disk_problem(checks["log_dir"], checks["min_free_mib"])
+    if disk:
+        problems.append(disk)
+    cache = cache_problem(checks["cache_dir"], checks["cache_min_free_mib"])
+    if cache:
+        problems.append(cache)
+    user = user_problem(checks["user"])
+    if user:
+        problems.append(user)
+    return {
+        "problems": problems,
+        "notes": notes,
+        "sglang_version": version,
+        "gpus": gpus,
+        "help_checked": help_checked,
+        "verified_digest": verified,
+    }
