@@ -57,7 +57,11 @@ def timeline(artifacts: Path) -> list[tuple[str, str, float]]:
         if kind.startswith("runner_on_") and kind != "runner_on_start":
             data = ev["event_data"]
             rows.append(
-                (data.get("task_action", "?"), kind.removeprefix("runner_on_"), data.get("duration", 0))
+                (
+                    str(data.get("task_action", "?")).removeprefix("orchestrator.sglang."),
+                    kind.removeprefix("runner_on_"),
+                    data.get("duration", 0),
+                )
             )
     return rows
 

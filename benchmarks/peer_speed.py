@@ -60,7 +60,8 @@ def restart_steps(artifacts: Path) -> list[tuple[str, float]]:
     """(module, seconds) of each step the restart's one transaction ran on the host (sglang_restart)."""
     for path in artifacts.glob("job_events/*.json"):
         data = json.loads(path.read_text()).get("event_data", {})
-        if data.get("task_action") == "sglang_restart" and "steps" in (data.get("res") or {}):
+        action = str(data.get("task_action", "")).removeprefix("orchestrator.sglang.")
+        if action == "sglang_restart" and "steps" in (data.get("res") or {}):
             return [(s["action"], s["took_s"]) for s in data["res"]["steps"]]
     return []
 

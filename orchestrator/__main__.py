@@ -116,7 +116,7 @@ def _refuse_become_pass(ctx: click.Context, param: click.Parameter, value: bool)
 
 #: The commands that read the inventory: each takes Ansible's vault options, given here once for all
 #: (like -K, they set what every inventory read and play of the command decrypts with).
-VAULT_COMMANDS = BECOME_COMMANDS
+VAULT_COMMANDS = BECOME_COMMANDS | {"plan"}
 
 
 def _add_vault_options(command: click.Command) -> None:
@@ -526,6 +526,13 @@ def deploy(
     help="Behind a gateway (orchestrator_gateway_url): restart under traffic, without draining first.",
 )
 @click.option(
+    "--drain-timeout",
+    type=click.FloatRange(0, 86400),
+    default=60,
+    show_default=True,
+    help="Seconds to wait for a drained server's requests in flight before it is stopped anyway.",
+)
+@click.option(
     "--secret-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="A profile with secrets (api_key, secret_env): write them to this new file (mode 0600), "
@@ -542,13 +549,16 @@ def plan_command(
     max_fail_percent: int | None,
     no_preflight: bool,
     no_drain: bool,
+    drain_timeout: float,
     secret_file: Path | None,
 ) -> None:
     """Print what `deploy` would hand its play, for a team's own ansible-playbook.
 
-    The JSON is the extra vars of the collection orchestrator.sglang's playbooks and roles (`orch`,
-    a HostPlan per host): ansible-playbook -i INVENTORY -e @plan.json orchestrator.sglang.deploy.
-    Nothing on a host is touched; the play itself records nothing in orchestrator's ledger.
+    The JSON is the extra vars of the collection orchestrator.sglang's deploy and preflight
+    playbooks and of its roles (`orch`, a HostPlan per host): ansible-playbook -i INVENTORY
+    -e @plan.json orchestrator.sglang.deploy. The play runs on the planned hosts only. A plan is for
+    one run: its deploy lock is that run's (print a new plan for each run). Nothing on a host is
+    touched here, and the play records nothing in orchestrator's ledger.
     """
     import uuid
 
@@ -566,6 +576,8 @@ def plan_command(
         max_fail_percent=max_fail_percent,
         preflight=not no_preflight,
         drain=not no_drain,
+        drain_timeout_s=drain_timeout,
+        lock_detached=True,
     )
     secret = secret_bundle(prof)
     if secret and secret_file is None:
@@ -575,7 +587,8 @@ def plan_command(
         )
     if secret_file is not None and not secret:
         raise InputError(f"profile {prof.name} has no secrets: drop --secret-file")
-    _where, orch = deploy_mod.planned(prof, inventory_or_lab(inventory), options, uuid.uuid4().hex[:12])
+    inv = inventory_or_running_lab(inventory)
+    _where, orch = deploy_mod.planned(prof, inv, options, uuid.uuid4().hex[:12])
     if secret_file is not None:
         try:
             write_private(secret_file, secret)
@@ -583,6 +596,8 @@ def plan_command(
             raise InputError(
                 f"--secret-file {secret_file}: the file exists; remove it or name a new one"
             ) from None
+        except OSError as exc:
+            raise InputError(f"--secret-file {secret_file}: {exc.strerror or exc}") from None
         orch = orch.model_copy(update={"secret_file": str(secret_file.resolve())})
     click.echo(json.dumps(orch.extravars(), indent=2))
 

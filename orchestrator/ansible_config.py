@@ -8,7 +8,7 @@ own `ansible-playbook`. A play runs in the user's directory with `ANSIBLE_CONFIG
 variables for only these (`play_environment`):
 
 - orchestrator's collection, orchestrator.sglang (its roles, modules, module_utils and strategy
-  plugin: orchestrator/paths.py collections_dir), put before the user's collection paths, never in
+  plugin: collections_dir below), put before the user's collection paths, never in
   their place;
 - its speed settings (pipelining, SSH ControlMaster/ControlPersist, forks, the strategy
   `orchestrator.sglang.orchestrator_linear`) and quiet settings where the user left Ansible's
@@ -30,6 +30,7 @@ import importlib
 import importlib.util
 import json
 import os
+import secrets
 import shlex
 import stat
 import sys
@@ -37,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import InputError
-from orchestrator.paths import COLLECTION, PLAYBOOKS_DIR, collections_dir, state_dir
+from orchestrator.errors import InputError, StateError, short_path
+from orchestrator.paths import COLLECTION, PLAYBOOKS_DIR, ROOT, state_dir
 
 #: Ansible's own settings (base.yml) that orchestrator reads.
 BASE_SETTINGS = (
@@ -130,6 +131,32 @@ def read() -> AnsibleConfig:
     if key:
         _memo[key] = found
     return found
+
+
+def collections_dir() -> Path:
+    """A folder for ANSIBLE_COLLECTIONS_PATH in which ansible_collections/orchestrator/sglang is ROOT:
+    a link made on first use under the cache directory (`$XDG_CACHE_HOME`, else ~/.cache), one per
+    ROOT, so that two checkouts or a checkout and a wheel never run each other's content. Ansible
+    finds a collection only under a path ending ansible_collections/NAMESPACE/NAME, which neither a
+    clone's folder nor the installed package is."""
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    key = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+    top = Path(xdg) / "orchestrator" / "collections" / key
+    namespace, name = COLLECTION.split(".")
+    link = top / "ansible_collections" / namespace / name
+    try:
+        if link.is_symlink() and Path(os.readlink(link)) == ROOT:
+            return top
+        link.parent.mkdir(parents=True, exist_ok=True)
+        made = link.with_name(f".{name}.{os.getpid()}.{secrets.token_hex(4)}")
+        made.symlink_to(ROOT, target_is_directory=True)
+        made.replace(link)  # atomic: a play started meanwhile sees the old link or the new one
+    except OSError as exc:
+        raise StateError(
+            f"cannot link orchestrator's Ansible collection at {short_path(link)}: "
+            f"{exc.strerror or exc}: point XDG_CACHE_HOME at a writable directory"
+        ) from None
+    return top
 
 
 def play_environment(config: AnsibleConfig, forks: int) -> dict[str, str]:

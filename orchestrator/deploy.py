@@ -66,6 +66,9 @@ class Options:
     #: Hold the lock at least this long before it counts as left by a dead run: a campaign
     #: benches between its deploys, longer than one deploy's own bound.
     lock_ttl_s: float = 0.0
+    #: The lock names no process of this machine (`orchestrator plan`: the play runs later, from
+    #: another process), so it is never taken for a dead deploy's; it expires after its TTL.
+    lock_detached: bool = False
 
 
 #: (host, plan digest) pairs that passed preflight in this process: a sweep's repeats skip them.
@@ -99,6 +102,7 @@ def play_vars(
             ttl,
             options.lock_wait_s,
             keep=options.keep_lock,
+            detached=options.lock_detached,
         )
     drained = gateways(where, options)
     hosts = {

@@ -368,16 +368,22 @@ def run_words(plan: Plan) -> list[str]:
     return [expanded if w == plan_mod.CREDENTIAL_ARG else w for w in plan.exec_argv[2:]]
 
 
-def lock(run_id: str, profile: str, ttl_s: float, wait_s: float, *, keep: bool = False) -> LockSpec:
+def lock(
+    run_id: str, profile: str, ttl_s: float, wait_s: float, *, keep: bool = False, detached: bool = False
+) -> LockSpec:
+    """This run's lock. `detached` (a plan a later ansible-playbook runs): no process of this
+    machine is named, since the one making it is gone by then, so no deploy takes it over as a dead
+    run's and the run waits for a live deploy's own; it is stale only once its TTL ran out."""
+    where = f"{getpass.getuser()}@{socket.gethostname()}"
     return LockSpec(
-        holder=f"{getpass.getuser()}@{socket.gethostname()} (pid {os.getpid()})",
+        holder=f"{where} (orchestrator plan, run {run_id})" if detached else f"{where} (pid {os.getpid()})",
         run_id=run_id,
         profile=profile,
         ttl_s=ttl_s,
         wait_s=wait_s,
-        control=socket.gethostname(),
-        pid=os.getpid(),
-        live_pids=_live_pids(),
+        control="" if detached else socket.gethostname(),
+        pid=0 if detached else os.getpid(),
+        live_pids=[] if detached else _live_pids(),
         keep=keep,
     )
 

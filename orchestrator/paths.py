@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
@@ -58,26 +57,6 @@ def state_dir() -> Path:
         return Path(explicit)
     xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(xdg) / "orchestrator"
-
-
-def collections_dir() -> Path:
-    """A folder for ANSIBLE_COLLECTIONS_PATH in which ansible_collections/orchestrator/sglang is ROOT:
-    a link made on first use under the cache directory (`$XDG_CACHE_HOME`, else ~/.cache), one per
-    ROOT, so that two checkouts or a checkout and a wheel never run each other's content. Ansible
-    finds a collection only under a path ending ansible_collections/NAMESPACE/NAME, which neither a
-    clone's folder nor the installed package is."""
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    key = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
-    top = Path(xdg) / "orchestrator" / "collections" / key
-    namespace, name = COLLECTION.split(".")
-    link = top / "ansible_collections" / namespace / name
-    if not (link.is_symlink() and Path(os.readlink(link)) == ROOT):
-        link.parent.mkdir(parents=True, exist_ok=True)
-        made = link.with_name(f".{name}.{os.getpid()}")
-        made.unlink(missing_ok=True)
-        made.symlink_to(ROOT, target_is_directory=True)
-        made.replace(link)  # atomic: a play started meanwhile sees the old link or the new one
-    return top
 
 
 def host_imports() -> None:

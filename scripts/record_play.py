@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # The kinds exactly as run_playbook reads them.
-from orchestrator.runner import TaskEvent, _event_kind, split_steps
+from orchestrator.runner import TaskEvent, _event_kind, _ours, split_steps
 
 #: Result keys that are noise to the engine: the module's arguments, tracebacks, Ansible's own.
 DROPPED = {"invocation", "exception", "argument_spec_data", "validate_args_context", "deprecations"}
@@ -107,7 +107,8 @@ def record(run: Path) -> dict[str, Any]:
         host = data.get("host")
         if kind is None or host is None:
             continue
-        task = TaskEvent(host, kind, data.get("role", ""), data.get("task_action", ""), data.get("res") or {})
+        role, action = _ours(data.get("role", "")), _ours(data.get("task_action", ""))
+        task = TaskEvent(host, kind, role, action, data.get("res") or {})
         for each in split_steps(task):  # as runner._collect hands them on: a restart's steps each
             result = scrub(each.result)
             entry = {"kind": each.kind, "role": each.role, "action": each.action}

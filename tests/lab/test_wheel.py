@@ -27,7 +27,7 @@ from orchestrator.paths import CHECKOUT, EXAMPLES_DIR
 pytestmark = pytest.mark.wheel
 
 #: The checkout's folders that ship inside the package, under orchestrator/.
-SHIPPED = ("playbooks", "roles", "templates", "profiles")
+SHIPPED = ("playbooks", "roles", "plugins", "meta", "templates", "profiles")
 LOAD = ["--requests", "2", "--concurrency", "2", "--max-tokens", "96", "--warmup", "1"]
 
 

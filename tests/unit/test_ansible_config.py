@@ -18,10 +18,9 @@ from click.testing import CliRunner
 
 from orchestrator import ansible_config, runner
 from orchestrator.__main__ import cli
-from orchestrator.ansible_config import Setting
+from orchestrator.ansible_config import Setting, collections_dir
 from orchestrator.errors import InputError
 from orchestrator.hostplan import PlayVars
-from orchestrator.paths import collections_dir
 
 PROXY = "-o ProxyJump=root@bastion.example -o ServerAliveInterval=15"
 TEAM_CFG = f"""\

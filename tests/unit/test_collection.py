@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,9 @@ from click.testing import CliRunner
 from orchestrator import deploy as deploy_mod
 from orchestrator import profile as profile_mod
 from orchestrator.__main__ import cli
-from orchestrator.paths import COLLECTION, ROOT, collections_dir
+from orchestrator.ansible_config import collections_dir
+from orchestrator.errors import StateError
+from orchestrator.paths import COLLECTION, ROOT
 
 #: What the collection is made of: every file under these, and the files named.
 CONTENT = ("playbooks", "roles", "plugins", "meta", "tests/sanity")
@@ -88,6 +91,15 @@ def test_the_cli_runs_the_checkout_as_the_collection() -> None:
     assert (collections_dir() / "ansible_collections" / namespace / name).resolve() == ROOT
 
 
+def test_an_unwritable_cache_is_an_error_naming_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "cache").write_text("a file where the cache directory would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with pytest.raises(StateError, match="point XDG_CACHE_HOME at a writable directory"):
+        collections_dir()
+
+
 def test_every_role_and_module_is_called_by_its_fqcn() -> None:
     """A role of the collection finds the collection's modules by name only through the FQCN in a
     team's play; the playbooks name roles the same way."""
@@ -143,13 +155,41 @@ def test_plan_prints_what_deploy_hands_its_play(inventory: Path) -> None:
     assert done.exit_code == 0, done.output
     printed = json.loads(done.stdout)["orch"]
     prof = profile_mod.load("example:cg_5tok")
-    _, orch = deploy_mod.planned(prof, inventory, deploy_mod.Options(), "r1")
+    _, orch = deploy_mod.planned(prof, inventory, deploy_mod.Options(lock_detached=True), "r1")
     expected = orch.extravars()["orch"]
     for plan in (printed, expected):  # each run its own lock id
         for host in plan["hosts"].values():
-            host["lock"]["run_id"] = "-"
+            host["lock"]["run_id"] = host["lock"]["holder"] = "-"
     assert printed == expected
     assert sorted(printed["hosts"]) == ["gpu1", "gpu2"] and printed["secret_file"] == ""
+    lock = printed["hosts"]["gpu1"]["lock"]
+    assert (lock["control"], lock["pid"], lock["live_pids"]) == ("", 0, [])  # no process named
+
+
+def test_a_plans_lock_and_a_live_deploys_lock_exclude_each_other(tmp_path: Path) -> None:
+    """The play of a plan runs after `plan` exited: its lock must not read as a dead deploy's to a
+    deploy from this machine, nor take a live deploy's lock for a dead one's."""
+    from orchestrator import hostplan
+    from orchestrator.paths import host_imports
+
+    host_imports()
+    from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host import lock
+
+    def held(spec: hostplan.LockSpec) -> dict:
+        return {**spec.model_dump(), "since": time.time(), "expires": time.time() + spec.ttl_s}
+
+    planned = hostplan.lock("plan1", "cg_5tok", 600, 0, detached=True)
+    # a deploy started once `plan` had exited: the plan's process is not among its live PIDs
+    later = hostplan.lock("deploy1", "baseline", 600, 0).model_copy(update={"live_pids": [1]})
+    path = str(tmp_path / "sglang.service.lock")
+    assert lock.try_lock(path, held(planned)) is None  # the team's play holds the host
+    holder = lock.try_lock(path, held(later))
+    assert holder is not None and holder["holder"].endswith("(orchestrator plan, run plan1)")
+    Path(path).unlink()
+    # a deploy that started after the plan was printed: its PID is not in the plan's snapshot
+    live = hostplan.lock("deploy2", "baseline", 600, 0).model_copy(update={"pid": 2**22 + 7})
+    assert lock.try_lock(path, held(live)) is None  # a live deploy holds the host
+    assert lock.try_lock(path, held(planned)) is not None
 
 
 def test_plan_takes_the_limit_and_deploys_flags(inventory: Path) -> None:

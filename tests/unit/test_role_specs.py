@@ -22,8 +22,9 @@ import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from orchestrator.ansible_config import collections_dir
 from orchestrator.hostplan import HostPaths, LockSpec, PreflightChecks
-from orchestrator.paths import COLLECTION, MODULE_UTILS_DIR, MODULES_DIR, ROLES_DIR, ROOT, collections_dir
+from orchestrator.paths import COLLECTION, MODULE_UTILS_DIR, MODULES_DIR, ROLES_DIR, ROOT
 
 
 def _script() -> types.ModuleType:

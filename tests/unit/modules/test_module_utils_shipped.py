@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.paths import MODULE_UTILS_DIR, MODULES_DIR, ROOT, collections_dir
+from orchestrator.ansible_config import collections_dir
+from orchestrator.paths import MODULE_UTILS_DIR, MODULES_DIR, ROOT
 
 HERE = Path(__file__).parent
 HOST = MODULE_UTILS_DIR / "orchestrator_host"
