@@ -238,10 +238,30 @@ def planned(
         )
     if not where:
         raise inventory_mod.no_match(inventory, options.limit)
+    _refuse_pattern_names(list(where))
     # systemd's reading, before any host
     for p, hosts in _by_profile(prof, each, list(where)):
         systemd_check.require(p, [where[h].plan for h in hosts])
     return where, play_vars(prof, where, options, run_id, each)
+
+
+def _refuse_pattern_names(hosts: list[str]) -> None:
+    """The play names its hosts (deploy.yml's `hosts:` is orch.hosts), and Ansible reads each name as
+    a host pattern: a name it would split (at a `:` that is no address's), negate (`!`), intersect
+    (`&`), match as a regex (`~`) or subscript (`[...]`) would not be that host, and the host would
+    silently be left out of the play."""
+    from ansible.inventory.manager import split_host_pattern
+
+    bad = [
+        h
+        for h in hosts
+        if split_host_pattern(h) != [h] or h[:1] in "!&~" or ("[" in h and not h.startswith("["))
+    ]
+    if bad:
+        raise InputError(
+            f"inventory host name {bad[0]!r} reads as an Ansible host pattern, not as that host, in the "
+            "play's host list: rename the host in the inventory (its ansible_host can keep the address)"
+        )
 
 
 def _each_placements(

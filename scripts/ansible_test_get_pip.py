@@ -15,8 +15,9 @@ has_pip = (
     and base != sys.executable
     and subprocess.call([base, "-m", "pip", "--version"], stdout=subprocess.DEVNULL) == 0
 )
-if has_pip:
-    sys.exit(subprocess.call([base, "-m", "pip", "--python", sys.executable, "install", *args]))
+if has_pip and subprocess.call([base, "-m", "pip", "--python", sys.executable, "install", *args]) == 0:
+    sys.exit(0)
+# No pip there, or one older than 22.3 (no --python): the bundled one.
 environment = dict(os.environ)
 import ensurepip  # noqa: E402
 

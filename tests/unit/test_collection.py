@@ -120,7 +120,7 @@ def _offline_pip() -> None:
     source = Path(ansible_test.__file__).parent / "_internal" / "python_requirements.py"
     [version] = re.findall(r"pip='([0-9.]+)'", source.read_text())
     cache = Path.home() / ".ansible" / "test" / "cache" / f"get_pip_{version.replace('.', '_')}.py"
-    if not cache.exists():
+    if not cache.exists() or cache.read_bytes() != GET_PIP.read_bytes():
         cache.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(GET_PIP, cache)
 
@@ -223,3 +223,14 @@ def test_a_profiles_secrets_go_to_a_file_of_their_own_never_into_the_plan(
         cli, ["plan", "-p", "example:cg_5tok", "-i", str(inventory), "--secret-file", str(secret)]
     )
     assert plain.exit_code == 2 and "has no secrets: drop --secret-file" in plain.stderr
+
+
+def test_a_host_name_ansible_reads_as_a_pattern_is_refused_before_any_play(tmp_path: Path) -> None:
+    """The play's host list is the plan's host names, each read by Ansible as a pattern: an IPv6
+    address with a zone id would be split at its colons and the host silently left out."""
+    inv = tmp_path / "hosts.yml"
+    inv.write_text('all:\n  hosts:\n    gpu1: {}\n    "fe80::1%eth0": {}\n')
+    done = CliRunner().invoke(cli, ["plan", "-p", "example:cg_5tok", "-i", str(inv)])
+    assert done.exit_code == 2, done.output
+    assert "'fe80::1%eth0' reads as an Ansible host pattern" in done.stderr
+    assert "rename the host in the inventory" in done.stderr
