@@ -29,7 +29,7 @@ from _timing import timed
 
 from orchestrator.lab import hosts as lab_hosts
 from orchestrator.paths import state_dir
-from orchestrator.runner import ansible_command
+from orchestrator.runner import ansible_command, own_name
 
 
 def standin_delay(host: lab_hosts.LabHost) -> float:
@@ -58,7 +58,7 @@ def timeline(artifacts: Path) -> list[tuple[str, str, float]]:
             data = ev["event_data"]
             rows.append(
                 (
-                    str(data.get("task_action", "?")).removeprefix("orchestrator.sglang."),
+                    own_name(str(data.get("task_action", "?"))),
                     kind.removeprefix("runner_on_"),
                     data.get("duration", 0),
                 )

@@ -34,7 +34,7 @@ from _timing import timed as run
 from deploy_speed import newest_deploy, timeline
 
 from orchestrator.lab import hosts as lab_hosts
-from orchestrator.runner import ansible_command
+from orchestrator.runner import ansible_command, own_name
 
 PLAIN = Path(__file__).parent / "peer" / "plain.yml"
 
@@ -60,7 +60,7 @@ def restart_steps(artifacts: Path) -> list[tuple[str, float]]:
     """(module, seconds) of each step the restart's one transaction ran on the host (sglang_restart)."""
     for path in artifacts.glob("job_events/*.json"):
         data = json.loads(path.read_text()).get("event_data", {})
-        action = str(data.get("task_action", "")).removeprefix("orchestrator.sglang.")
+        action = own_name(str(data.get("task_action", "")))
         if action == "sglang_restart" and "steps" in (data.get("res") or {}):
             return [(s["action"], s["took_s"]) for s in data["res"]["steps"]]
     return []

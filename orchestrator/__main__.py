@@ -373,58 +373,99 @@ limit_option = console.limit_option()
 unit_option = console.unit_option
 
 
-@cli.command()
-@click.option(
+profile_option = click.option(
     "--profile", "-p", "profile_ref", metavar="NAME|PATH", required=True, help="Profile name or file."
 )
+#: What deploy and plan both take after the profile and the inventory: the hosts, and how the
+#: deploy rolls over them.
+ROLLOUT_OPTIONS = (
+    limit_option,
+    click.option(
+        "--force-restart", is_flag=True, help="Restart even when the unit is unchanged and healthy."
+    ),
+    click.option(
+        "--kill-gpu-holders",
+        is_flag=True,
+        help="Kill processes outside our unit that hold the GPUs (never by default).",
+    ),
+    click.option(
+        "--lock-wait",
+        type=click.FloatRange(0, 86400),
+        default=120,
+        show_default=True,
+        help="Seconds to wait for another deploy's lock on a host.",
+    ),
+    click.option(
+        "--serial", metavar="N|P%", help="Deploy in batches of N hosts (or P% of them), each healthy first."
+    ),
+    click.option(
+        "--max-fail-percent",
+        type=click.IntRange(0, 100),
+        help="Start no further batch once more than this percent of a batch failed (implies --serial 1).",
+    ),
+    click.option(
+        "--no-preflight",
+        is_flag=True,
+        help="Skip the read-only checks before a restart (to debug a failing start).",
+    ),
+    click.option(
+        "--no-drain",
+        is_flag=True,
+        help="Behind a gateway (orchestrator_gateway_url): restart under traffic, without taking "
+        "each batch out of its rotation first.",
+    ),
+    click.option(
+        "--drain-timeout",
+        type=click.FloatRange(0, 86400),
+        default=60,
+        show_default=True,
+        help="Seconds to wait for a drained server's requests in flight before it is stopped anyway.",
+    ),
+)
+
+
+def rollout_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(ROLLOUT_OPTIONS):
+        command = option(command)
+    return command
+
+
+def _rollout(
+    limit: str | None,
+    force_restart: bool,
+    kill_gpu_holders: bool,
+    lock_wait: float,
+    serial: str | None,
+    max_fail_percent: int | None,
+    no_preflight: bool,
+    no_drain: bool,
+    drain_timeout: float,
+) -> dict[str, Any]:
+    """ROLLOUT_OPTIONS' values (but the profile and inventory) as deploy.Options fields."""
+    return {
+        "limit": limit,
+        "force_restart": force_restart,
+        "kill_gpu_holders": kill_gpu_holders,
+        "lock_wait_s": lock_wait,
+        "serial": _serial(serial),
+        "max_fail_percent": max_fail_percent,
+        "preflight": not no_preflight,
+        "drain": not no_drain,
+        "drain_timeout_s": drain_timeout,
+    }
+
+
+@cli.command()
+@profile_option
 @inventory_option
-@limit_option
+@rollout_options
 @click.option(
     "--check", is_flag=True, help="Dry run: Ansible check mode with diff; changes nothing on any host."
 )
-@click.option("--force-restart", is_flag=True, help="Restart even when the unit is unchanged and healthy.")
 @click.option(
     "--no-rollback",
     is_flag=True,
     help="Leave failed hosts as they failed (for debugging) instead of rolling back.",
-)
-@click.option(
-    "--kill-gpu-holders",
-    is_flag=True,
-    help="Kill processes outside our unit that hold the GPUs (never by default).",
-)
-@click.option(
-    "--lock-wait",
-    type=click.FloatRange(0, 86400),
-    default=120,
-    show_default=True,
-    help="Seconds to wait for another deploy's lock on a host.",
-)
-@click.option(
-    "--serial", metavar="N|P%", help="Deploy in batches of N hosts (or P% of them), each healthy first."
-)
-@click.option(
-    "--max-fail-percent",
-    type=click.IntRange(0, 100),
-    help="Start no further batch once more than this percent of a batch failed (implies --serial 1).",
-)
-@click.option(
-    "--no-preflight",
-    is_flag=True,
-    help="Skip the read-only checks before a restart (to debug a failing start).",
-)
-@click.option(
-    "--no-drain",
-    is_flag=True,
-    help="Behind a gateway (orchestrator_gateway_url): restart under traffic, without taking "
-    "each batch out of its rotation first.",
-)
-@click.option(
-    "--drain-timeout",
-    type=click.FloatRange(0, 86400),
-    default=60,
-    show_default=True,
-    help="Seconds to wait for a drained server's requests in flight before it is stopped anyway.",
 )
 @click.option(
     "--forks",
@@ -446,21 +487,13 @@ unit_option = console.unit_option
 def deploy(
     profile_ref: str,
     inventory: Path | None,
-    limit: str | None,
     check: bool,
-    force_restart: bool,
     no_rollback: bool,
-    kill_gpu_holders: bool,
-    lock_wait: float,
-    serial: str | None,
-    max_fail_percent: int | None,
-    no_preflight: bool,
-    no_drain: bool,
-    drain_timeout: float,
     forks: int | None,
     canary: bool,
     canary_margin: float,
     as_json: bool,
+    **rollout: Any,
 ) -> None:
     """Stop, check GPUs idle, write the unit, start, wait for health: only where something changed.
 
@@ -470,20 +503,7 @@ def deploy(
     from orchestrator import deploy as deploy_mod
 
     prof = profile_mod.load(profile_ref)  # fail on a bad profile before touching the lab
-    options = deploy_mod.Options(
-        limit=limit,
-        check=check,
-        force_restart=force_restart,
-        rollback=not no_rollback,
-        kill_gpu_holders=kill_gpu_holders,
-        lock_wait_s=lock_wait,
-        serial=_serial(serial),
-        max_fail_percent=max_fail_percent,
-        preflight=not no_preflight,
-        drain=not no_drain,
-        drain_timeout_s=drain_timeout,
-        forks=forks,
-    )
+    options = deploy_mod.Options(**_rollout(**rollout), check=check, rollback=not no_rollback, forks=forks)
     inv = inventory_or_lab(inventory)
     title = f"{'check' if check else 'deploy'} {prof.name} -> {inv}"
     if canary and not check:
@@ -493,65 +513,16 @@ def deploy(
 
 
 @cli.command("plan")
-@click.option(
-    "--profile", "-p", "profile_ref", metavar="NAME|PATH", required=True, help="Profile name or file."
-)
-@inventory_option
-@limit_option
-@click.option("--force-restart", is_flag=True, help="Restart even when the unit is unchanged and healthy.")
-@click.option(
-    "--kill-gpu-holders",
-    is_flag=True,
-    help="Kill processes outside our unit that hold the GPUs (never by default).",
-)
-@click.option(
-    "--lock-wait",
-    type=click.FloatRange(0, 86400),
-    default=120,
-    show_default=True,
-    help="Seconds to wait for another deploy's lock on a host.",
-)
-@click.option(
-    "--serial", metavar="N|P%", help="Deploy in batches of N hosts (or P% of them), each healthy first."
-)
-@click.option(
-    "--max-fail-percent",
-    type=click.IntRange(0, 100),
-    help="Start no further batch once more than this percent of a batch failed (implies --serial 1).",
-)
-@click.option("--no-preflight", is_flag=True, help="Skip the read-only checks before a restart.")
-@click.option(
-    "--no-drain",
-    is_flag=True,
-    help="Behind a gateway (orchestrator_gateway_url): restart under traffic, without draining first.",
-)
-@click.option(
-    "--drain-timeout",
-    type=click.FloatRange(0, 86400),
-    default=60,
-    show_default=True,
-    help="Seconds to wait for a drained server's requests in flight before it is stopped anyway.",
-)
+@profile_option
+@console.inventory_option("the local lab that is up (plan never brings one up)")
+@rollout_options
 @click.option(
     "--secret-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="A profile with secrets (api_key, secret_env): write them to this new file (mode 0600), "
     "which the play reads on the control machine; remove it after the play.",
 )
-def plan_command(
-    profile_ref: str,
-    inventory: Path | None,
-    limit: str | None,
-    force_restart: bool,
-    kill_gpu_holders: bool,
-    lock_wait: float,
-    serial: str | None,
-    max_fail_percent: int | None,
-    no_preflight: bool,
-    no_drain: bool,
-    drain_timeout: float,
-    secret_file: Path | None,
-) -> None:
+def plan_command(profile_ref: str, inventory: Path | None, secret_file: Path | None, **rollout: Any) -> None:
     """Print what `deploy` would hand its play, for a team's own ansible-playbook.
 
     The JSON is the extra vars of the collection orchestrator.sglang's deploy and preflight
@@ -567,18 +538,7 @@ def plan_command(
     from orchestrator.secrets import secret_bundle
 
     prof = profile_mod.load(profile_ref)
-    options = deploy_mod.Options(
-        limit=limit,
-        force_restart=force_restart,
-        kill_gpu_holders=kill_gpu_holders,
-        lock_wait_s=lock_wait,
-        serial=_serial(serial),
-        max_fail_percent=max_fail_percent,
-        preflight=not no_preflight,
-        drain=not no_drain,
-        drain_timeout_s=drain_timeout,
-        lock_detached=True,
-    )
+    options = deploy_mod.Options(**_rollout(**rollout), lock_detached=True)
     secret = secret_bundle(prof)
     if secret and secret_file is None:
         raise InputError(

@@ -300,7 +300,7 @@ def _login_users(inventory: Path) -> dict[str, str]:
     return users
 
 
-def _ours(name: str) -> str:
+def own_name(name: str) -> str:
     """A role or module of orchestrator's collection by its own name (`orchestrator.sglang.sglang_probe`
     is `sglang_probe`, as results.py names it); any other name as Ansible gave it."""
     return name.removeprefix(f"{COLLECTION}.")
@@ -317,7 +317,11 @@ def _collect(
         return True
     run = hosts.setdefault(host, HostRun(host))
     task = TaskEvent(
-        host, kind, _ours(data.get("role", "")), _ours(data.get("task_action", "")), data.get("res", {}) or {}
+        host,
+        kind,
+        own_name(data.get("role", "")),
+        own_name(data.get("task_action", "")),
+        data.get("res", {}) or {},
     )
     for each in split_steps(task):
         run.events.append(each)

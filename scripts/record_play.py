@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # The kinds exactly as run_playbook reads them.
-from orchestrator.runner import TaskEvent, _event_kind, _ours, split_steps
+from orchestrator.runner import TaskEvent, _event_kind, own_name, split_steps
 
 #: Result keys that are noise to the engine: the module's arguments, tracebacks, Ansible's own.
 DROPPED = {"invocation", "exception", "argument_spec_data", "validate_args_context", "deprecations"}
@@ -107,7 +107,7 @@ def record(run: Path) -> dict[str, Any]:
         host = data.get("host")
         if kind is None or host is None:
             continue
-        role, action = _ours(data.get("role", "")), _ours(data.get("task_action", ""))
+        role, action = own_name(data.get("role", "")), own_name(data.get("task_action", ""))
         task = TaskEvent(host, kind, role, action, data.get("res") or {})
         for each in split_steps(task):  # as runner._collect hands them on: a restart's steps each
             result = scrub(each.result)
