@@ -88,7 +88,7 @@ def service(
     run += [f"--name={ctr}", f"--label={LABEL}={profile.service.unit_name}", f"--pull={rt.pull}"]
     run += ["--network=host", *(["--ipc=host"] if rt.ipc_host else [])]
     run += [f"--shm-size={rt.shm_size}"] if rt.shm_size else []
-    run += _gpus(rt.kind, gpus)
+    run += _gpus(rt.gpu_request, gpus)
     run += _ulimits(profile)
     run += [f"--volume={src}:{dst}{':ro' if ro else ''}" for src, dst, ro in mounts]
     run += [f"--env={k}={v}" for k, v in environment.items()]
@@ -139,9 +139,10 @@ def _ulimits(profile: Profile) -> list[str]:
     return words
 
 
-def _gpus(kind: str, gpus: list[int]) -> list[str]:
+def _gpus(request: str, gpus: list[int]) -> list[str]:
     """Docker's --gpus (its value is CSV, hence the quotes around a list) or one CDI device per
-    GPU for podman. Inside the container they are GPU 0 to N-1: no CUDA_VISIBLE_DEVICES."""
-    if kind == "docker":
+    GPU (podman's way, and docker's with runtime.gpu_devices cdi). Inside the container they are
+    GPU 0 to N-1: no CUDA_VISIBLE_DEVICES."""
+    if request == "gpus":
         return [f'--gpus="device={",".join(map(str, gpus))}"']
     return [f"--device=nvidia.com/gpu={gpu}" for gpu in gpus]

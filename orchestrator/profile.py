@@ -566,6 +566,13 @@ class Runtime(_Model):
         "hosts where podman may not write cgroups (a systemd-nspawn host with cgroup v1 read-only, "
         "as the lab's). Either way systemd's stop and the GPU check see the container in the unit.",
     )
+    gpu_devices: Literal["gpus", "cdi"] | None = Field(
+        None,
+        description="How the GPUs of server.gpus reach the container: gpus, docker's --gpus (NVIDIA's "
+        "runtime hook: the NVIDIA Container Toolkit on the host), or cdi, one --device "
+        "nvidia.com/gpu=N each from the host's CDI spec (`nvidia-ctk cdi generate`; docker 25 or "
+        "later with its cdi feature on). Default: gpus for docker; podman takes CDI devices only.",
+    )
     options: list[Annotated[str, AfterValidator(_run_option)]] = Field(
         default_factory=list,
         description="Further `run` options from an allow-list, values checked: --cap-add, "
@@ -576,6 +583,11 @@ class Runtime(_Model):
     @property
     def container(self) -> bool:
         return self.kind != "host"
+
+    @property
+    def gpu_request(self) -> Literal["gpus", "cdi"]:
+        """How the unit asks the engine for GPUs: gpu_devices, else the engine's own way."""
+        return self.gpu_devices or ("gpus" if self.kind == "docker" else "cdi")
 
 
 class Profile(_Model):
@@ -926,6 +938,12 @@ def _runtime_findings(profile: Profile) -> Iterator[rules.Finding]:
         yield ("runtime.image", f"required for runtime.kind {rt.kind}; e.g. {container_rules.EXAMPLE_IMAGE}")
     if rt.kind == "docker" and rt.cgroups != "split":
         yield ("runtime.cgroups", "is podman's --cgroups; docker has no such option: drop it")
+    if rt.kind == "podman" and rt.gpu_devices == "gpus":
+        yield (
+            "runtime.gpu_devices",
+            "gpus is docker's --gpus (NVIDIA's runtime hook); podman takes GPUs as CDI devices only: "
+            "set cdi or drop it",
+        )
     if rt.shm_size is not None and rt.ipc_host:
         yield (
             "runtime.shm_size",

@@ -37,6 +37,7 @@ import pytest
 import yaml
 
 from orchestrator import plan, profile, secrets
+from orchestrator.errors import InputError
 
 IMAGE = "docker.io/lmsysorg/sglang:v0.5.9-cu129-amd64@sha256:" + "0123456789abcdef" * 4
 ABSENT = "localhost/orchestrator-test/absent:1"
@@ -278,6 +279,43 @@ def test_docker_asks_for_the_container_the_unit_means(
     assert host["Devices"] == [
         {"PathOnHost": "/dev/null", "PathInContainer": "/dev/orchestrator-null", "CgroupPermissions": "rw"}
     ]
+
+
+def test_docker_asks_for_cdi_devices_with_gpu_devices_cdi(
+    docker: str, recorder: tuple[_Recorder, Path], tmp_path: Path
+) -> None:
+    """runtime.gpu_devices cdi: one --device=nvidia.com/gpu=N per GPU in place of --gpus, which
+    the client hands to the daemon by name for its CDI to resolve (docker 25 on; an older client
+    refuses the name as a device path)."""
+    seen, socket = recorder
+    prof = _profile(tmp_path, CASES["everything"], "docker", gpu_devices="cdi", pull="missing")
+    words = _as_systemd_runs_it(plan.build(prof), prof, tmp_path)
+    wanted = [f"nvidia.com/gpu={gpu}" for gpu in range(4, 8)]
+    assert [w for w in words if "gpu" in w.partition("=")[0]] == []  # no --gpus
+    assert [w.partition("=")[2] for w in words if w.startswith("--device=nvidia.com/")] == wanted
+    env = _docker_env(tmp_path, socket)
+    result = subprocess.run([docker, *words[1:]], capture_output=True, text=True, env=env, timeout=60)
+    said = subprocess.run([docker, "version", "--format={{.Client.Version}}"], capture_output=True, text=True)
+    if int(said.stdout.split(".")[0]) < 25:  # Debian bookworm's 20.10: preflight's create says so
+        assert result.stderr.startswith("docker: nvidia.com/gpu=4 is not an absolute path."), result.stderr
+        return
+    assert "recorded by the test" in result.stderr, result.stderr
+    (_, _path, body), *_ = [r for r in seen.requests if r[0] == "POST"]
+    host = body["HostConfig"]
+    by_name = [d["PathOnHost"] for d in host["Devices"] or [] if d["PathOnHost"].startswith("nvidia.com/")]
+    requested = [i for r in host.get("DeviceRequests") or [] if r["Driver"] == "cdi" for i in r["DeviceIDs"]]
+    assert by_name + requested == wanted, host
+    assert not [r for r in host.get("DeviceRequests") or [] if r["Driver"] != "cdi"], host
+
+
+def test_podman_takes_no_gpus_flag(tmp_path: Path) -> None:
+    doc = {**CASES["plain"], "runtime": {"gpu_devices": "gpus"}}
+    with pytest.raises(InputError) as err:
+        _profile(tmp_path, doc, "podman")
+    assert (
+        "runtime.gpu_devices: gpus is docker's --gpus (NVIDIA's runtime hook); podman takes GPUs as CDI "
+        "devices only: set cdi or drop it" in str(err.value)
+    )
 
 
 # --- podman ----------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Which running lab `lab up` reuses (`hosts._reuse`), with the processes faked: a --podman lab
-serves a plain request too; a plain lab asked for podman is refused with what to do."""
+serves a plain request too; a plain lab asked for podman is refused with what to do; so with docker,
+and a podman lab is not a docker one."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from orchestrator.errors import InputError
 from orchestrator.lab import hosts
 
 
-def _record(podman: bool) -> hosts._Record:
+def _record(podman: bool, docker: bool = False) -> hosts._Record:
     entry = {"address": "10.213.0.11", "dir": "/nonexistent/lab1", "console": "/nonexistent", "pid": 1}
     data = {"format": hosts.FORMAT, "complete": True, "gpus": 8, "sglang_version": "0.5.9", "podman": podman}
+    data["docker"] = docker
     return hosts._Record({**data, "hosts": {"lab1": {**entry, "pid_start": 1}}})
 
 
@@ -41,3 +43,25 @@ def test_a_plain_lab_asked_for_podman_says_lab_down_first() -> None:
         "a lab is up with hosts=1 gpus=8 sglang-version=0.5.9; "
         "run `lab down` first to get hosts=1 gpus=8 sglang-version=0.5.9 --podman"
     )
+
+
+def test_a_docker_lab_serves_docker_and_plain_requests_and_no_podman_one() -> None:
+    for asked in (True, False):
+        state = hosts._reuse(_record(podman=False, docker=True), 1, 8, "0.5.9", False, asked)
+        assert state is not None and state.docker and not state.podman
+    with pytest.raises(InputError) as refused:
+        hosts._reuse(_record(podman=False, docker=True), 1, 8, "0.5.9", True)
+    assert str(refused.value).endswith(
+        "run `lab down` first to get hosts=1 gpus=8 sglang-version=0.5.9 --podman"
+    )
+    with pytest.raises(InputError) as refused:
+        hosts._reuse(_record(podman=True), 1, 8, "0.5.9", False, True)
+    assert str(refused.value) == (
+        "a lab is up with hosts=1 gpus=8 sglang-version=0.5.9 --podman; "
+        "run `lab down` first to get hosts=1 gpus=8 sglang-version=0.5.9 --docker"
+    )
+
+
+def test_podman_and_docker_are_two_labs() -> None:
+    with pytest.raises(InputError, match="--podman and --docker are two labs"):
+        hosts.up(hosts=1, podman=True, docker=True)

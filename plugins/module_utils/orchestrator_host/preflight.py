@@ -402,6 +402,10 @@ def _image_problems(
         problems += _created_problems(module, exe, c, image.get("id", ""))
     majors = nvidia_majors(_proc_devices())
     problems += device_problems(c["run_words"], c["mounts"], majors, missing=c["engine"] == "docker")
+    if c["engine"] == "docker":
+        gpu_problems, gpu_notes = docker_gpu_problems(module, exe, c["run_words"])
+        problems += gpu_problems
+        notes = [*notes, *gpu_notes]
     if not image:
         return problems, "", False, notes
     cache_file = image_cache_path(paths, image["id"])
@@ -640,6 +644,114 @@ def _proc_devices() -> str:
             return fh.read()
     except OSError:
         return ""
+
+
+# --- how docker hands over the GPUs ---------------------------------------------------------
+
+#: What docker's daemon looks for on its PATH to offer --gpus (moby daemon/nvidia_linux.go): NVIDIA's
+#: prestart hook, or in later releases its CDI hook (--gpus then injects nvidia.com/gpu devices).
+#: Without either the daemon has no GPU driver, and `docker run --gpus` fails only at start:
+#: `could not select device driver "" with capabilities: [[gpu]]` (`create` takes it).
+NVIDIA_HOOKS = ("nvidia-container-runtime-hook", "nvidia-cdi-hook")
+CDI_GPU_KIND = "nvidia.com/gpu"
+
+
+def cdi_requests(run_words: list[str]) -> list[str]:
+    """The CDI devices (KIND=NAME) the run command's --device words ask for."""
+    return [
+        w.partition("=")[2]
+        for w in run_words
+        if w.startswith("--device=") and not w.partition("=")[2].startswith("/") and "=" in w[9:]
+    ]
+
+
+def cdi_spec_devices(text: str, loader: Any = None) -> tuple[str, list[str]] | None:
+    """(kind, device names) of one CDI spec's text, JSON (which is YAML too) or, with `loader`
+    (yaml.safe_load where PyYAML is here), YAML; None when it cannot be read as either."""
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        if loader is None:
+            return None
+        try:
+            spec = loader(text)
+        except Exception:
+            return None
+    if not isinstance(spec, dict) or not isinstance(spec.get("devices"), list):
+        return None
+    names = [str(d.get("name")) for d in spec["devices"] if isinstance(d, dict) and "name" in d]
+    return str(spec.get("kind", "")), names
+
+
+def _yaml_loader() -> Any:
+    try:
+        import yaml
+    except ImportError:
+        return None
+    return yaml.safe_load
+
+
+def cdi_devices(dirs: list[str]) -> tuple[set[str], list[str]]:
+    """({KIND=NAME} of every device the CDI specs in `dirs` define, the spec files not read)."""
+    loader, found, unread = _yaml_loader(), set(), []
+    for folder in dirs:
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith((".json", ".yaml", ".yml")):
+                continue
+            path = os.path.join(folder, name)
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    read = cdi_spec_devices(fh.read(), loader)
+            except (OSError, UnicodeDecodeError):
+                read = None
+            if read is None:
+                unread.append(path)
+                continue
+            found.update(f"{read[0]}={device}" for device in read[1])
+    return found, unread
+
+
+def docker_gpu_problems(module: Any, exe: str, run_words: list[str]) -> tuple[list[str], list[str]]:
+    """(problems, notes) of docker's way to the GPUs, which its `create` does not judge (both fail
+    only at start, after the stop): --gpus needs a GPU driver in the daemon (NVIDIA_HOOKS); CDI
+    devices need the daemon's CDI on (its spec directories in `docker info`) and each device in
+    a spec there (else: `CDI device injection failed: unresolvable CDI devices ...`)."""
+    problems: list[str] = []
+    if any(w.startswith("--gpus=") for w in run_words) and not any(map(module.get_bin_path, NVIDIA_HOOKS)):
+        problems.append(
+            "docker's --gpus needs the NVIDIA Container Toolkit on this host (neither "
+            f"{' nor '.join(NVIDIA_HOOKS)} is on PATH, so the daemon has no GPU driver): install it and "
+            "restart docker, or set runtime.gpu_devices: cdi with a CDI spec (nvidia-ctk cdi generate)"
+        )
+    wanted = cdi_requests(run_words)
+    if not wanted:
+        return problems, []
+    rc, out, _err = module.run_command([exe, "info", "--format", "{{json .CDISpecDirs}}"])
+    try:
+        dirs = json.loads(out) if rc == 0 else None
+    except ValueError:
+        dirs = None
+    if not isinstance(dirs, list) or not dirs:
+        problems.append(
+            "docker on this host has no CDI (runtime.gpu_devices: cdi; `docker info` lists no CDI spec "
+            'directories): docker 25 or later with "features": {"cdi": true} in /etc/docker/daemon.json, '
+            "or set runtime.gpu_devices: gpus"
+        )
+        return problems, []
+    defined, unread = cdi_devices([str(d) for d in dirs])
+    missing = [w for w in wanted if w not in defined]
+    if missing and not unread:
+        problems.append(
+            f"CDI device{'s' * (len(missing) > 1)} {', '.join(missing)} not defined by any spec in "
+            f"{', '.join(map(str, dirs))}: generate it (nvidia-ctk cdi generate "
+            "--output=/etc/cdi/nvidia.yaml) or fix server.gpus"
+        )
+    notes = [f"CDI spec {path} could not be read here: its devices are not checked" for path in unread]
+    return problems, notes if missing else []
 
 
 def mount_problems(sources: list[str]) -> list[str]:

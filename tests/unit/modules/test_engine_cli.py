@@ -35,7 +35,11 @@ from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_h
     _image_problems,
     _in_image,
     _inspect_image,
+    cdi_devices,
+    cdi_requests,
+    cdi_spec_devices,
     device_problems,
+    docker_gpu_problems,
     engine_message,
     nvidia_majors,
     nvidia_nodes,
@@ -46,6 +50,7 @@ from hostfakes import capture
 from orchestrator import container, hostplan, profile
 from orchestrator import plan as plan_mod
 from orchestrator.hostplan import unit_facts
+from orchestrator.lab import standins
 from orchestrator.verify import test_deployment as checks
 from orchestrator.verify.run import plan_json
 
@@ -420,6 +425,9 @@ def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str
             self._answer(200, "OK")
 
         def do_GET(self) -> None:
+            if self.path.endswith("/info") and "info" in seen:
+                self._answer(200, seen["info"])
+                return
             self._answer(200 if self.path.endswith("/_ping") else 404, {"message": "not recorded"})
 
         def do_POST(self) -> None:
@@ -472,3 +480,84 @@ def test_docker_create_asks_for_a_container_of_its_own_and_removes_it(
     assert [r[0] for r in daemon["requests"]] == ["POST", "DELETE"]  # removed even so
     daemon["create"] = (404, {"message": f"No such image: {ABSENT}"})  # the daemon checked the rest first
     assert _created_problems(module, docker, c, "") == []
+
+
+# --- how docker hands over the GPUs (its create takes what only its start refuses) ---------------
+
+
+def _gpu_words(tmp_path: Path, gpu_devices: str) -> list[str]:
+    words = _create_checks(tmp_path, [], "docker")["run_words"]
+    gpus = [w for w in words if w.startswith("--gpus=")]
+    assert gpus == ['--gpus="device=4,5,6,7"'], words
+    if gpu_devices == "gpus":
+        return words
+    return [w for w in words if w not in gpus] + [f"--device=nvidia.com/gpu={g}" for g in range(4, 8)]
+
+
+def _cdi_spec(folder: Path, names: range, name: str = "nvidia.yaml") -> None:
+    spec = standins.cdi_spec(8)
+    spec["devices"] = [d for d in spec["devices"] if int(d["name"]) in names]
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text(json.dumps(spec))
+
+
+def test_docker_gpus_need_nvidias_hook_on_the_host(tmp_path: Path) -> None:
+    """`docker create --gpus` passes without the NVIDIA Container Toolkit; its start fails (`could
+    not select device driver "" with capabilities: [[gpu]]`), after the stop: preflight names it."""
+    words = _gpu_words(tmp_path, "gpus")
+    [problem], notes = docker_gpu_problems(RealModule({}), "/usr/bin/docker", words)
+    assert problem.startswith(
+        "docker's --gpus needs the NVIDIA Container Toolkit on this host (neither "
+        "nvidia-container-runtime-hook nor nvidia-cdi-hook is on PATH"
+    ) and problem.endswith("or set runtime.gpu_devices: cdi with a CDI spec (nvidia-ctk cdi generate)")
+    assert notes == []
+    for hook in ("nvidia-container-runtime-hook", "nvidia-cdi-hook"):
+        assert docker_gpu_problems(RealModule({hook: f"/usr/bin/{hook}"}), "docker", words) == ([], [])
+
+
+def test_docker_cdi_devices_need_the_daemons_cdi_and_a_spec_for_each(
+    docker: str, daemon: dict[str, Any], tmp_path: Path
+) -> None:
+    """The real client's `docker info` of a daemon (the recorder) with CDI off, then with spec
+    directories that define GPUs 0-5 of the 4-7 asked for. Docker before 25 has no CDISpecDirs
+    (its template fails): CDI off too."""
+    words = _gpu_words(tmp_path, "cdi")
+    assert cdi_requests(words) == [f"nvidia.com/gpu={g}" for g in range(4, 8)]
+    module = RealModule({"docker": docker})
+    version = subprocess.run(
+        [docker, "version", "--format={{.Client.Version}}"], capture_output=True, text=True
+    )
+    modern = int(version.stdout.split(".")[0]) >= 25
+    off = "docker on this host has no CDI (runtime.gpu_devices: cdi; `docker info` lists no CDI spec "
+    off += "directories)"
+    daemon["info"] = {"CDISpecDirs": []}
+    [problem], _ = docker_gpu_problems(module, docker, words)
+    assert problem.startswith(off), problem
+    specs, run = tmp_path / "cdi", tmp_path / "run-cdi"
+    _cdi_spec(specs, range(0, 6))
+    daemon["info"] = {"CDISpecDirs": [str(specs), str(run)]}
+    problems, notes = docker_gpu_problems(module, docker, words)
+    if not modern:
+        assert [p[: len(off)] for p in problems] == [off]
+        return
+    assert (
+        problems
+        == [
+            f"CDI devices nvidia.com/gpu=6, nvidia.com/gpu=7 not defined by any spec in {specs}, {run}: "
+            "generate it (nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml) or fix server.gpus"
+        ]
+        and notes == []
+    )
+    _cdi_spec(run, range(6, 8), "more.json")
+    assert docker_gpu_problems(module, docker, words) == ([], [])
+
+
+def test_cdi_specs_are_read_as_json_or_yaml(tmp_path: Path) -> None:
+    yaml_spec = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: '0'\n- name: all\n"
+    assert cdi_spec_devices(yaml_spec) is None  # no loader: not read, and said so below
+    assert cdi_spec_devices(yaml_spec, yaml.safe_load) == ("nvidia.com/gpu", ["0", "all"])
+    (tmp_path / "nvidia.yaml").write_text(yaml_spec)
+    (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "README").write_text("not a spec")
+    found, unread = cdi_devices([str(tmp_path), str(tmp_path / "absent")])
+    assert found == {"nvidia.com/gpu=0", "nvidia.com/gpu=all"} and unread == [str(tmp_path / "broken.json")]
