@@ -10,9 +10,10 @@
 It also replays the no-op's own ansible-playbook command (argv, cwd and environment from the
 run's artifacts) without orchestrator around it: the share of the no-op that is Ansible's.
 
-Usage: python3 benchmarks/deploy_speed.py [--repeat N] [--profile NAME|PATH] [--podman] [--host N]
-Needs the lab (brought up if it is not; `--podman` for a runtime.kind podman profile, which a
-lab built with `lab up --podman` also runs with the host runtime, so both compare on one lab).
+Usage: python3 benchmarks/deploy_speed.py [--repeat N] [--profile NAME|PATH] [--podman|--docker] [--host N]
+Needs the lab (brought up if it is not; `--podman` for a runtime.kind podman profile, `--docker`
+for a docker one: a lab built with `lab up --podman` (`--docker`) also runs the host runtime, so
+both compare on one lab).
 """
 
 from __future__ import annotations
@@ -82,13 +83,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=fmt)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", default="cg_5tok")
-    parser.add_argument("--podman", action="store_true", help="a lab with podman (`lab up --podman`)")
+    engines = parser.add_mutually_exclusive_group()
+    engines.add_argument("--podman", action="store_true", help="a lab with podman (`lab up --podman`)")
+    engines.add_argument("--docker", action="store_true", help="a lab with docker (`lab up --docker`)")
     parser.add_argument("--host", type=int, default=1, help="which lab host (1 = lab1)")
     args = parser.parse_args()
 
     seen = lab_hosts.status()  # a running lab of the same shape is reused as it is
     shape = {"hosts": len(seen.hosts), "gpus": seen.gpus, "sglang_version": seen.sglang_version}
-    state = lab_hosts.up(**(shape if seen.healthy else {}), podman=args.podman or seen.podman)
+    asked = args.podman or args.docker  # else the running lab's engine, if any
+    engine = {
+        "podman": args.podman or (seen.podman and not asked),
+        "docker": args.docker or (seen.docker and not asked),
+    }
+    state = lab_hosts.up(**(shape if seen.healthy else {}), **engine)
     host = state.hosts[args.host - 1]
     inv = str(state.inventory)
     deploy = [sys.executable, "-m", "orchestrator", "deploy", "-i", inv, "--limit", host.name, "--json"]

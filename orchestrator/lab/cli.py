@@ -63,11 +63,23 @@ def lab() -> None:
     help="Hosts also carry Debian's podman, a CDI spec for the stand-in GPUs and the stand-in's image "
     "(localhost/sglang-standin:VERSION), for runtime.kind podman profiles. Slower to build.",
 )
+@click.option(
+    "--docker",
+    is_flag=True,
+    help="Debian trixie hosts with its docker (26.1: CDI) running, the CDI spec and the stand-in's image, "
+    "for runtime.kind docker profiles (runtime.gpu_devices: cdi). The hosts get CAP_NET_ADMIN, the "
+    "keyring and bpf system calls, and cgroup v2. Not with --podman.",
+)
 @_errors_to_exit
-def up(hosts: int, gpus: int, sglang_version: str, podman: bool) -> None:
+def up(hosts: int, gpus: int, sglang_version: str, podman: bool, docker: bool) -> None:
     """Start the lab hosts (a no-op when the same lab is already up)."""
     state = lab_hosts.up(
-        hosts=hosts, gpus=gpus, sglang_version=sglang_version, progress=_progress, podman=podman
+        hosts=hosts,
+        gpus=gpus,
+        sglang_version=sglang_version,
+        progress=_progress,
+        podman=podman,
+        docker=docker,
     )
     for host in state.hosts:
         failed = f"  failed units: {', '.join(host.failed_units)}" if host.failed_units else ""
@@ -105,6 +117,8 @@ def status() -> None:
         out.print(f"as sudoer: {seen.sudo_inventory}")
     if seen.podman:
         out.print("podman:    yes (lab up --podman)")
+    if seen.docker:
+        out.print("docker:    yes (lab up --docker)")
     if seen.bastion:
         out.print(f"bastion:   {seen.bastion} (the others refuse ssh from here; `lab bastion --off`)")
     if not seen.healthy:

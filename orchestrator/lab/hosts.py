@@ -20,7 +20,8 @@ Layout under `state_dir()`:
     lab/known_hosts         host keys of the current hosts
     lab/inventory.yml       Ansible inventory, group `lab`, as root
     lab/inventory-sudo.yml  the same hosts as `deploy`, becoming root with sudo
-    lab/hosts/labK/         root (overlay mount point), upper, work, console.log
+    lab/hosts/labK/         root (overlay mount point), upper, work, console.log; with --podman
+                            containers/ (its /var/lib/containers), with --docker docker/ (/var/lib/docker)
     lab-cache/<key>/        the debootstrapped base root, the overlay's lower dir (kept across `down`)
 """
 
@@ -116,6 +117,32 @@ def containers_conf() -> str:
     return CONTAINERS_CONF.format(ulimits=f'default_ulimits = ["nproc={hard}:{hard}"]\n')
 
 
+#: What `up --docker` builds on: Debian trixie, whose docker.io is 26.1 (bookworm's 20.10 has no
+#: CDI, which docker 25 brought) and whose CLI is a package of its own.
+DOCKER_SUITE = "trixie"
+DOCKER_PACKAGES = ("docker.io", "docker-cli")
+#: dockerd in a lab host: the units run with --network=host, so no bridge, NAT or forwarding (the
+#: host may not write /proc/sys, and has no iptables of its own to give); CDI on (docker 26 has it
+#: behind this feature flag; 28.2 on by default) for `--device nvidia.com/gpu=N`. Its storage,
+#: /var/lib/docker, is a plain directory of the control machine (overlay2 cannot stack on the
+#: host's overlay root), as /var/lib/containers is for podman.
+DAEMON_JSON = {
+    "bridge": "none",
+    "iptables": False,
+    "ip6tables": False,
+    "ip-forward": False,
+    "ip-masq": False,
+    "features": {"cdi": True},
+}
+#: What a docker host gets from systemd-nspawn beyond a plain host. runc sets up the container's
+#: network namespace handling and sysctls (CAP_NET_ADMIN: without it, "failed to create default
+#: sandbox: operation not permitted"), joins a session keyring (nspawn's filter refuses keyctl) and
+#: installs a BPF device filter in the container's cgroup (cgroup v2: the bpf syscall). The host
+#: boots on the unified cgroup hierarchy in a cgroup of its own (`_docker_cgroup`), where runc can
+#: make the container's cgroups: on cgroup v1 nspawn mounts the controllers read-only.
+DOCKER_NSPAWN = ("--capability=CAP_NET_ADMIN", "--system-call-filter=@keyring bpf")
+#: The folder under the control machine's cgroup2 mount that holds a docker host's cgroup.
+CGROUP_PARENT = "orchlab"
 MIRROR = os.environ.get("ORCHESTRATOR_LAB_MIRROR", "http://deb.debian.org/debian")
 BRIDGE = "orchlab0"
 SUBNET = "10.213.0"
@@ -204,6 +231,9 @@ class LabState:
     """`up --podman`: the SGLang stand-in's image on every host, REF@sha256:DIGEST; None without podman."""
     podman: bool = False
     """Built with `up --podman`."""
+    docker: bool = False
+    """Built with `up --docker` (Debian trixie hosts): `image` is then a tag (REF; a local image has
+    no registry digest), every host holding the same image ID."""
 
 
 @dataclass(frozen=True)
@@ -235,6 +265,8 @@ class LabStatus:
     """The jump host, while the others refuse SSH from the control machine (they are not `healthy` then)."""
     podman: bool = False
     """Built with `up --podman`."""
+    docker: bool = False
+    """Built with `up --docker`."""
 
     @property
     def healthy(self) -> bool:
@@ -265,10 +297,10 @@ def _host_dir(name: str) -> Path:
 class _Record:
     """`lab.json`: every thing `up` made, saved the moment it exists so a crash can be cleaned up.
 
-    Shape: {"format", "hosts_wanted", "gpus", "sglang_version", "podman", "image", "complete", "bridge",
-    "run_netns_mount", "bastion", "hosts": {name: {"address", "dir", "netns", "veth", "mount", "copied",
-    "pid", "pid_start", "leader", "leader_start", "console"}}}; each host key appears only once that
-    thing exists.
+    Shape: {"format", "hosts_wanted", "gpus", "sglang_version", "podman", "docker", "image", "image_id",
+    "complete", "bridge", "run_netns_mount", "bastion", "hosts": {name: {"address", "dir", "netns",
+    "veth", "mount", "copied", "cgroup", "pid", "pid_start", "leader", "leader_start", "console"}}};
+    each host key appears only once that thing exists.
     """
 
     def __init__(self, data: dict):
@@ -397,35 +429,43 @@ def _check_tools() -> None:
 # ---------------------------------------------------------------- base root and key
 
 
-def _packages(podman: bool) -> tuple[str, ...]:
+def _packages(podman: bool, docker: bool = False) -> tuple[str, ...]:
+    if docker:
+        return (*PACKAGES, *DOCKER_PACKAGES)
     return (*PACKAGES, *PODMAN_PACKAGES) if podman else PACKAGES
 
 
-def _base_key(podman: bool = False) -> str:
+def _suite(docker: bool) -> str:
+    return DOCKER_SUITE if docker else SUITE
+
+
+def _base_key(podman: bool = False, docker: bool = False) -> str:
     """The default base keeps its old key, so a cache built before `--podman` existed stays valid."""
-    parts = (SUITE, MIRROR, *_packages(podman), SSHD_CONF)
+    suite = _suite(docker)
+    parts = (suite, MIRROR, *_packages(podman, docker), SSHD_CONF)
     digest = hashlib.sha256(" ".join(parts).encode()).hexdigest()
-    return f"{SUITE}-{'podman-' if podman else ''}{digest[:10]}"
+    return f"{suite}-{'podman-' if podman else ''}{'docker-' if docker else ''}{digest[:10]}"
 
 
-def ensure_base(progress: Progress = None, podman: bool = False) -> Path:
+def ensure_base(progress: Progress = None, podman: bool = False, docker: bool = False) -> Path:
     """The debootstrapped base root, built once (about a minute) and then shared by every host; a
-    second one with podman for `up --podman`.
+    second one with podman for `up --podman`, a third (Debian trixie) with docker for `up --docker`.
 
     Built under a temporary name and renamed when done, so a half-built root is never used.
     """
-    base = cache_dir() / _base_key(podman)
+    suite = _suite(docker)
+    base = cache_dir() / _base_key(podman, docker)
     if base.is_dir():
         return base
     tmp = base.with_name(base.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    what = " with podman" if podman else ""
-    _say(progress, f"building the {SUITE} base root{what} with debootstrap (a minute or two, once)")
+    what = " with podman" if podman else " with docker" if docker else ""
+    _say(progress, f"building the {suite} base root{what} with debootstrap (a minute or two, once)")
     log = cache_dir() / "debootstrap.log"
-    include = ",".join(_packages(podman))
-    argv = ["debootstrap", "--variant=minbase", f"--include={include}", SUITE, str(tmp), MIRROR]
+    include = ",".join(_packages(podman, docker))
+    argv = ["debootstrap", "--variant=minbase", f"--include={include}", suite, str(tmp), MIRROR]
     with open(log, "w") as out:
         done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=1800)
     if done.returncode != 0:
@@ -594,7 +634,8 @@ IMAGE_EXCLUDES = (
     "./var/cache/apt/*", "./var/lib/apt/lists/*", "./var/log/*", "./usr/share/doc", "./usr/share/man",
     "./usr/share/locale", "./data", "./home", "./root/.ssh", "./etc/ssh/ssh_host_*",
     "./etc/nvidia-standin.json", "./etc/nvidia-standin", "./etc/cdi", "./etc/sudoers.d/*",
-    "./usr/bin/podman", "./usr/libexec/podman",
+    "./usr/bin/podman", "./usr/libexec/podman", "./etc/docker", "./var/lib/docker",
+    "./var/lib/containerd", "./usr/sbin/dockerd", "./usr/bin/docker", "./usr/bin/containerd*",
 )  # fmt: skip
 #: Inside a host: the root's tarball for `podman import`, then the image as an OCI archive.
 _IMAGE_TAR, _IMAGE_OCI = "var/tmp/sglang-standin.tar", "var/tmp/sglang-standin.oci.tar"
@@ -622,13 +663,59 @@ def _image_tarball(root: Path) -> None:
     )
 
 
+def _install_docker(root: Path, gpus: int) -> None:
+    """What a docker host has beyond the base: dockerd's configuration for this lab, the CDI spec."""
+    (root / "etc/docker").mkdir(exist_ok=True)
+    (root / "etc/docker/daemon.json").write_text(json.dumps(DAEMON_JSON, indent=2) + "\n")
+    importlib.import_module("orchestrator.lab.standins").install_cdi(root, gpus)
+
+
 def _podman(record: _Record, name: str, *argv: str, timeout: float = 300) -> str:
-    done = _exec_in(record.host(name)["leader"], ["podman", *argv], timeout=timeout)
+    return _engine(record, name, "podman", *argv, timeout=timeout)
+
+
+def _engine(record: _Record, name: str, engine: str, *argv: str, timeout: float = 300) -> str:
+    done = _exec_in(record.host(name)["leader"], [engine, *argv], timeout=timeout)
     if done.returncode != 0:
         raise OrchestratorError(
-            f"{name}: `podman {' '.join(argv)}` failed: {(done.stderr or done.stdout).strip()}"
+            f"{name}: `{engine} {' '.join(argv)}` failed: {(done.stderr or done.stdout).strip()}"
         )
     return done.stdout.strip()
+
+
+def _build_docker_image(record: _Record, sglang_version: str, progress: Progress) -> tuple[str, str]:
+    """`docker import` the tarball on the first host, `docker save` it and `docker load` that on
+    every host: (REF, the image ID every host holds). A tag: an image that never was in a registry
+    has no digest to pin it by, so the ID is what tells one build from another."""
+    started = time.monotonic()
+    names = list(record.data["hosts"])
+    first = Path(record.host(names[0])["dir"]) / "root"
+    ref = f"{IMAGE}:{sglang_version}"
+    changes = [
+        f"--change=LABEL org.opencontainers.image.version={sglang_version}",
+        "--change=LABEL org.opencontainers.image.title=sglang-standin",
+    ]
+    _engine(record, names[0], "docker", "import", *changes, f"/{_IMAGE_TAR}", ref)
+    _engine(record, names[0], "docker", "save", f"--output=/{_IMAGE_OCI}", ref)
+    (first / _IMAGE_TAR).unlink()
+    archive = lab_dir() / "sglang-standin.docker.tar"
+    shutil.move(first / _IMAGE_OCI, archive)
+
+    def load(name: str) -> str:
+        if name != names[0]:
+            copy = Path(record.host(name)["dir"]) / "root" / _IMAGE_OCI
+            shutil.copyfile(archive, copy)
+            _engine(record, name, "docker", "load", "--quiet", f"--input=/{_IMAGE_OCI}")
+            copy.unlink()
+        return _engine(record, name, "docker", "image", "inspect", "--format={{.Id}}", ref)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        ids = set(pool.map(load, names))
+    archive.unlink()
+    if len(ids) != 1:
+        raise OrchestratorError(f"the hosts loaded {ref} with different IDs: {', '.join(sorted(ids))}")
+    _say(progress, f"image {ref} on {len(names)} hosts in {time.monotonic() - started:.1f} s")
+    return ref, ids.pop()
 
 
 def _build_image(record: _Record, sglang_version: str, progress: Progress) -> str:
@@ -714,15 +801,60 @@ def _boot(record: _Record, name: str, root: Path, netns: str) -> None:
     console = _host_dir(name) / "console.log"
     argv = ["systemd-nspawn", "--register=no", "--keep-unit", "--console=read-only", "--quiet"]
     argv += ["-D", str(root), "-b", "-M", name, f"--network-namespace-path=/run/netns/{netns}"]
+    env = None
     if record.data.get("podman"):  # see STORAGE_CONF; inside the host's own dir, so `down` removes it
         storage = _host_dir(name) / "containers"
         storage.mkdir(exist_ok=True)
         argv.append(f"--bind={storage}:/var/lib/containers")
+    if record.data.get("docker"):  # see DAEMON_JSON and DOCKER_NSPAWN
+        storage = _host_dir(name) / "docker"
+        storage.mkdir(exist_ok=True)
+        argv += [*DOCKER_NSPAWN, f"--bind={storage}:/var/lib/docker"]
+        cgroup = _docker_cgroup(record, name)
+        # nspawn stays in the cgroup it starts in (--keep-unit): the shell moves itself there first.
+        argv = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, *argv]
+        env = {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
     with open(console, "ab") as log:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
         )
     record.note(name, pid=proc.pid, pid_start=_proc_start(proc.pid), console=str(console))
+
+
+def _cgroup2_mount() -> Path:
+    """Where the control machine mounts the unified cgroup hierarchy (cgroup2): /sys/fs/cgroup on a
+    unified machine, /sys/fs/cgroup/unified on a hybrid one."""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        if fields[2] == "cgroup2":
+            return Path(fields[1].encode().decode("unicode_escape"))
+    raise OrchestratorError("`lab up --docker` needs the cgroup2 hierarchy mounted (none in /proc/mounts)")
+
+
+def _docker_cgroup(record: _Record, name: str) -> str:
+    """A cgroup of the host's own on the unified hierarchy (recorded before it exists, so `down`
+    removes it), for systemd in the host to delegate, and runc to make the containers' in."""
+    path = _cgroup2_mount() / CGROUP_PARENT / name
+    record.note(name, cgroup=str(path))
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+def _remove_cgroup(path: str | None) -> list[str]:
+    """The host's cgroup tree, deepest first (a cgroup goes once it holds no process)."""
+    if not path or not Path(path).is_dir():
+        return []
+    for top, _dirs, _files in os.walk(path, topdown=False):
+        with contextlib.suppress(OSError):
+            os.rmdir(top)
+    with contextlib.suppress(OSError):
+        Path(path).parent.rmdir()  # the shared parent, once the last host's is gone
+    return [f"could not remove cgroup {path}"] if Path(path).exists() else []
 
 
 def _leader(pid: int) -> int | None:
@@ -885,6 +1017,7 @@ def _state(record: _Record, booted: dict[str, tuple[str, tuple[str, ...]]], reus
         bastion=record.data.get("bastion"),
         image=record.data.get("image"),
         podman=bool(record.data.get("podman")),
+        docker=bool(record.data.get("docker")),
     )
 
 
@@ -951,11 +1084,14 @@ def up(
     sglang_version: str = "0.5.9",
     progress: Progress = None,
     podman: bool = False,
+    docker: bool = False,
 ) -> LabState:
     """Bring up `hosts` lab hosts, or return the running lab unchanged if it already matches.
 
     `podman`: the hosts also carry Debian's podman, a CDI spec for the stand-in GPUs and the image
     `IMAGE:VERSION` of the SGLang stand-in, made from the lab's own root (see `_build_image`).
+    `docker`: the same with Debian trixie's docker (DAEMON_JSON, DOCKER_NSPAWN) in place of podman,
+    on trixie hosts.
 
     A record left by a crash (dead processes, half-made hosts) is cleaned up first, then the lab is
     built afresh: state that survived a crash is not trusted.
@@ -966,11 +1102,15 @@ def up(
         raise InputError(f"--gpus must be between 1 and 64, not {gpus}")
     if not sglang_version.strip():
         raise InputError("--sglang-version must not be empty")
+    if podman and docker:
+        raise InputError(
+            "--podman and --docker are two labs (bookworm's podman, trixie's docker): choose one"
+        )
     _check_tools()
     with _locked():
         record = _Record.load()
         if record is not None:
-            live = _reuse(record, hosts, gpus, sglang_version, podman)
+            live = _reuse(record, hosts, gpus, sglang_version, podman, docker)
             if live is not None:
                 _say(progress, f"lab already up with {hosts} hosts; nothing to do")
                 return live
@@ -979,10 +1119,12 @@ def up(
             else:
                 _say(progress, "cleaning up what the last, unfinished lab left behind")
             _teardown(record, progress)
-        return _build(hosts, gpus, sglang_version, progress, podman)
+        return _build(hosts, gpus, sglang_version, progress, podman, docker)
 
 
-def _reuse(record: _Record, hosts: int, gpus: int, sglang_version: str, podman: bool) -> LabState | None:
+def _reuse(
+    record: _Record, hosts: int, gpus: int, sglang_version: str, podman: bool, docker: bool = False
+) -> LabState | None:
     """The running lab if it is whole; an InputError if it is whole but not what was asked for."""
     entries = record.data["hosts"]
     if record.data.get("format") != FORMAT:  # built without what this version's tests stand on
@@ -992,14 +1134,15 @@ def _reuse(record: _Record, hosts: int, gpus: int, sglang_version: str, podman: 
     )
     if not whole:
         return None
-    # A --podman lab is a plain lab and more: it serves a plain request (a deploy without -i, a
-    # test), while a plain lab asked for podman is refused.
-    built_with = bool(record.data.get("podman"))
-    asked = (hosts, gpus, sglang_version, podman or built_with)
+    # A --podman (or --docker) lab is a plain lab and more: it serves a plain request (a deploy
+    # without -i, a test), while a plain lab asked for an engine is refused.
+    built_with = "--podman" if record.data.get("podman") else "--docker" if record.data.get("docker") else ""
+    wanted = "--podman" if podman else "--docker" if docker else built_with
+    asked = (hosts, gpus, sglang_version, wanted)
     has = (len(entries), record.data["gpus"], record.data["sglang_version"], built_with)
 
     def said(values: tuple) -> str:
-        return f"hosts={values[0]} gpus={values[1]} sglang-version={values[2]}" + (" --podman" * values[3])
+        return f"hosts={values[0]} gpus={values[1]} sglang-version={values[2]}" + f" {values[3]}".rstrip()
 
     if asked != has:
         raise InputError(f"a lab is up with {said(has)}; run `lab down` first to get {said(asked)}")
@@ -1008,9 +1151,11 @@ def _reuse(record: _Record, hosts: int, gpus: int, sglang_version: str, podman: 
     return _state(record, booted, reused=True)
 
 
-def _build(hosts: int, gpus: int, sglang_version: str, progress: Progress, podman: bool) -> LabState:
+def _build(
+    hosts: int, gpus: int, sglang_version: str, progress: Progress, podman: bool, docker: bool = False
+) -> LabState:
     started = time.monotonic()
-    base = ensure_base(progress, podman=podman)
+    base = ensure_base(progress, podman=podman, docker=docker)
     key = private_key()
     user_key()
     password = _new_become_password()
@@ -1021,6 +1166,7 @@ def _build(hosts: int, gpus: int, sglang_version: str, progress: Progress, podma
             "gpus": gpus,
             "sglang_version": sglang_version,
             "podman": podman,
+            "docker": docker,
             "complete": False,
         }
     )
@@ -1036,8 +1182,10 @@ def _build(hosts: int, gpus: int, sglang_version: str, progress: Progress, podma
         standins = _install_standins(root, gpus, sglang_version)
         if podman:
             _install_podman(root, gpus)
-            if name == names[0]:
-                _image_tarball(root)
+        if docker:
+            _install_docker(root, gpus)
+        if (podman or docker) and name == names[0]:
+            _image_tarball(root)
         netns = _make_network(record, name, peers[name])
         _boot(record, name, root, netns)
         _say(progress, f"{name}: booting at {peers[name]}")
@@ -1055,6 +1203,9 @@ def _build(hosts: int, gpus: int, sglang_version: str, progress: Progress, podma
         _say(progress, f"{name}: {booted[name][0]}{failed}, ssh answers")
     if podman:
         record.data["image"] = _build_image(record, sglang_version, progress)
+        record.save()
+    if docker:
+        record.data["image"], record.data["image_id"] = _build_docker_image(record, sglang_version, progress)
         record.save()
     _write_inventory(record)
     _write_inventory(record, sudo=True)
@@ -1088,6 +1239,7 @@ def status() -> LabStatus:
         sudo_inventory=sudo_inventory if sudo_inventory.exists() else None,
         bastion=record.data.get("bastion"),
         podman=bool(record.data.get("podman")),
+        docker=bool(record.data.get("docker")),
     )
 
 
@@ -1146,6 +1298,7 @@ def _remove_host(name: str, entry: dict) -> list[str]:
     if entry.get("netns") and _netns_exists(entry["netns"]):
         subprocess.run(["ip", "netns", "del", entry["netns"]], capture_output=True)
     problems += _remove_dir(name, entry.get("dir"))
+    problems += _remove_cgroup(entry.get("cgroup"))
     if entry.get("veth") in _links() or (entry.get("netns") and _netns_exists(entry["netns"])):
         problems.append(f"{name}: could not delete {entry.get('veth')} / netns {entry.get('netns')}")
     return problems

@@ -1,24 +1,34 @@
-"""#17: SGLang in a podman container on lab hosts built with `lab up --podman`.
+"""#17, #27: SGLang in a podman or docker container on lab hosts built with `lab up --podman` or
+`lab up --docker`; every test runs for each engine.
 
-The hosts carry Debian's podman 4.3.1, the CDI spec /etc/cdi/nvidia.yaml of their stand-in GPUs
-and the image localhost/sglang-standin:VERSION, made from the lab's own root with `podman
-import` (no registry). A profile with runtime.kind podman deploys through the same play as the
-host runtime: stop, GPU check, unit, start (Type=notify, conmon is MainPID), health, record.
+podman: the hosts carry Debian bookworm's podman 4.3.1, the CDI spec /etc/cdi/nvidia.yaml of their
+stand-in GPUs and the image localhost/sglang-standin:VERSION, made from the lab's own root with
+`podman import` (no registry). A profile with runtime.kind podman deploys through the same play as
+the host runtime: stop, GPU check, unit, start (Type=notify, conmon is MainPID), health, record.
 With runtime.cgroups disabled (cgroup v1 is read-only inside systemd-nspawn), conmon and the
 container's processes stay in the unit's cgroup: systemd stops them, and the host's nvidia-smi
 names their PIDs, which /proc/PID/cgroup puts in the unit.
+
+docker: Debian trixie hosts (docker 26.1, the first Debian docker with CDI) running dockerd with
+no bridge and CDI on, the same spec and an image made the same way (`docker import`, saved and
+loaded on every host: one image ID). The unit runs `docker run` in the foreground (its MainPID is
+the client); the container's processes run under the daemon, in a docker-ID.scope of their own,
+and are the unit's by the container's label. GPUs come as CDI devices (runtime.gpu_devices: cdi):
+the lab has no NVIDIA Container Toolkit, so a profile with docker's --gpus is stopped by preflight.
 
 The lab hosts inherit the control machine's hard limits and cannot raise them (no
 CAP_SYS_RESOURCE), and crun refuses a --ulimit above them where systemd quietly lowers
 LimitNOFILE=: so the profiles here ask for what the host has (`lab_limits`).
 
-The module may rebuild the session's lab with podman (and back), so it runs last (lab_podman).
+The module may rebuild the session's lab with podman, then with docker (and back), so it runs
+last (lab_podman); the docker lab has DOCKER_HOSTS hosts.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -41,29 +51,52 @@ MODEL = "/data/models/Llama-3.3-70B-Instruct"
 #: The two servers side by side: one on the host's Python, one in a container.
 HOST_SIDE = {"unit": "sglang-a.service", "gpus": "0-3", "port": 30000}
 CONTAINER_SIDE = {"unit": "sglang-b.service", "gpus": "4-7", "port": 30001}
+ENGINES = ("podman", "docker")
+#: A docker lab is built for this module alone: two hosts are all its tests use.
+DOCKER_HOSTS = 2
 
 
-@pytest.fixture(scope="module")
-def podman_lab():
-    """A lab built with --podman: the running one if it is, else the lab rebuilt with podman (and
-    rebuilt as it was afterwards, unless the session started it: it would take it down next)."""
+@pytest.fixture(scope="module", params=ENGINES)
+def engine_lab(request: pytest.FixtureRequest):
+    """A lab built with --podman (or --docker): the running one if it is, else the lab rebuilt with
+    that engine (and rebuilt as it was afterwards, unless the session started it: it would take it
+    down next)."""
+    engine = request.param
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
     try:
-        lab_hosts.ensure_base(podman=True)
+        lab_hosts.ensure_base(**{engine: True})
     except OrchestratorError as err:
-        pytest.skip(f"podman is not installable in a lab host here: {str(err)[:400]}")
+        pytest.skip(f"{engine} is not installable in a lab host here: {str(err)[:400]}")
     seen = lab_hosts.status()
     shape = {"hosts": len(seen.hosts), "gpus": seen.gpus, "sglang_version": seen.sglang_version}
-    if seen.healthy and seen.podman:
-        yield lab_hosts.up(**shape, podman=True)
+    if seen.healthy and getattr(seen, engine):
+        yield lab_hosts.up(**shape, **{engine: True})
         return
     if seen.exists:
         lab_hosts.down()
-    yield lab_hosts.up(hosts=int(os.environ.get("ORCH_LAB_HOSTS", lab_hosts.DEFAULT_HOSTS)), podman=True)
+    wanted = int(os.environ.get("ORCH_LAB_HOSTS", lab_hosts.DEFAULT_HOSTS))
+    yield lab_hosts.up(hosts=DOCKER_HOSTS if engine == "docker" else wanted, **{engine: True})
     lab_hosts.down()
     if seen.healthy and not labutil.SESSION["owns_lab"]:
-        lab_hosts.up(**shape)
+        lab_hosts.up(**shape, podman=seen.podman, docker=seen.docker)
+
+
+def engine(lab) -> str:
+    return "docker" if lab.docker else "podman"
+
+
+def owners(host, pids: set[int]) -> set[str]:
+    """The units these processes belong to: the unit whose cgroup holds them (podman's here), or
+    the one labelled on the docker container whose scope holds them (docker's, under the daemon)."""
+    cgroups = ssh(host, " ".join(f"cat /proc/{p}/cgroup;" for p in sorted(pids)))
+    found = units_of(host, pids)
+    for ctr in set(re.findall(r"/docker-([0-9a-f]{64})\.scope$", cgroups, re.MULTILINE)):
+        label = ssh(
+            host, "docker", "inspect", "--format", '{{index .Config.Labels "orchestrator.unit"}}', ctr
+        )
+        found.add(label.strip())
+    return found
 
 
 def run(lab, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -103,15 +136,12 @@ def lab_limits(host) -> tuple[dict, list[str]]:
 
 
 def container_doc(lab, host, **more) -> dict:
-    """A podman profile on the lab's image, pinned by its digest."""
+    """A profile of the lab's engine on the lab's image (podman's pinned by its digest; docker's a
+    tag, a local image having no registry digest), with what the lab host needs: podman without
+    cgroups, docker's GPUs as CDI devices."""
     limits, options = lab_limits(host)
-    runtime = {
-        "kind": "podman",
-        "image": lab.image,
-        "pull": "never",
-        "cgroups": "disabled",
-        "options": options,
-    }
+    runtime = {"kind": engine(lab), "image": lab.image, "pull": "never", "options": options}
+    runtime.update({"gpu_devices": "cdi"} if lab.docker else {"cgroups": "disabled"})
     doc = {"extends": "cg_5tok", "runtime": runtime, "service": {"limits": limits}}
     for key, value in more.items():
         doc[key] = {**doc.get(key, {}), **value} if isinstance(value, dict) else value
@@ -129,81 +159,126 @@ def unit_state(host, unit: str = "sglang.service") -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def pod(podman_lab, tmp_path_factory) -> str:
-    host = podman_lab.hosts[0]
-    return write(tmp_path_factory.mktemp("pod"), "pod", container_doc(podman_lab, host))
+def pod(engine_lab, tmp_path_factory) -> str:
+    host = engine_lab.hosts[0]
+    return write(tmp_path_factory.mktemp("pod"), "pod", container_doc(engine_lab, host))
 
 
-def test_hosts_carry_podman_the_cdi_spec_and_the_image(podman_lab):
-    host = podman_lab.hosts[0]
-    assert ssh(host, "podman --version").strip() == "podman version 4.3.1"
-    ref, digest = podman_lab.image.split("@")
-    assert ref == f"localhost/sglang-standin:{podman_lab.sglang_version}"
-    for h in podman_lab.hosts:
-        assert ssh(h, "podman", "image", "inspect", "--format={{.Digest}}", ref).strip() == digest
+def test_hosts_carry_the_engine_the_cdi_spec_and_the_image(engine_lab):
+    host = engine_lab.hosts[0]
     spec = json.loads(ssh(host, "grep -v '^#' /etc/cdi/nvidia.yaml"))
-    assert [d["name"] for d in spec["devices"]] == [str(i) for i in range(podman_lab.gpus)]
+    assert [d["name"] for d in spec["devices"]] == [str(i) for i in range(engine_lab.gpus)]
+    ref = f"localhost/sglang-standin:{engine_lab.sglang_version}"
+    if engine_lab.docker:
+        assert ssh(host, "docker version --format={{.Server.Version}}").startswith("26.1.")
+        assert engine_lab.image == ref
+        ids = {
+            ssh(h, "docker", "image", "inspect", "--format={{.Id}}", ref).strip() for h in engine_lab.hosts
+        }
+        assert len(ids) == 1, ids
+        info = json.loads(ssh(host, "docker info --format '{{json .}}'"))
+        assert (info["Driver"], info["CgroupVersion"]) == ("overlay2", "2")
+        assert "/etc/cdi" in info["CDISpecDirs"]
+        return
+    assert ssh(host, "podman --version").strip() == "podman version 4.3.1"
+    ref_, digest = engine_lab.image.split("@")
+    assert ref_ == ref
+    for h in engine_lab.hosts:
+        assert ssh(h, "podman", "image", "inspect", "--format={{.Digest}}", ref).strip() == digest
     assert 'cgroups = "disabled"' in ssh(host, "cat /etc/containers/containers.conf")
     assert ssh(host, "podman info --format={{.Store.GraphDriverName}}").strip() == "overlay"
 
 
-def test_a_podman_lab_serves_a_plain_request_too(podman_lab):
-    """`lab up` (and a deploy without -i) on a --podman lab reuses it; the other way round is refused
-    (asked of a plain lab, in tests/unit: no second lab here)."""
+def test_an_engine_lab_serves_a_plain_request_too(engine_lab):
+    """`lab up` (and a deploy without -i) on a --podman (--docker) lab reuses it; the other way
+    round is refused (asked of a plain lab, in tests/unit: no second lab here)."""
     shape = {
-        "hosts": len(podman_lab.hosts),
-        "gpus": podman_lab.gpus,
-        "sglang_version": podman_lab.sglang_version,
+        "hosts": len(engine_lab.hosts),
+        "gpus": engine_lab.gpus,
+        "sglang_version": engine_lab.sglang_version,
     }
-    assert lab_hosts.up(**shape, podman=True).reused
+    assert lab_hosts.up(**shape, **{engine(engine_lab): True}).reused
     plain = lab_hosts.up(**shape)
-    assert plain.reused and plain.podman and lab_hosts.status().podman
+    assert plain.reused and (plain.podman, plain.docker) == (engine_lab.podman, engine_lab.docker)
+    assert getattr(lab_hosts.status(), engine(engine_lab))
 
 
-def test_deploy_noop_and_restart(podman_lab, pod):
-    host = podman_lab.hosts[0]
-    rc, report = deploy(podman_lab, host, pod)
+def test_deploy_noop_and_restart(engine_lab, pod):
+    host = engine_lab.hosts[0]
+    rc, report = deploy(engine_lab, host, pod)
     assert rc == 0, report
     (h,) = report["hosts"]
     assert h["ok"] and h["healthy_after_s"] is not None, h
     before = unit_state(host)
     assert before["ActiveState"] == "active"
-    assert cmdline(host, before["MainPID"])[0] == "/usr/bin/conmon"  # systemd supervises conmon
+    # systemd supervises conmon (podman), or the docker client in the foreground
+    main = {"podman": "/usr/bin/conmon", "docker": "/usr/bin/docker"}[engine(engine_lab)]
+    assert cmdline(host, before["MainPID"])[0] == main
     # The server's GPU processes, as the host's nvidia-smi names them, run the plan's argv and
-    # sit in the unit's own cgroup (runtime.cgroups disabled).
+    # sit in the unit's own cgroup (podman, runtime.cgroups disabled) or in the container's scope
+    # under the daemon (docker).
     on_gpu = gpu_pids(host)
-    assert sorted(on_gpu) == list(range(podman_lab.gpus)), on_gpu
+    assert sorted(on_gpu) == list(range(engine_lab.gpus)), on_gpu
     pids = set().union(*on_gpu.values())
-    assert units_of(host, pids) == {"sglang.service"}, pids
+    if engine_lab.docker:
+        ctr = ssh(host, "docker inspect --format={{.Id}} sglang").strip()
+        assert units_of(host, pids) == set(), pids
+        assert (
+            f"0::/system.slice/docker-{ctr}.scope" in ssh(host, f"cat /proc/{min(pids)}/cgroup").splitlines()
+        )
+    else:
+        assert units_of(host, pids) == {"sglang.service"}, pids
+    assert owners(host, pids) == {"sglang.service"}, pids
     assert cmdline(host, str(min(pids))) == plan.build(profile.load(pod)).argv
     journal = ssh(host, "journalctl -u sglang.service -n 200 --no-pager")
     assert "The server is fired up and ready to roll!" in journal  # passthrough: its output is the unit's
 
-    rc, again = deploy(podman_lab, host, pod)
+    rc, again = deploy(engine_lab, host, pod)
     assert rc == 0, again
     (h,) = again["hosts"]
     assert h["ok"] and not h["changed"] and not h["restarted"], h
     assert unit_state(host) == before
 
-    rc, forced = deploy(podman_lab, host, pod, "--force-restart")
+    rc, forced = deploy(engine_lab, host, pod, "--force-restart")
     assert rc == 0, forced
     assert forced["hosts"][0]["restarted"]
     after = unit_state(host)
     assert after["ActiveState"] == "active" and after["MainPID"] != before["MainPID"]
-    assert ssh(host, "podman ps --format '{{.Names}}'").split() == ["sglang"]  # the old one is gone
+    assert ssh(host, f"{engine(engine_lab)} ps --format '{{{{.Names}}}}'").split() == [
+        "sglang"
+    ]  # the old one is gone
 
 
-def test_a_foreign_process_on_the_containers_gpu_fails_preflight_naming_it(podman_lab, pod):
+def test_docker_gpus_without_nvidias_toolkit_are_stopped_by_preflight(engine_lab, pod, tmp_path):
+    """docker's --gpus (runtime.gpu_devices' default) on a host without the NVIDIA Container
+    Toolkit: `docker create` takes it, its start would fail after the stop; preflight names it."""
+    if not engine_lab.docker:
+        pytest.skip("docker's --gpus")
+    host = engine_lab.hosts[0]
+    rc, report = deploy(engine_lab, host, pod)
+    assert rc == 0, report
+    before = unit_state(host)
+    doc = container_doc(engine_lab, host)
+    del doc["runtime"]["gpu_devices"]
+    rc, report = deploy(engine_lab, host, write(tmp_path, "gpus", doc))
+    assert rc == 1, report
+    (h,) = report["hosts"]
+    assert h["step"] == "preflight", h
+    assert "docker's --gpus needs the NVIDIA Container Toolkit on this host" in h["message"], h
+    assert unit_state(host) == before  # nothing was stopped
+
+
+def test_a_foreign_process_on_the_containers_gpu_fails_preflight_naming_it(engine_lab, pod):
     """GPU ownership is by cgroup, and the container's processes are in the unit's: the server in
     the container is ours (its restart is allowed), a gpu-hold outside it is foreign."""
-    host = podman_lab.hosts[0]
-    rc, report = deploy(podman_lab, host, pod)
+    host = engine_lab.hosts[0]
+    rc, report = deploy(engine_lab, host, pod)
     assert rc == 0, report
     before = unit_state(host)
     ssh(host, "systemd-run --unit=foreign-gpu-hold /usr/local/bin/gpu-hold --gpu 3 --mib 4000")
     try:
         pid = ssh(host, "sleep 0.5; systemctl show foreign-gpu-hold -p MainPID --value").strip()
-        rc, report = deploy(podman_lab, host, pod, "--force-restart")
+        rc, report = deploy(engine_lab, host, pod, "--force-restart")
     finally:
         ssh(host, "systemctl stop foreign-gpu-hold.service")
     assert rc == 1, report
@@ -213,30 +288,30 @@ def test_a_foreign_process_on_the_containers_gpu_fails_preflight_naming_it(podma
     assert unit_state(host) == before  # nothing was stopped
 
 
-def test_a_bad_flag_fails_inside_the_container_and_rolls_back(podman_lab, pod, tmp_path):
+def test_a_bad_flag_fails_inside_the_container_and_rolls_back(engine_lab, pod, tmp_path):
     """A profile for SGLang 0.5.23 on the lab's image (0.5.9): an 0.5.23-only flag is what the
     image's SGLang refuses. Preflight reads the image's SGLang, not the host's, and stops the deploy
     with nothing stopped; past it (--no-preflight), the server in the container fails and the host
     is rolled back."""
-    host = podman_lab.hosts[0]
-    rc, good = deploy(podman_lab, host, pod)
+    host = engine_lab.hosts[0]
+    rc, good = deploy(engine_lab, host, pod)
     assert rc == 0, good
     before = unit_state(host)
-    doc = container_doc(podman_lab, host, server={"sglang_version": "0.5.23"})
+    doc = container_doc(engine_lab, host, server={"sglang_version": "0.5.23"})
     doc["server"]["extra_args"] = ["--debug-cuda-graph"]
     bad = write(tmp_path, "pod_0523", doc)
-    rc, report = deploy(podman_lab, host, bad)
+    rc, report = deploy(engine_lab, host, bad)
     assert rc == 1, report
     (h,) = report["hosts"]
     assert h["step"] == "preflight", h
     assert (
-        f"image {podman_lab.image} has SGLang 0.5.9, the profile renders flags for 0.5.23: "
+        f"image {engine_lab.image} has SGLang 0.5.9, the profile renders flags for 0.5.23: "
         'set server.sglang_version: "0.5.9" or use an image with 0.5.23'
     ) in h["message"], h
     assert "flag --debug-cuda-graph is not in the `sglang.launch_server --help` of image" in h["message"], h
     assert unit_state(host) == before  # nothing was stopped
 
-    rc, report = deploy(podman_lab, host, bad, "--no-preflight")
+    rc, report = deploy(engine_lab, host, bad, "--no-preflight")
     assert rc == 1, report
     (h,) = report["hosts"]
     assert not h["ok"] and h["step"] == "health", h
@@ -248,56 +323,61 @@ def test_a_bad_flag_fails_inside_the_container_and_rolls_back(podman_lab, pod, t
     assert "# profile: pod\n" in ssh(host, "cat /etc/systemd/system/sglang.service")
 
 
-def test_preflight_and_verify_look_inside_the_image_and_the_container(podman_lab, pod):
+def test_preflight_and_verify_look_inside_the_image_and_the_container(engine_lab, pod):
     """preflight answers from the image's own SGLang (cached by image ID: the second run starts no
     container); verify passes on the deployed container and names it once its tag has moved."""
-    host = podman_lab.hosts[0]
+    host = engine_lab.hosts[0]
     ssh(host, "rm -rf /etc/orchestrator/images")
     for _ in range(2):
-        done = run(podman_lab, "preflight", "--limit", host.name, "-p", pod, "--json")
+        done = run(engine_lab, "preflight", "--limit", host.name, "-p", pod, "--json")
         assert done.returncode == 0, done.stdout + done.stderr
         (result,) = json.loads(done.stdout)
         assert (result["ok"], result["sglang_version"], result["problems"]) == (True, "0.5.9", [])
-    done = run(podman_lab, "preflight", "--limit", host.name, "-p", pod)
-    assert f"{host.name}: ok (SGLang 0.5.9 in image {podman_lab.image}, 8 GPUs, " in done.stdout, done.stdout
-    image_id = ssh(host, "podman", "image", "inspect", "--format={{.Id}}", podman_lab.image).strip()
+    done = run(engine_lab, "preflight", "--limit", host.name, "-p", pod)
+    assert f"{host.name}: ok (SGLang 0.5.9 in image {engine_lab.image}, 8 GPUs, " in done.stdout, done.stdout
+    cli = engine(engine_lab)
+    image_id = ssh(host, cli, "image", "inspect", "--format={{.Id}}", engine_lab.image).strip()
+    image_id = image_id.removeprefix("sha256:")
     cached = json.loads(ssh(host, f"cat /etc/orchestrator/images/{image_id}.json"))
     assert cached["sglang_version"] == "0.5.9" and "--speculative-algorithm" in cached["flags"]
 
     moving = f"localhost/sglang-standin:moving-{os.getpid()}"
-    ssh(host, "podman", "tag", image_id, moving)
+    ssh(host, cli, "tag", image_id, moving)
     try:
-        doc = container_doc(podman_lab, host)
+        doc = container_doc(engine_lab, host)
         doc["runtime"]["image"] = moving  # a tag alone: the unit does not change when it moves
         ref = write(Path(pod).parent, "moving", doc)
-        rc, report = deploy(podman_lab, host, ref)
+        rc, report = deploy(engine_lab, host, ref)
         assert rc == 0, report
-        checks = verify(podman_lab, host, ref)
+        checks = verify(engine_lab, host, ref)
         assert not any(checks.values()) and "container runs the planned image" in checks, checks
-        moved = ssh(host, "podman", "commit", "--pause=false", "-q", "sglang", moving).strip()
-        checks = verify(podman_lab, host, ref)
+        quiet = ["-q"] if cli == "podman" else []  # docker prints the ID alone anyway
+        moved = ssh(host, cli, "commit", "--pause=false", *quiet, "sglang", moving).strip()
+        moved = moved.removeprefix("sha256:")
+        checks = verify(engine_lab, host, ref)
         assert [name for name, message in checks.items() if message] == ["container runs the planned image"]
         assert checks["container runs the planned image"].startswith(
             f"container sglang runs image {image_id[:12]}, the plan's {moving} is {moved[:12]}: "
             "deploy --force-restart to run it"
         ), checks
-        rc, report = deploy(podman_lab, host, ref)
+        rc, report = deploy(engine_lab, host, ref)
         assert rc == 0 and not report["hosts"][0]["restarted"], report  # the unit is the same
-        rc, report = deploy(podman_lab, host, ref, "--force-restart")
+        rc, report = deploy(engine_lab, host, ref, "--force-restart")
         assert rc == 0, report
-        assert not any(verify(podman_lab, host, ref).values())
+        assert not any(verify(engine_lab, host, ref).values())
     finally:
-        deploy(podman_lab, host, pod)
-        ssh(host, f"podman rmi -f {moving} || true")
+        deploy(engine_lab, host, pod)
+        ssh(host, f"{cli} rmi -f {moving} || true")
 
 
-def test_a_container_that_dies_fails_the_unit_or_is_restarted(podman_lab, pod, tmp_path):
+def test_a_container_that_dies_fails_the_unit_or_is_restarted(engine_lab, pod, tmp_path):
     """systemd supervises the container itself: a container killed under it fails the unit (exit
     137, GPUs released); with service.restart on-failure systemd starts a new one."""
-    host = podman_lab.hosts[0]
-    rc, report = deploy(podman_lab, host, pod)
+    host = engine_lab.hosts[0]
+    rc, report = deploy(engine_lab, host, pod)
     assert rc == 0, report
-    ssh(host, "podman kill --signal KILL sglang")
+    cli = engine(engine_lab)
+    ssh(host, f"{cli} kill --signal KILL sglang")
     deadline = time.monotonic() + 30  # ExecStopPost= (podman rm) runs before the unit is failed
     while True:
         shown = ssh(host, "systemctl show sglang.service -p ActiveState -p Result -p ExecMainStatus")
@@ -306,29 +386,29 @@ def test_a_container_that_dies_fails_the_unit_or_is_restarted(podman_lab, pod, t
             break
         time.sleep(0.5)
     assert (state["ActiveState"], state["Result"], state["ExecMainStatus"]) == ("failed", "exit-code", "137")
-    assert gpu_pids(host) == {} and ssh(host, "podman ps -aq").strip() == ""
+    assert gpu_pids(host) == {} and ssh(host, f"{cli} ps -aq").strip() == ""
 
-    doc = container_doc(podman_lab, host, service={"restart": "on-failure", "restart_sec": 1})
-    rc, report = deploy(podman_lab, host, write(tmp_path, "pod_restart", doc))
+    doc = container_doc(engine_lab, host, service={"restart": "on-failure", "restart_sec": 1})
+    rc, report = deploy(engine_lab, host, write(tmp_path, "pod_restart", doc))
     assert rc == 0, report
     first = server(host, "sglang.service")["MainPID"]
-    ssh(host, "podman kill --signal KILL sglang")
+    ssh(host, f"{cli} kill --signal KILL sglang")
     deadline = time.monotonic() + 60
     while not (healthy(host, 30000) and server(host, "sglang.service")["MainPID"] not in ("0", first)):
         assert time.monotonic() < deadline, server(host, "sglang.service")
         time.sleep(1)
     assert ssh(host, "systemctl show sglang.service -p NRestarts --value").strip() == "1"
-    assert ssh(host, "podman ps --format '{{.Names}}'").split() == ["sglang"]
-    rc, report = deploy(podman_lab, host, pod)
+    assert ssh(host, f"{cli} ps --format '{{{{.Names}}}}'").split() == ["sglang"]
+    rc, report = deploy(engine_lab, host, pod)
     assert rc == 0, report
 
 
 @pytest.fixture(scope="module")
-def side_by_side(podman_lab, tmp_path_factory):
+def side_by_side(engine_lab, tmp_path_factory):
     """One host runs a host-runtime server on GPUs 0-3 and a container on 4-7."""
-    host = podman_lab.hosts[1 % len(podman_lab.hosts)]
+    host = engine_lab.hosts[1 % len(engine_lab.hosts)]
     tmp = tmp_path_factory.mktemp("pair")
-    run(podman_lab, "stop", "--limit", host.name)
+    run(engine_lab, "stop", "--limit", host.name)
     llama = {"model_path": MODEL, "served_model_name": "llama-3.3-70b", "tp_size": 4}
 
     def server_of(side: dict) -> dict:
@@ -340,16 +420,16 @@ def side_by_side(podman_lab, tmp_path_factory):
         "service": {"unit_name": HOST_SIDE["unit"]},
     }
     right = container_doc(
-        podman_lab, host, server=server_of(CONTAINER_SIDE), service={"unit_name": CONTAINER_SIDE["unit"]}
+        engine_lab, host, server=server_of(CONTAINER_SIDE), service={"unit_name": CONTAINER_SIDE["unit"]}
     )
     right["extends"] = "baseline"
     refs = {"host": write(tmp, "left", left), "container": write(tmp, "right", right)}
     for ref in refs.values():
-        rc, report = deploy(podman_lab, host, ref)
+        rc, report = deploy(engine_lab, host, ref)
         assert rc == 0, report
     yield host, refs
     for side in (HOST_SIDE, CONTAINER_SIDE):
-        run(podman_lab, "stop", "--limit", host.name, "--unit", side["unit"])
+        run(engine_lab, "stop", "--limit", host.name, "--unit", side["unit"])
     ssh(
         host,
         "rm -f /etc/systemd/system/sglang-[abc].service /etc/orchestrator/units/sglang-[abc].service.json "
@@ -358,18 +438,18 @@ def side_by_side(podman_lab, tmp_path_factory):
     )
 
 
-def test_a_host_server_and_a_container_side_by_side(podman_lab, side_by_side):
+def test_a_host_server_and_a_container_side_by_side(engine_lab, side_by_side):
     host, refs = side_by_side
     assert healthy(host, HOST_SIDE["port"]) and healthy(host, CONTAINER_SIDE["port"])
     on_gpu = gpu_pids(host)
     assert sorted(on_gpu) == list(range(8)), on_gpu
-    assert all(units_of(host, on_gpu[g]) == {HOST_SIDE["unit"]} for g in range(4)), on_gpu
-    assert all(units_of(host, on_gpu[g]) == {CONTAINER_SIDE["unit"]} for g in range(4, 8)), on_gpu
+    assert all(owners(host, on_gpu[g]) == {HOST_SIDE["unit"]} for g in range(4)), on_gpu
+    assert all(owners(host, on_gpu[g]) == {CONTAINER_SIDE["unit"]} for g in range(4, 8)), on_gpu
     # Restarting the container leaves the host server alone, and the other way round.
     for moved, still in ((CONTAINER_SIDE, HOST_SIDE), (HOST_SIDE, CONTAINER_SIDE)):
         kept, memory = server(host, still["unit"]), gpu_memory(host)
         ref = refs["container" if moved is CONTAINER_SIDE else "host"]
-        rc, report = deploy(podman_lab, host, ref, "--force-restart")
+        rc, report = deploy(engine_lab, host, ref, "--force-restart")
         assert rc == 0 and report["hosts"][0]["restarted"], report
         assert server(host, still["unit"]) == kept
         first, last = (int(x) for x in still["gpus"].split("-"))
@@ -381,23 +461,29 @@ def test_a_host_server_and_a_container_side_by_side(podman_lab, side_by_side):
     }
     middle["service"] = {"unit_name": "sglang-c.service"}
     before = (server(host, HOST_SIDE["unit"]), server(host, CONTAINER_SIDE["unit"]))
-    rc, report = deploy(podman_lab, host, write(Path(refs["host"]).parent, "middle", middle))
+    rc, report = deploy(engine_lab, host, write(Path(refs["host"]).parent, "middle", middle))
     assert rc == 1, report
     text = json.dumps(report)
     assert "sglang-a.service (profile left)" in text and "sglang-b.service (profile right)" in text, text
     assert (server(host, HOST_SIDE["unit"]), server(host, CONTAINER_SIDE["unit"])) == before
     # Stopping the container frees its GPUs (and only those).
-    done = run(podman_lab, "stop", "--limit", host.name, "--unit", CONTAINER_SIDE["unit"])
+    done = run(engine_lab, "stop", "--limit", host.name, "--unit", CONTAINER_SIDE["unit"])
     assert done.returncode == 0, done.stdout + done.stderr
     memory = gpu_memory(host)
     assert all(memory[g] == 0 for g in range(4, 8)) and all(memory[g] > 0 for g in range(4)), memory
 
 
-def test_deploy_speed_container_against_host(podman_lab, pod, capsys):
+def test_deploy_speed_container_against_host(engine_lab, pod, capsys):
     """The same benchmark, the same host: the host runtime's cg_5tok, then the container's; one run
     each here (the README's numbers are the script's medians of 5)."""
-    host_index = 3 if len(podman_lab.hosts) >= 4 else len(podman_lab.hosts)
-    bench = [sys.executable, str(REPO / "benchmarks/deploy_speed.py"), "--podman", "--repeat", "1"]
+    host_index = 3 if len(engine_lab.hosts) >= 4 else 1  # not side_by_side's host
+    bench = [
+        sys.executable,
+        str(REPO / "benchmarks/deploy_speed.py"),
+        f"--{engine(engine_lab)}",
+        "--repeat",
+        "1",
+    ]
     bench += ["--host", str(host_index)]
     out = []
     for ref in ("cg_5tok", pod):

@@ -241,10 +241,24 @@ def install_models(rootfs: Path, gpus: int, load_delay_s: float) -> None:
     write_model_dir(rootfs / EAGLE1_DIR, eagle1_config(), accept_top1=0.44)
 
 
+def install_path(rootfs: Path) -> None:
+    """On a root whose python3 is not 3.11 (a docker host: Debian trixie's 3.13), a .pth file that
+    puts DIST_PACKAGES on its sys.path: the stand-ins stay where the lab's other code (and the
+    tracebacks they print) say they are."""
+    for lib in sorted((rootfs / "usr/lib").glob("python3.*")):
+        if lib.name == DIST_PACKAGES.parent.name or not (lib / "os.py").exists():
+            continue
+        _write(
+            rootfs / "usr/local/lib" / lib.name / "dist-packages/orchestrator-standins.pth",
+            f"/{DIST_PACKAGES}\n",
+        )
+
+
 def install(rootfs: Path, *, gpus: int = 8, sglang_version: str = "0.5.9", load_delay_s: float = 1.0) -> None:
     """Write all stand-ins into a (not running) host root filesystem."""
     rootfs = Path(rootfs)
     install_packages(rootfs, sglang_version)
+    install_path(rootfs)
     install_gpus(rootfs, gpus)
     install_models(rootfs, gpus, load_delay_s)
 
