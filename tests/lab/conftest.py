@@ -37,6 +37,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         )
     )
     labutil.SESSION["wants_podman"] = any(item.get_closest_marker(PODMAN) for item in items)
+    labutil.SESSION["wants_docker"] = any(_engine(item) == "docker" for item in items)
+
+
+def _engine(item: pytest.Item) -> str | None:
+    """The engine a test of test_containers runs for (its engine_lab parameter)."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("engine_lab") if callspec else None
 
 
 def _why_no_lab() -> str | None:
@@ -67,6 +74,8 @@ def lab() -> Iterator[lab_hosts.LabState]:
     if reason:
         pytest.skip(reason)
     wanted = int(os.environ.get("ORCH_LAB_HOSTS", lab_hosts.DEFAULT_HOSTS))
+    if labutil.SESSION["wants_docker"]:
+        labutil.docker_base()
     seen = lab_hosts.status()
     if seen.healthy and len(seen.hosts) != wanted:
         pytest.fail(

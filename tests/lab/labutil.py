@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import shlex
 import subprocess
@@ -10,14 +11,21 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from orchestrator.lab import hosts as lab_hosts
 
 #: What the session learnt: owns_lab, the `lab` fixture started the lab and takes it down at the
-#: end; wants_podman, podman tests were collected.
-SESSION = {"owns_lab": False, "wants_podman": False}
+#: end; wants_podman, wants_docker, podman (docker) tests were collected; docker_base, the future
+#: of the docker lab's base root being built (conftest.docker_base).
+SESSION: dict[str, Any] = {
+    "owns_lab": False,
+    "wants_podman": False,
+    "wants_docker": False,
+    "docker_base": None,
+}
 
 UNIT = "/etc/systemd/system/sglang.service"
 #: The known good profile that failure and preflight tests start from (and roll back to).
@@ -105,3 +113,14 @@ def gpu_count(host, count: int) -> Iterator[None]:
         yield
     finally:
         write(config)
+
+
+def docker_base() -> concurrent.futures.Future:
+    """The docker lab's base root (`ensure_base(docker=True)`, a minute's debootstrap on a fresh
+    machine), built beside the tests that run before the docker ones when they are collected; the
+    docker lab's fixture waits for it (one build: a second would remove the first's folder)."""
+    if SESSION["docker_base"] is None:
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        SESSION["docker_base"] = pool.submit(lab_hosts.ensure_base, docker=True)
+        pool.shutdown(wait=False)
+    return SESSION["docker_base"]

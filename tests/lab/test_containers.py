@@ -65,7 +65,10 @@ def engine_lab(request: pytest.FixtureRequest):
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
     try:
-        lab_hosts.ensure_base(**{engine: True})
+        if engine == "docker":
+            labutil.docker_base().result()  # built beside the earlier tests, or now
+        else:
+            lab_hosts.ensure_base(podman=True)
     except OrchestratorError as err:
         pytest.skip(f"{engine} is not installable in a lab host here: {str(err)[:400]}")
     seen = lab_hosts.status()
@@ -247,25 +250,6 @@ def test_deploy_noop_and_restart(engine_lab, pod):
     assert ssh(host, f"{engine(engine_lab)} ps --format '{{{{.Names}}}}'").split() == [
         "sglang"
     ]  # the old one is gone
-
-
-def test_docker_gpus_without_nvidias_toolkit_are_stopped_by_preflight(engine_lab, pod, tmp_path):
-    """docker's --gpus (runtime.gpu_devices' default) on a host without the NVIDIA Container
-    Toolkit: `docker create` takes it, its start would fail after the stop; preflight names it."""
-    if not engine_lab.docker:
-        pytest.skip("docker's --gpus")
-    host = engine_lab.hosts[0]
-    rc, report = deploy(engine_lab, host, pod)
-    assert rc == 0, report
-    before = unit_state(host)
-    doc = container_doc(engine_lab, host)
-    del doc["runtime"]["gpu_devices"]
-    rc, report = deploy(engine_lab, host, write(tmp_path, "gpus", doc))
-    assert rc == 1, report
-    (h,) = report["hosts"]
-    assert h["step"] == "preflight", h
-    assert "docker's --gpus needs the NVIDIA Container Toolkit on this host" in h["message"], h
-    assert unit_state(host) == before  # nothing was stopped
 
 
 def test_a_foreign_process_on_the_containers_gpu_fails_preflight_naming_it(engine_lab, pod):
@@ -494,3 +478,21 @@ def test_deploy_speed_container_against_host(engine_lab, pod, capsys):
         out.append(done.stdout)
     with capsys.disabled():
         print("\n" + "\n".join(out))
+
+
+@pytest.mark.parametrize("engine_lab", ["docker"], indirect=True)
+def test_docker_gpus_without_nvidias_toolkit_are_stopped_by_preflight(engine_lab, pod, tmp_path):
+    """docker's --gpus (runtime.gpu_devices' default) on a host without the NVIDIA Container
+    Toolkit: `docker create` takes it, its start would fail after the stop; preflight names it."""
+    host = engine_lab.hosts[0]
+    rc, report = deploy(engine_lab, host, pod)
+    assert rc == 0, report
+    before = unit_state(host)
+    doc = container_doc(engine_lab, host)
+    del doc["runtime"]["gpu_devices"]
+    rc, report = deploy(engine_lab, host, write(tmp_path, "gpus", doc))
+    assert rc == 1, report
+    (h,) = report["hosts"]
+    assert h["step"] == "preflight", h
+    assert "docker's --gpus needs the NVIDIA Container Toolkit on this host" in h["message"], h
+    assert unit_state(host) == before  # nothing was stopped
