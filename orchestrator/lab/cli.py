@@ -61,7 +61,8 @@ def lab() -> None:
     "--podman",
     is_flag=True,
     help="Hosts also carry Debian's podman, a CDI spec for the stand-in GPUs and the stand-in's image "
-    "(localhost/sglang-standin:VERSION), for runtime.kind podman profiles. Slower to build.",
+    "(localhost/sglang-standin:VERSION), for runtime.kind podman profiles. Slower to build. Not with "
+    "--docker.",
 )
 @click.option(
     "--docker",

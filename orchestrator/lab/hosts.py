@@ -297,7 +297,7 @@ def _host_dir(name: str) -> Path:
 class _Record:
     """`lab.json`: every thing `up` made, saved the moment it exists so a crash can be cleaned up.
 
-    Shape: {"format", "hosts_wanted", "gpus", "sglang_version", "podman", "docker", "image", "image_id",
+    Shape: {"format", "hosts_wanted", "gpus", "sglang_version", "podman", "docker", "image",
     "complete", "bridge", "run_netns_mount", "bastion", "hosts": {name: {"address", "dir", "netns",
     "veth", "mount", "copied", "cgroup", "pid", "pid_start", "leader", "leader_start", "console"}}};
     each host key appears only once that thing exists.
@@ -457,13 +457,24 @@ def ensure_base(progress: Progress = None, podman: bool = False, docker: bool = 
     base = cache_dir() / _base_key(podman, docker)
     if base.is_dir():
         return base
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    # One build of a base at a time (a test session builds the docker one in a thread beside a
+    # `lab up`'s): the second waits, then finds it built.
+    with open(cache_dir() / f".{base.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not base.is_dir():
+            _debootstrap(base, suite, podman, docker, progress)
+    return base
+
+
+def _debootstrap(base: Path, suite: str, podman: bool, docker: bool, progress: Progress) -> None:
     tmp = base.with_name(base.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.parent.mkdir(parents=True, exist_ok=True)
     what = " with podman" if podman else " with docker" if docker else ""
     _say(progress, f"building the {suite} base root{what} with debootstrap (a minute or two, once)")
-    log = cache_dir() / "debootstrap.log"
+    log = cache_dir() / f"debootstrap-{base.name}.log"
     include = ",".join(_packages(podman, docker))
     argv = ["debootstrap", "--variant=minbase", f"--include={include}", suite, str(tmp), MIRROR]
     with open(log, "w") as out:
@@ -472,7 +483,6 @@ def ensure_base(progress: Progress = None, podman: bool = False, docker: bool = 
         raise OrchestratorError(f"debootstrap failed ({done.returncode}); end of {log}:\n{_tail(log)}")
     _generalise_base(tmp)
     tmp.rename(base)
-    return base
 
 
 def _generalise_base(root: Path) -> None:
@@ -635,7 +645,8 @@ IMAGE_EXCLUDES = (
     "./usr/share/locale", "./data", "./home", "./root/.ssh", "./etc/ssh/ssh_host_*",
     "./etc/nvidia-standin.json", "./etc/nvidia-standin", "./etc/cdi", "./etc/sudoers.d/*",
     "./usr/bin/podman", "./usr/libexec/podman", "./etc/docker", "./var/lib/docker",
-    "./var/lib/containerd", "./usr/sbin/dockerd", "./usr/bin/docker", "./usr/bin/containerd*",
+    "./var/lib/containerd", "./usr/sbin/dockerd", "./usr/sbin/docker-*", "./usr/bin/docker",
+    "./usr/bin/docker-*", "./usr/bin/containerd*", "./usr/sbin/runc", "./usr/bin/runc",
 )  # fmt: skip
 #: Inside a host: the root's tarball for `podman import`, then the image as an OCI archive.
 _IMAGE_TAR, _IMAGE_OCI = "var/tmp/sglang-standin.tar", "var/tmp/sglang-standin.oci.tar"
@@ -683,10 +694,10 @@ def _engine(record: _Record, name: str, engine: str, *argv: str, timeout: float 
     return done.stdout.strip()
 
 
-def _build_docker_image(record: _Record, sglang_version: str, progress: Progress) -> tuple[str, str]:
+def _build_docker_image(record: _Record, sglang_version: str, progress: Progress) -> str:
     """`docker import` the tarball on the first host, `docker save` it and `docker load` that on
-    every host: (REF, the image ID every host holds). A tag: an image that never was in a registry
-    has no digest to pin it by, so the ID is what tells one build from another."""
+    every host, checking all hold one image ID; returns REF, a tag: an image that never was in a
+    registry has no digest to pin it by."""
     started = time.monotonic()
     names = list(record.data["hosts"])
     first = Path(record.host(names[0])["dir"]) / "root"
@@ -709,13 +720,16 @@ def _build_docker_image(record: _Record, sglang_version: str, progress: Progress
             copy.unlink()
         return _engine(record, name, "docker", "image", "inspect", "--format={{.Id}}", ref)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        ids = set(pool.map(load, names))
-    archive.unlink()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+            ids = set(pool.map(load, names))
+    finally:
+        archive.unlink()
     if len(ids) != 1:
         raise OrchestratorError(f"the hosts loaded {ref} with different IDs: {', '.join(sorted(ids))}")
-    _say(progress, f"image {ref} on {len(names)} hosts in {time.monotonic() - started:.1f} s")
-    return ref, ids.pop()
+    took = time.monotonic() - started
+    _say(progress, f"image {ref} ({ids.pop()[:19]}) on {len(names)} hosts in {took:.1f} s")
+    return ref
 
 
 def _build_image(record: _Record, sglang_version: str, progress: Progress) -> str:
@@ -743,9 +757,11 @@ def _build_image(record: _Record, sglang_version: str, progress: Progress) -> st
         copy.unlink()
         return _podman(record, name, "image", "inspect", "--format={{.Digest}}", ref)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:  # 6.6 s each, measured
-        digests = set(pool.map(load, names))
-    archive.unlink()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:  # 6.6 s each, measured
+            digests = set(pool.map(load, names))
+    finally:
+        archive.unlink()
     if len(digests) != 1:
         raise OrchestratorError(
             f"the hosts loaded {ref} with different digests: {', '.join(sorted(digests))}"
@@ -833,7 +849,10 @@ def _cgroup2_mount() -> Path:
         fields = line.split()
         if fields[2] == "cgroup2":
             return Path(fields[1].encode().decode("unicode_escape"))
-    raise OrchestratorError("`lab up --docker` needs the cgroup2 hierarchy mounted (none in /proc/mounts)")
+    raise OrchestratorError(
+        "`lab up --docker` needs the unified cgroup hierarchy (cgroup2), and /proc/mounts has none: "
+        "mount it (mkdir -p /sys/fs/cgroup/unified && mount -t cgroup2 none /sys/fs/cgroup/unified)"
+    )
 
 
 def _docker_cgroup(record: _Record, name: str) -> str:
@@ -845,16 +864,24 @@ def _docker_cgroup(record: _Record, name: str) -> str:
     return str(path)
 
 
-def _remove_cgroup(path: str | None) -> list[str]:
-    """The host's cgroup tree, deepest first (a cgroup goes once it holds no process)."""
+def _remove_cgroup(name: str, path: str | None) -> list[str]:
+    """The host's cgroup tree, deepest first (a cgroup goes once it holds no process): only the
+    one this lab names, as _remove_dir."""
     if not path or not Path(path).is_dir():
         return []
+    if Path(path) != _cgroup2_mount() / CGROUP_PARENT / name:
+        return [f"{name}: recorded cgroup {path} is not this lab's {CGROUP_PARENT}/{name}; left alone"]
     for top, _dirs, _files in os.walk(path, topdown=False):
         with contextlib.suppress(OSError):
             os.rmdir(top)
     with contextlib.suppress(OSError):
         Path(path).parent.rmdir()  # the shared parent, once the last host's is gone
-    return [f"could not remove cgroup {path}"] if Path(path).exists() else []
+    if not Path(path).exists():
+        return []
+    return [
+        f"{name}: cgroup {path} still holds processes (its cgroup.procs lists them): kill them, then "
+        "`lab down` again"
+    ]
 
 
 def _leader(pid: int) -> int | None:
@@ -1107,6 +1134,8 @@ def up(
             "--podman and --docker are two labs (bookworm's podman, trixie's docker): choose one"
         )
     _check_tools()
+    if docker:
+        _cgroup2_mount()  # before anything is built
     with _locked():
         record = _Record.load()
         if record is not None:
@@ -1205,7 +1234,7 @@ def _build(
         record.data["image"] = _build_image(record, sglang_version, progress)
         record.save()
     if docker:
-        record.data["image"], record.data["image_id"] = _build_docker_image(record, sglang_version, progress)
+        record.data["image"] = _build_docker_image(record, sglang_version, progress)
         record.save()
     _write_inventory(record)
     _write_inventory(record, sudo=True)
@@ -1298,7 +1327,7 @@ def _remove_host(name: str, entry: dict) -> list[str]:
     if entry.get("netns") and _netns_exists(entry["netns"]):
         subprocess.run(["ip", "netns", "del", entry["netns"]], capture_output=True)
     problems += _remove_dir(name, entry.get("dir"))
-    problems += _remove_cgroup(entry.get("cgroup"))
+    problems += _remove_cgroup(name, entry.get("cgroup"))
     if entry.get("veth") in _links() or (entry.get("netns") and _netns_exists(entry["netns"])):
         problems.append(f"{name}: could not delete {entry.get('veth')} / netns {entry.get('netns')}")
     return problems

@@ -120,7 +120,7 @@ options:
             container from the unit's own GPU words only. With docker, whose daemon opens devices only at
             start, a C(--device) this host lacks is one too."
           - "docker's C(create) takes GPU requests it cannot serve at start: C(--gpus) needs NVIDIA's runtime
-            hook (C(nvidia-container-runtime-hook) or C(nvidia-cdi-hook)) on this host, and CDI devices
+            hook (C(nvidia-container-runtime-hook)) on this host, and CDI devices
             (C(--device=nvidia.com/gpu=N)) need the daemon's CDI on and each device in a spec of its CDI spec
             directories; either missing is a problem."
         type: list

@@ -69,7 +69,8 @@ def _podman_installable() -> bool:
 @pytest.fixture(scope="session")
 def lab() -> Iterator[lab_hosts.LabState]:
     """The running lab: `ORCH_LAB_HOSTS` hosts (default: the lab's own, 4), with podman when podman
-    tests are collected; a healthy lab of that size is reused as is."""
+    tests are collected; a healthy lab of that size is reused as is, unless it is a --docker lab
+    (trixie hosts: the tests are of bookworm's), which is taken down first."""
     reason = _why_no_lab()
     if reason:
         pytest.skip(reason)
@@ -77,6 +78,9 @@ def lab() -> Iterator[lab_hosts.LabState]:
     if labutil.SESSION["wants_docker"]:
         labutil.docker_base()
     seen = lab_hosts.status()
+    if seen.docker:
+        lab_hosts.down()
+        seen = lab_hosts.status()
     if seen.healthy and len(seen.hosts) != wanted:
         pytest.fail(
             f"a lab of {len(seen.hosts)} hosts is up: `lab down` it, or set ORCH_LAB_HOSTS={len(seen.hosts)}"

@@ -7,6 +7,7 @@ import json
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -120,7 +121,15 @@ def docker_base() -> concurrent.futures.Future:
     machine), built beside the tests that run before the docker ones when they are collected; the
     docker lab's fixture waits for it (one build: a second would remove the first's folder)."""
     if SESSION["docker_base"] is None:
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        SESSION["docker_base"] = pool.submit(lab_hosts.ensure_base, docker=True)
-        pool.shutdown(wait=False)
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def build() -> None:
+            try:
+                future.set_result(lab_hosts.ensure_base(docker=True))
+            except BaseException as err:  # handed to whoever waits for it
+                future.set_exception(err)
+
+        # A daemon thread: a session that ends first (a -x failure) does not wait for debootstrap.
+        threading.Thread(target=build, name="docker-base", daemon=True).start()
+        SESSION["docker_base"] = future
     return SESSION["docker_base"]

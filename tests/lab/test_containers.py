@@ -253,8 +253,9 @@ def test_deploy_noop_and_restart(engine_lab, pod):
 
 
 def test_a_foreign_process_on_the_containers_gpu_fails_preflight_naming_it(engine_lab, pod):
-    """GPU ownership is by cgroup, and the container's processes are in the unit's: the server in
-    the container is ours (its restart is allowed), a gpu-hold outside it is foreign."""
+    """GPU ownership is by cgroup (podman's container is in the unit's) or by the container's label
+    (docker's runs under the daemon): the server in the container is ours (its restart is
+    allowed), a gpu-hold outside it is foreign."""
     host = engine_lab.hosts[0]
     rc, report = deploy(engine_lab, host, pod)
     assert rc == 0, report
@@ -481,9 +482,10 @@ def test_deploy_speed_container_against_host(engine_lab, pod, capsys):
 
 
 @pytest.mark.parametrize("engine_lab", ["docker"], indirect=True)
-def test_docker_gpus_without_nvidias_toolkit_are_stopped_by_preflight(engine_lab, pod, tmp_path):
-    """docker's --gpus (runtime.gpu_devices' default) on a host without the NVIDIA Container
-    Toolkit: `docker create` takes it, its start would fail after the stop; preflight names it."""
+def test_docker_gpus_docker_cannot_give_are_stopped_by_preflight(engine_lab, pod, tmp_path):
+    """What `docker create` takes and only its start refuses, after the stop, preflight names with
+    nothing stopped: docker's --gpus (runtime.gpu_devices' default) on a host without the NVIDIA
+    Container Toolkit, and a CDI device the host's spec does not define."""
     host = engine_lab.hosts[0]
     rc, report = deploy(engine_lab, host, pod)
     assert rc == 0, report
@@ -496,3 +498,17 @@ def test_docker_gpus_without_nvidias_toolkit_are_stopped_by_preflight(engine_lab
     assert h["step"] == "preflight", h
     assert "docker's --gpus needs the NVIDIA Container Toolkit on this host" in h["message"], h
     assert unit_state(host) == before  # nothing was stopped
+
+    spec = json.loads(ssh(host, "grep -v '^#' /etc/cdi/nvidia.yaml"))
+    spec["devices"] = [d for d in spec["devices"] if d["name"] != "7"]
+    ssh(host, "mv /etc/cdi/nvidia.yaml /etc/cdi/nvidia.yaml.orig")
+    try:
+        ssh(host, f"cat > /etc/cdi/nvidia.yaml <<'EOF'\n{json.dumps(spec)}\nEOF")
+        rc, report = deploy(engine_lab, host, pod, "--force-restart")
+    finally:
+        ssh(host, "mv /etc/cdi/nvidia.yaml.orig /etc/cdi/nvidia.yaml")
+    assert rc == 1, report
+    (h,) = report["hosts"]
+    assert h["step"] == "preflight", h
+    assert "CDI device nvidia.com/gpu=7 not defined by any spec in /etc/cdi, /var/run/cdi" in h["message"], h
+    assert unit_state(host) == before

@@ -37,7 +37,6 @@ import pytest
 import yaml
 
 from orchestrator import plan, profile, secrets
-from orchestrator.errors import InputError
 
 IMAGE = "docker.io/lmsysorg/sglang:v0.5.9-cu129-amd64@sha256:" + "0123456789abcdef" * 4
 ABSENT = "localhost/orchestrator-test/absent:1"
@@ -306,16 +305,6 @@ def test_docker_asks_for_cdi_devices_with_gpu_devices_cdi(
     requested = [i for r in host.get("DeviceRequests") or [] if r["Driver"] == "cdi" for i in r["DeviceIDs"]]
     assert by_name + requested == wanted, host
     assert not [r for r in host.get("DeviceRequests") or [] if r["Driver"] != "cdi"], host
-
-
-def test_podman_takes_no_gpus_flag(tmp_path: Path) -> None:
-    doc = {**CASES["plain"], "runtime": {"gpu_devices": "gpus"}}
-    with pytest.raises(InputError) as err:
-        _profile(tmp_path, doc, "podman")
-    assert (
-        "runtime.gpu_devices: gpus is docker's --gpus (NVIDIA's runtime hook); podman takes GPUs as CDI "
-        "devices only: set cdi or drop it" in str(err.value)
-    )
 
 
 # --- podman ----------------------------------------------------------------------------------

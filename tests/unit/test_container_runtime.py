@@ -114,7 +114,9 @@ def test_gpus_come_from_server_gpus_or_the_default_set(tmp_path: Path) -> None:
     assert '--gpus="device=0,1,2,3,4,5,6,7"' in rank.engine_argv  # one node's share
     doc["runtime"] = {"kind": "docker", "image": IMAGE, "gpu_devices": "cdi"}
     cdi = plan.build(_load(tmp_path, doc, "cdi"))  # docker with CDI devices: podman's words
-    assert [w for w in cdi.engine_argv if "gpu" in w] == [f"--device=nvidia.com/gpu={i}" for i in (4, 5, 6, 7)]
+    assert [w for w in cdi.engine_argv if "gpu" in w] == [
+        f"--device=nvidia.com/gpu={i}" for i in (4, 5, 6, 7)
+    ]
     doc["runtime"]["gpu_devices"] = "gpus"
     assert plan.build(_load(tmp_path, doc, "gpus")).engine_argv == docker.engine_argv
 

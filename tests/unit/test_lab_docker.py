@@ -65,7 +65,13 @@ def test_a_hosts_cgroup_is_made_under_the_cgroup2_mount_and_removed_deepest_firs
     assert made == tmp_path / "unified" / hosts.CGROUP_PARENT / "lab1" and made.is_dir()
     assert record.host("lab1")["cgroup"] == str(made)  # recorded: `down` removes it
     (made / "system.slice/docker-1.scope").mkdir(parents=True)  # what systemd and runc made in it
-    assert hosts._remove_cgroup(str(made)) == []
+    stranger = tmp_path / "unified/other/lab1"
+    stranger.mkdir(parents=True)
+    assert hosts._remove_cgroup("lab1", str(stranger)) == [
+        f"lab1: recorded cgroup {stranger} is not this lab's {hosts.CGROUP_PARENT}/lab1; left alone"
+    ]
+    assert stranger.is_dir()
+    assert hosts._remove_cgroup("lab1", str(made)) == []
     assert not (tmp_path / "unified" / hosts.CGROUP_PARENT).exists()
 
 
@@ -76,5 +82,10 @@ def test_no_cgroup2_mount_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(
         hosts, "Path", lambda arg="", *rest: mounts if arg == "/proc/mounts" else real_path(arg, *rest)
     )
-    with pytest.raises(OrchestratorError, match="`lab up --docker` needs the cgroup2 hierarchy mounted"):
-        hosts._cgroup2_mount()
+    monkeypatch.setattr(hosts, "_check_tools", lambda: None)
+    monkeypatch.setattr(hosts, "_locked", None)  # `up` says so before it takes the lab's lock
+    with pytest.raises(OrchestratorError) as err:
+        hosts.up(hosts=1, docker=True)
+    assert str(err.value).startswith(
+        "`lab up --docker` needs the unified cgroup hierarchy (cgroup2), and /proc/mounts has none: mount it"
+    )

@@ -648,12 +648,15 @@ def _proc_devices() -> str:
 
 # --- how docker hands over the GPUs ---------------------------------------------------------
 
-#: What docker's daemon looks for on its PATH to offer --gpus (moby daemon/nvidia_linux.go): NVIDIA's
-#: prestart hook, or in later releases its CDI hook (--gpus then injects nvidia.com/gpu devices).
-#: Without either the daemon has no GPU driver, and `docker run --gpus` fails only at start:
-#: `could not select device driver "" with capabilities: [[gpu]]` (`create` takes it).
-NVIDIA_HOOKS = ("nvidia-container-runtime-hook", "nvidia-cdi-hook")
-CDI_GPU_KIND = "nvidia.com/gpu"
+#: What docker's daemon looks for on its PATH, once at its start, to offer --gpus (moby
+#: daemon/nvidia_linux.go, docker 19.03 to 28): NVIDIA's prestart hook. Without it the daemon has no
+#: GPU driver, and `docker run --gpus` fails only at start: `could not select device driver "" with
+#: capabilities: [[gpu]]` (`create` takes it). The newest releases also take NVIDIA's CDI hook
+#: (nvidia-cdi-hook) in its place, turning --gpus into CDI devices; a host with only that one is
+#: refused here all the same, with runtime.gpu_devices: cdi as the way that works on every release.
+NVIDIA_HOOK = "nvidia-container-runtime-hook"
+#: Where CDI specs are files (the CDI library reads these two suffixes only).
+CDI_SUFFIXES = (".json", ".yaml")
 
 
 def cdi_requests(run_words: list[str]) -> list[str]:
@@ -666,16 +669,16 @@ def cdi_requests(run_words: list[str]) -> list[str]:
 
 
 def cdi_spec_devices(text: str, loader: Any = None) -> tuple[str, list[str]] | None:
-    """(kind, device names) of one CDI spec's text, JSON (which is YAML too) or, with `loader`
-    (yaml.safe_load where PyYAML is here), YAML; None when it cannot be read as either."""
+    """(kind, device names) of one CDI spec's text, JSON (which is YAML too, comment lines and all)
+    or, with `loader` (yaml.safe_load where PyYAML is here), YAML; None when it cannot be read."""
     try:
-        spec = json.loads(text)
+        spec = json.loads("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
     except ValueError:
         if loader is None:
             return None
         try:
             spec = loader(text)
-        except Exception:
+        except Exception:  # any parse error: this file is not read, and preflight says so
             return None
     if not isinstance(spec, dict) or not isinstance(spec.get("devices"), list):
         return None
@@ -684,6 +687,7 @@ def cdi_spec_devices(text: str, loader: Any = None) -> tuple[str, list[str]] | N
 
 
 def _yaml_loader() -> Any:
+    """yaml.safe_load where PyYAML is on the host (Ansible does not need it there), else None."""
     try:
         import yaml
     except ImportError:
@@ -700,7 +704,7 @@ def cdi_devices(dirs: list[str]) -> tuple[set[str], list[str]]:
         except OSError:
             continue
         for name in names:
-            if not name.endswith((".json", ".yaml", ".yml")):
+            if not name.endswith(CDI_SUFFIXES):
                 continue
             path = os.path.join(folder, name)
             try:
@@ -717,15 +721,15 @@ def cdi_devices(dirs: list[str]) -> tuple[set[str], list[str]]:
 
 def docker_gpu_problems(module: Any, exe: str, run_words: list[str]) -> tuple[list[str], list[str]]:
     """(problems, notes) of docker's way to the GPUs, which its `create` does not judge (both fail
-    only at start, after the stop): --gpus needs a GPU driver in the daemon (NVIDIA_HOOKS); CDI
-    devices need the daemon's CDI on (its spec directories in `docker info`) and each device in
-    a spec there (else: `CDI device injection failed: unresolvable CDI devices ...`)."""
+    only at start, after the stop): --gpus needs NVIDIA_HOOK; CDI devices need the daemon's CDI on
+    (its spec directories in `docker info`) and each device in a spec there (else: `CDI device
+    injection failed: unresolvable CDI devices ...`)."""
     problems: list[str] = []
-    if any(w.startswith("--gpus=") for w in run_words) and not any(map(module.get_bin_path, NVIDIA_HOOKS)):
+    if any(w.startswith("--gpus=") for w in run_words) and not module.get_bin_path(NVIDIA_HOOK):
         problems.append(
-            "docker's --gpus needs the NVIDIA Container Toolkit on this host (neither "
-            f"{' nor '.join(NVIDIA_HOOKS)} is on PATH, so the daemon has no GPU driver): install it and "
-            "restart docker, or set runtime.gpu_devices: cdi with a CDI spec (nvidia-ctk cdi generate)"
+            f"docker's --gpus needs the NVIDIA Container Toolkit on this host ({NVIDIA_HOOK} is not on "
+            "PATH, so the daemon has no GPU driver): install it and restart docker (the daemon looks "
+            "for it at its start), or set runtime.gpu_devices: cdi with a CDI spec (nvidia-ctk cdi generate)"
         )
     wanted = cdi_requests(run_words)
     if not wanted:

@@ -245,7 +245,9 @@ def test_docker_without_its_daemon_has_no_containers_and_is_named_by_preflight(
 # --- the engine's own parse of the unit's run command, before the stop ---------------------------
 
 
-def _create_checks(tmp_path: Path, options: list[str], kind: str = "podman") -> dict[str, Any]:
+def _create_checks(
+    tmp_path: Path, options: list[str], kind: str = "podman", **runtime: Any
+) -> dict[str, Any]:
     """hostplan's PreflightChecks of a `kind` profile of UNIT (the `created` fixture's, whose
     container stands for the running server's), with an API key's --config mount and a secret
     --env-file, neither written yet."""
@@ -259,7 +261,7 @@ def _create_checks(tmp_path: Path, options: list[str], kind: str = "podman") -> 
         "secret_env": {"HF_TOKEN": {"env": "HF_TOKEN"}},
         # no compile cache: systemd makes /var/cache/orchestrator/... at start, not this test
         "service": {"unit_name": UNIT, "compile_cache": False},
-        "runtime": {"kind": kind, "image": ABSENT, "pull": "never", "options": options},
+        "runtime": {"kind": kind, "image": ABSENT, "pull": "never", "options": options, **runtime},
     }
     (tmp_path / "p.yml").write_text(yaml.safe_dump(doc))
     prof = profile.load(str(tmp_path / "p.yml"))
@@ -486,12 +488,12 @@ def test_docker_create_asks_for_a_container_of_its_own_and_removes_it(
 
 
 def _gpu_words(tmp_path: Path, gpu_devices: str) -> list[str]:
-    words = _create_checks(tmp_path, [], "docker")["run_words"]
-    gpus = [w for w in words if w.startswith("--gpus=")]
-    assert gpus == ['--gpus="device=4,5,6,7"'], words
-    if gpu_devices == "gpus":
-        return words
-    return [w for w in words if w not in gpus] + [f"--device=nvidia.com/gpu={g}" for g in range(4, 8)]
+    """The run words preflight gets of a docker profile on GPUs 4-7 with this runtime.gpu_devices."""
+    words = _create_checks(tmp_path, [], "docker", gpu_devices=gpu_devices)["run_words"]
+    gpus = [w for w in words if w.startswith(("--gpus=", "--device=nvidia.com/"))]
+    cdi = [f"--device=nvidia.com/gpu={g}" for g in range(4, 8)]
+    assert gpus == (['--gpus="device=4,5,6,7"'] if gpu_devices == "gpus" else cdi), words
+    return words
 
 
 def _cdi_spec(folder: Path, names: range, name: str = "nvidia.yaml") -> None:
@@ -505,14 +507,17 @@ def test_docker_gpus_need_nvidias_hook_on_the_host(tmp_path: Path) -> None:
     """`docker create --gpus` passes without the NVIDIA Container Toolkit; its start fails (`could
     not select device driver "" with capabilities: [[gpu]]`), after the stop: preflight names it."""
     words = _gpu_words(tmp_path, "gpus")
-    [problem], notes = docker_gpu_problems(RealModule({}), "/usr/bin/docker", words)
-    assert problem.startswith(
-        "docker's --gpus needs the NVIDIA Container Toolkit on this host (neither "
-        "nvidia-container-runtime-hook nor nvidia-cdi-hook is on PATH"
-    ) and problem.endswith("or set runtime.gpu_devices: cdi with a CDI spec (nvidia-ctk cdi generate)")
-    assert notes == []
-    for hook in ("nvidia-container-runtime-hook", "nvidia-cdi-hook"):
-        assert docker_gpu_problems(RealModule({hook: f"/usr/bin/{hook}"}), "docker", words) == ([], [])
+    said = (
+        "docker's --gpus needs the NVIDIA Container Toolkit on this host (nvidia-container-runtime-hook is "
+        "not on PATH, so the daemon has no GPU driver): install it and restart docker (the daemon looks for "
+        "it at its start), or set runtime.gpu_devices: cdi with a CDI spec (nvidia-ctk cdi generate)"
+    )
+    assert docker_gpu_problems(RealModule({}), "/usr/bin/docker", words) == ([said], [])
+    # NVIDIA's CDI hook alone serves --gpus only on the newest docker releases: refused all the same.
+    only_cdi = RealModule({"nvidia-cdi-hook": "/usr/bin/nvidia-cdi-hook"})
+    assert docker_gpu_problems(only_cdi, "/usr/bin/docker", words) == ([said], [])
+    hook = RealModule({"nvidia-container-runtime-hook": "/usr/bin/nvidia-container-runtime-hook"})
+    assert docker_gpu_problems(hook, "docker", words) == ([], [])
 
 
 def test_docker_cdi_devices_need_the_daemons_cdi_and_a_spec_for_each(
@@ -553,11 +558,16 @@ def test_docker_cdi_devices_need_the_daemons_cdi_and_a_spec_for_each(
 
 
 def test_cdi_specs_are_read_as_json_or_yaml(tmp_path: Path) -> None:
+    """As the CDI library finds them: *.json and *.yaml only (a .yml is no spec to docker); JSON
+    with YAML's comment lines (the lab's own spec) without PyYAML, YAML with it."""
     yaml_spec = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: '0'\n- name: all\n"
     assert cdi_spec_devices(yaml_spec) is None  # no loader: not read, and said so below
     assert cdi_spec_devices(yaml_spec, yaml.safe_load) == ("nvidia.com/gpu", ["0", "all"])
+    lab_spec = "# Written by the orchestrator lab.\n" + json.dumps(standins.cdi_spec(2), indent=2)
+    assert cdi_spec_devices(lab_spec) == ("nvidia.com/gpu", ["0", "1"])
     (tmp_path / "nvidia.yaml").write_text(yaml_spec)
     (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "other.yml").write_text(json.dumps(standins.cdi_spec(4)))
     (tmp_path / "README").write_text("not a spec")
     found, unread = cdi_devices([str(tmp_path), str(tmp_path / "absent")])
     assert found == {"nvidia.com/gpu=0", "nvidia.com/gpu=all"} and unread == [str(tmp_path / "broken.json")]
