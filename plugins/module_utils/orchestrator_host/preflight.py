@@ -697,7 +697,7 @@ def _yaml_loader() -> Any:
 
 def cdi_devices(dirs: list[str]) -> tuple[set[str], list[str]]:
     """({KIND=NAME} of every device the CDI specs in `dirs` define, the spec files not read)."""
-    loader, found, unread = _yaml_loader(), set(), []
+    loader, found, unread = _yaml_loader(), set[str](), list[str]()
     for folder in dirs:
         try:
             names = sorted(os.listdir(folder))
