@@ -463,11 +463,13 @@ def ensure_base(progress: Progress = None, podman: bool = False, docker: bool = 
     with open(cache_dir() / f".{base.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not base.is_dir():
-            _debootstrap(base, suite, podman, docker, progress)
+            _debootstrap(base, suite, podman, docker, progress, lock.fileno())
     return base
 
 
-def _debootstrap(base: Path, suite: str, podman: bool, docker: bool, progress: Progress) -> None:
+def _debootstrap(
+    base: Path, suite: str, podman: bool, docker: bool, progress: Progress, lock_fd: int
+) -> None:
     tmp = base.with_name(base.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -477,8 +479,9 @@ def _debootstrap(base: Path, suite: str, podman: bool, docker: bool, progress: P
     log = cache_dir() / f"debootstrap-{base.name}.log"
     include = ",".join(_packages(podman, docker))
     argv = ["debootstrap", "--variant=minbase", f"--include={include}", suite, str(tmp), MIRROR]
+    # debootstrap holds the base's lock too: should this process die, a later build still waits.
     with open(log, "w") as out:
-        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=1800)
+        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=1800, pass_fds=(lock_fd,))
     if done.returncode != 0:
         raise OrchestratorError(f"debootstrap failed ({done.returncode}); end of {log}:\n{_tail(log)}")
     _generalise_base(tmp)
@@ -871,9 +874,14 @@ def _remove_cgroup(name: str, path: str | None) -> list[str]:
         return []
     if Path(path) != _cgroup2_mount() / CGROUP_PARENT / name:
         return [f"{name}: recorded cgroup {path} is not this lab's {CGROUP_PARENT}/{name}; left alone"]
-    for top, _dirs, _files in os.walk(path, topdown=False):
-        with contextlib.suppress(OSError):
-            os.rmdir(top)
+    deadline = time.monotonic() + 2  # a cgroup emptied a moment ago may still be busy
+    while True:
+        for top, _dirs, _files in os.walk(path, topdown=False):
+            with contextlib.suppress(OSError):
+                os.rmdir(top)
+        if not Path(path).exists() or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     with contextlib.suppress(OSError):
         Path(path).parent.rmdir()  # the shared parent, once the last host's is gone
     if not Path(path).exists():

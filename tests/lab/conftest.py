@@ -27,6 +27,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.hookimpl(trylast=True)  # after -k/-m deselect: only tests that will run count below
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the destructive lab tests last, so no other test sees a lab rebuilt under its feet, and
     the podman ones after them."""
@@ -69,8 +70,8 @@ def _podman_installable() -> bool:
 @pytest.fixture(scope="session")
 def lab() -> Iterator[lab_hosts.LabState]:
     """The running lab: `ORCH_LAB_HOSTS` hosts (default: the lab's own, 4), with podman when podman
-    tests are collected; a healthy lab of that size is reused as is, unless it is a --docker lab
-    (trixie hosts: the tests are of bookworm's), which is taken down first."""
+    tests are collected; a healthy lab of that size is reused as is. A --docker lab is refused
+    (trixie hosts: the tests are of bookworm's), as one of another size is."""
     reason = _why_no_lab()
     if reason:
         pytest.skip(reason)
@@ -79,8 +80,7 @@ def lab() -> Iterator[lab_hosts.LabState]:
         labutil.docker_base()
     seen = lab_hosts.status()
     if seen.docker:
-        lab_hosts.down()
-        seen = lab_hosts.status()
+        pytest.fail("a --docker lab is up (trixie hosts; these tests are of bookworm's): `lab down` it first")
     if seen.healthy and len(seen.hosts) != wanted:
         pytest.fail(
             f"a lab of {len(seen.hosts)} hosts is up: `lab down` it, or set ORCH_LAB_HOSTS={len(seen.hosts)}"

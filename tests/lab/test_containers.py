@@ -458,6 +458,8 @@ def test_a_host_server_and_a_container_side_by_side(engine_lab, side_by_side):
     assert all(memory[g] == 0 for g in range(4, 8)) and all(memory[g] > 0 for g in range(4)), memory
 
 
+# The two docker-only tests stay last in this file: pytest orders an indirect ["docker"] by where
+# it is defined, so placed here they run between podman's tests and docker's, on the docker lab.
 @pytest.mark.parametrize("engine_lab", ["docker"], indirect=True)
 def test_deploy_speed_container_against_host(engine_lab, pod, capsys):
     """The same benchmark, the same host: the host runtime's cg_5tok, then the container's; one run

@@ -653,19 +653,37 @@ def _proc_devices() -> str:
 #: GPU driver, and `docker run --gpus` fails only at start: `could not select device driver "" with
 #: capabilities: [[gpu]]` (`create` takes it). The newest releases also take NVIDIA's CDI hook
 #: (nvidia-cdi-hook) in its place, turning --gpus into CDI devices; a host with only that one is
-#: refused here all the same, with runtime.gpu_devices: cdi as the way that works on every release.
+#: refused here all the same, with runtime.gpu_devices: cdi as the way that works from docker 25 on.
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
+#: The toolkit's own configuration: in its `cdi` or `csv` mode the hook refuses to be called
+#: directly, which is what --gpus does ("invoking the NVIDIA Container Runtime Hook directly (e.g.
+#: specifying the docker --gpus flag) is not supported").
+NVIDIA_TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+_HOOK_REFUSING_MODE = re.compile(r'^\s*mode\s*=\s*["\']?(cdi|csv)["\']?\s*(?:#.*)?$', re.MULTILINE)
+#: An unread spec that may be NVIDIA's (YAML without PyYAML here): it may define the devices.
+_NVIDIA_KIND = re.compile(r'(?:^|[\s{,])["\']?kind["\']?\s*:\s*["\']?nvidia\.com/gpu', re.MULTILINE)
 #: Where CDI specs are files (the CDI library reads these two suffixes only).
 CDI_SUFFIXES = (".json", ".yaml")
+
+
+def engine_options(run_words: list[str]) -> list[str]:
+    """The run command's words before the image (the engine's options, not SGLang's argv)."""
+    return run_words[: next((i for i, w in enumerate(run_words) if not w.startswith("-")), len(run_words))]
 
 
 def cdi_requests(run_words: list[str]) -> list[str]:
     """The CDI devices (KIND=NAME) the run command's --device words ask for."""
     return [
         w.partition("=")[2]
-        for w in run_words
+        for w in engine_options(run_words)
         if w.startswith("--device=") and not w.partition("=")[2].startswith("/") and "=" in w[9:]
     ]
+
+
+def hook_mode(config: str) -> str:
+    """The NVIDIA toolkit mode in which its hook refuses --gpus (`cdi`, `csv`), '' otherwise."""
+    found = _HOOK_REFUSING_MODE.search(config)
+    return found.group(1) if found else ""
 
 
 def cdi_spec_devices(text: str, loader: Any = None) -> tuple[str, list[str]] | None:
@@ -713,10 +731,40 @@ def cdi_devices(dirs: list[str]) -> tuple[set[str], list[str]]:
             except (OSError, UnicodeDecodeError):
                 read = None
             if read is None:
-                unread.append(path)
+                if _may_be_nvidias(path):
+                    unread.append(path)
                 continue
             found.update(f"{read[0]}={device}" for device in read[1])
     return found, unread
+
+
+def _may_be_nvidias(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return bool(_NVIDIA_KIND.search(fh.read()))
+    except OSError:
+        return True
+
+
+def _gpus_flag_problem(module: Any) -> str:
+    """Why docker's --gpus cannot work on this host, or ''."""
+    if not module.get_bin_path(NVIDIA_HOOK):
+        return (
+            f"docker's --gpus needs the NVIDIA Container Toolkit on this host ({NVIDIA_HOOK} is not on "
+            "PATH, so the daemon has no GPU driver): install it and restart docker (the daemon looks "
+            "for it at its start), or set runtime.gpu_devices: cdi with a CDI spec (nvidia-ctk cdi generate)"
+        )
+    try:
+        with open(NVIDIA_TOOLKIT_CONFIG, encoding="utf-8", errors="replace") as fh:
+            mode = hook_mode(fh.read())
+    except OSError:
+        return ""
+    if not mode:
+        return ""
+    return (
+        f"docker's --gpus calls {NVIDIA_HOOK}, which refuses that in the toolkit's mode = \"{mode}\" "
+        f"({NVIDIA_TOOLKIT_CONFIG}): set runtime.gpu_devices: cdi, or the toolkit's mode to auto or legacy"
+    )
 
 
 def docker_gpu_problems(module: Any, exe: str, run_words: list[str]) -> tuple[list[str], list[str]]:
@@ -725,12 +773,10 @@ def docker_gpu_problems(module: Any, exe: str, run_words: list[str]) -> tuple[li
     (its spec directories in `docker info`) and each device in a spec there (else: `CDI device
     injection failed: unresolvable CDI devices ...`)."""
     problems: list[str] = []
-    if any(w.startswith("--gpus=") for w in run_words) and not module.get_bin_path(NVIDIA_HOOK):
-        problems.append(
-            f"docker's --gpus needs the NVIDIA Container Toolkit on this host ({NVIDIA_HOOK} is not on "
-            "PATH, so the daemon has no GPU driver): install it and restart docker (the daemon looks "
-            "for it at its start), or set runtime.gpu_devices: cdi with a CDI spec (nvidia-ctk cdi generate)"
-        )
+    if any(w.startswith("--gpus=") for w in engine_options(run_words)):
+        problem = _gpus_flag_problem(module)
+        if problem:
+            problems.append(problem)
     wanted = cdi_requests(run_words)
     if not wanted:
         return problems, []
@@ -754,7 +800,11 @@ def docker_gpu_problems(module: Any, exe: str, run_words: list[str]) -> tuple[li
             f"{', '.join(map(str, dirs))}: generate it (nvidia-ctk cdi generate "
             "--output=/etc/cdi/nvidia.yaml) or fix server.gpus"
         )
-    notes = [f"CDI spec {path} could not be read here: its devices are not checked" for path in unread]
+    notes = [
+        f"CDI spec {path} could not be read here (a YAML spec needs PyYAML on this host): "
+        "its devices are not checked"
+        for path in unread
+    ]
     return problems, notes if missing else []
 
 

@@ -24,6 +24,9 @@ from typing import Any
 
 import pytest
 import yaml
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host import (
+    preflight as preflight_mod,
+)
 from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.containers import (
     container_units,
     labelled_containers,
@@ -41,6 +44,7 @@ from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_h
     device_problems,
     docker_gpu_problems,
     engine_message,
+    engine_options,
     nvidia_majors,
     nvidia_nodes,
     refused_words,
@@ -518,6 +522,28 @@ def test_docker_gpus_need_nvidias_hook_on_the_host(tmp_path: Path) -> None:
     assert docker_gpu_problems(only_cdi, "/usr/bin/docker", words) == ([said], [])
     hook = RealModule({"nvidia-container-runtime-hook": "/usr/bin/nvidia-container-runtime-hook"})
     assert docker_gpu_problems(hook, "docker", words) == ([], [])
+    # SGLang's own words after the image are not docker's: a --gpus= there asks docker for nothing.
+    after = [*_gpu_words(tmp_path, "cdi"), "--gpus=x", "--device=nvidia.com/gpu=9"]
+    assert engine_options(after) == engine_options(_gpu_words(tmp_path, "cdi"))
+    assert cdi_requests(after) == [f"nvidia.com/gpu={g}" for g in range(4, 8)]
+    assert docker_gpu_problems(RealModule({}), "docker", [*words[:-1], "--gpus=x"]) == ([said], [])
+
+
+def test_the_toolkits_cdi_or_csv_mode_refuses_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-container-runtime-hook in the toolkit's cdi (or csv) mode refuses to be called by
+    --gpus; the mode is read from its config.toml as the toolkit writes it."""
+    config = tmp_path / "config.toml"
+    monkeypatch.setattr(preflight_mod, "NVIDIA_TOOLKIT_CONFIG", str(config))
+    words = _gpu_words(tmp_path, "gpus")
+    hook = RealModule({"nvidia-container-runtime-hook": "/usr/bin/nvidia-container-runtime-hook"})
+    config.write_text('[nvidia-container-runtime]\n#mode = "cdi"\nmode = "auto"\n')
+    assert docker_gpu_problems(hook, "docker", words) == ([], [])
+    config.write_text('[nvidia-container-runtime]\nlog-level = "info"\nmode = "cdi"\n')
+    [problem], _ = docker_gpu_problems(hook, "docker", words)
+    assert problem == (
+        "docker's --gpus calls nvidia-container-runtime-hook, which refuses that in the toolkit's "
+        f'mode = "cdi" ({config}): set runtime.gpu_devices: cdi, or the toolkit\'s mode to auto or legacy'
+    )
 
 
 def test_docker_cdi_devices_need_the_daemons_cdi_and_a_spec_for_each(
@@ -566,8 +592,10 @@ def test_cdi_specs_are_read_as_json_or_yaml(tmp_path: Path) -> None:
     lab_spec = "# Written by the orchestrator lab.\n" + json.dumps(standins.cdi_spec(2), indent=2)
     assert cdi_spec_devices(lab_spec) == ("nvidia.com/gpu", ["0", "1"])
     (tmp_path / "nvidia.yaml").write_text(yaml_spec)
-    (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "broken.json").write_text('{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "dev')
+    (tmp_path / "vendor.yaml").write_text("kind: vendor.com/fpga\ndevices: [")  # not NVIDIA's: no matter
     (tmp_path / "other.yml").write_text(json.dumps(standins.cdi_spec(4)))
     (tmp_path / "README").write_text("not a spec")
     found, unread = cdi_devices([str(tmp_path), str(tmp_path / "absent")])
+    # a half-written NVIDIA spec is named (its devices may be the missing ones); another vendor's is not
     assert found == {"nvidia.com/gpu=0", "nvidia.com/gpu=all"} and unread == [str(tmp_path / "broken.json")]
