@@ -684,10 +684,6 @@ def _install_docker(root: Path, gpus: int) -> None:
     importlib.import_module("orchestrator.lab.standins").install_cdi(root, gpus)
 
 
-def _podman(record: _Record, name: str, *argv: str, timeout: float = 300) -> str:
-    return _engine(record, name, "podman", *argv, timeout=timeout)
-
-
 def _engine(record: _Record, name: str, engine: str, *argv: str, timeout: float = 300) -> str:
     done = _exec_in(record.host(name)["leader"], [engine, *argv], timeout=timeout)
     if done.returncode != 0:
@@ -697,11 +693,40 @@ def _engine(record: _Record, name: str, engine: str, *argv: str, timeout: float 
     return done.stdout.strip()
 
 
-def _build_docker_image(record: _Record, sglang_version: str, progress: Progress) -> str:
-    """`docker import` the tarball on the first host, `docker save` it and `docker load` that on
-    every host, checking all hold one image ID; returns REF, a tag: an image that never was in a
-    registry has no digest to pin it by."""
+@dataclass(frozen=True)
+class _ImageWords:
+    """How one engine makes the stand-in's image and tells it is the same on every host."""
+
+    import_options: tuple[str, ...]
+    save_options: tuple[str, ...]
+    #: podman: the first host drops the imported image and loads the archive like the others, so
+    #: all hold the archive's digest; docker's image ID is the same either way.
+    reload_first: bool
+    #: The `image inspect` format of what must be one value on every host, and its name.
+    same: str
+    same_name: str
+    archive: str
+
+
+_IMAGE_WORDS = {
+    "podman": _ImageWords(
+        ("--quiet",),
+        ("--quiet", "--format=oci-archive"),
+        True,
+        "{{.Digest}}",
+        "digests",
+        "sglang-standin.oci.tar",
+    ),
+    "docker": _ImageWords((), (), False, "{{.Id}}", "IDs", "sglang-standin.docker.tar"),
+}
+
+
+def _build_image(record: _Record, sglang_version: str, progress: Progress, engine: str = "podman") -> str:
+    """`ENGINE import` the tarball on the first host (no registry), save it as an archive and load
+    that on every host, so all hold the same image; returns REF@DIGEST (podman) or REF (docker: an
+    image that never was in a registry has no digest to pin it by; all hosts hold one image ID)."""
     started = time.monotonic()
+    words = _IMAGE_WORDS[engine]
     names = list(record.data["hosts"])
     first = Path(record.host(names[0])["dir"]) / "root"
     ref = f"{IMAGE}:{sglang_version}"
@@ -709,68 +734,38 @@ def _build_docker_image(record: _Record, sglang_version: str, progress: Progress
         f"--change=LABEL org.opencontainers.image.version={sglang_version}",
         "--change=LABEL org.opencontainers.image.title=sglang-standin",
     ]
-    _engine(record, names[0], "docker", "import", *changes, f"/{_IMAGE_TAR}", ref)
-    _engine(record, names[0], "docker", "save", f"--output=/{_IMAGE_OCI}", ref)
+    _engine(record, names[0], engine, "import", *words.import_options, *changes, f"/{_IMAGE_TAR}", ref)
+    _engine(record, names[0], engine, "save", *words.save_options, f"--output=/{_IMAGE_OCI}", ref)
+    if words.reload_first:
+        _engine(record, names[0], engine, "rmi", ref)
     (first / _IMAGE_TAR).unlink()
-    archive = lab_dir() / "sglang-standin.docker.tar"
+    archive = lab_dir() / words.archive
     shutil.move(first / _IMAGE_OCI, archive)
 
     def load(name: str) -> str:
-        if name != names[0]:
+        if words.reload_first or name != names[0]:
             copy = Path(record.host(name)["dir"]) / "root" / _IMAGE_OCI
             shutil.copyfile(archive, copy)
-            _engine(record, name, "docker", "load", "--quiet", f"--input=/{_IMAGE_OCI}")
+            _engine(record, name, engine, "load", "--quiet", f"--input=/{_IMAGE_OCI}")
             copy.unlink()
-        return _engine(record, name, "docker", "image", "inspect", "--format={{.Id}}", ref)
-
-    try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-            ids = set(pool.map(load, names))
-    finally:
-        archive.unlink()
-    if len(ids) != 1:
-        raise OrchestratorError(f"the hosts loaded {ref} with different IDs: {', '.join(sorted(ids))}")
-    took = time.monotonic() - started
-    _say(progress, f"image {ref} ({ids.pop()[:19]}) on {len(names)} hosts in {took:.1f} s")
-    return ref
-
-
-def _build_image(record: _Record, sglang_version: str, progress: Progress) -> str:
-    """`podman import` the tarball on the first host (no registry), save it as an OCI archive and
-    load that on every host, so all hold the same image with one digest; returns REF@DIGEST."""
-    started = time.monotonic()
-    names = list(record.data["hosts"])
-    first = Path(record.host(names[0])["dir"]) / "root"
-    ref = f"{IMAGE}:{sglang_version}"
-    changes = [
-        f"--change=LABEL org.opencontainers.image.version={sglang_version}",
-        "--change=LABEL org.opencontainers.image.title=sglang-standin",
-    ]
-    _podman(record, names[0], "import", "--quiet", *changes, f"/{_IMAGE_TAR}", ref)
-    _podman(record, names[0], "save", "--quiet", "--format=oci-archive", f"--output=/{_IMAGE_OCI}", ref)
-    _podman(record, names[0], "rmi", ref)
-    (first / _IMAGE_TAR).unlink()
-    archive = lab_dir() / "sglang-standin.oci.tar"
-    shutil.move(first / _IMAGE_OCI, archive)
-
-    def load(name: str) -> str:
-        copy = Path(record.host(name)["dir"]) / "root" / _IMAGE_OCI
-        shutil.copyfile(archive, copy)
-        _podman(record, name, "load", "--quiet", f"--input=/{_IMAGE_OCI}")
-        copy.unlink()
-        return _podman(record, name, "image", "inspect", "--format={{.Digest}}", ref)
+        return _engine(record, name, engine, "image", "inspect", f"--format={words.same}", ref)
 
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:  # 6.6 s each, measured
-            digests = set(pool.map(load, names))
+            seen = set(pool.map(load, names))
     finally:
         archive.unlink()
-    if len(digests) != 1:
+    if len(seen) != 1:
         raise OrchestratorError(
-            f"the hosts loaded {ref} with different digests: {', '.join(sorted(digests))}"
+            f"the hosts loaded {ref} with different {words.same_name}: {', '.join(sorted(seen))}"
         )
-    _say(progress, f"image {ref} on {len(names)} hosts in {time.monotonic() - started:.1f} s")
-    return f"{ref}@{digests.pop()}"
+    same = seen.pop()
+    took = time.monotonic() - started
+    if engine == "docker":
+        _say(progress, f"image {ref} ({same[:19]}) on {len(names)} hosts in {took:.1f} s")
+        return ref
+    _say(progress, f"image {ref} on {len(names)} hosts in {took:.1f} s")
+    return f"{ref}@{same}"
 
 
 # ---------------------------------------------------------------- network
@@ -1242,7 +1237,7 @@ def _build(
         record.data["image"] = _build_image(record, sglang_version, progress)
         record.save()
     if docker:
-        record.data["image"] = _build_docker_image(record, sglang_version, progress)
+        record.data["image"] = _build_image(record, sglang_version, progress, "docker")
         record.save()
     _write_inventory(record)
     _write_inventory(record, sudo=True)

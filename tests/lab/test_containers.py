@@ -151,6 +151,14 @@ def container_doc(lab, host, **more) -> dict:
     return doc
 
 
+def stopped_by_preflight(rc: int, report: dict) -> dict:
+    """The one host of a deploy that failed at preflight (so nothing was stopped), as reported."""
+    assert rc == 1, report
+    (h,) = report["hosts"]
+    assert h["step"] == "preflight", h
+    return h
+
+
 def write(tmp_path: Path, name: str, doc: dict) -> str:
     path = tmp_path / f"{name}.yml"
     path.write_text(yaml.safe_dump(doc))
@@ -266,9 +274,7 @@ def test_a_foreign_process_on_the_containers_gpu_fails_preflight_naming_it(engin
         rc, report = deploy(engine_lab, host, pod, "--force-restart")
     finally:
         ssh(host, "systemctl stop foreign-gpu-hold.service")
-    assert rc == 1, report
-    (h,) = report["hosts"]
-    assert h["step"] == "preflight", h
+    h = stopped_by_preflight(rc, report)
     assert f"GPU 3 is used by PID {pid} /usr/bin/python3 4000 MiB, outside sglang.service" in h["message"], h
     assert unit_state(host) == before  # nothing was stopped
 
@@ -286,9 +292,7 @@ def test_a_bad_flag_fails_inside_the_container_and_rolls_back(engine_lab, pod, t
     doc["server"]["extra_args"] = ["--debug-cuda-graph"]
     bad = write(tmp_path, "pod_0523", doc)
     rc, report = deploy(engine_lab, host, bad)
-    assert rc == 1, report
-    (h,) = report["hosts"]
-    assert h["step"] == "preflight", h
+    h = stopped_by_preflight(rc, report)
     assert (
         f"image {engine_lab.image} has SGLang 0.5.9, the profile renders flags for 0.5.23: "
         'set server.sglang_version: "0.5.9" or use an image with 0.5.23'
@@ -497,9 +501,7 @@ def test_docker_gpus_docker_cannot_give_are_stopped_by_preflight(engine_lab, pod
     doc = container_doc(engine_lab, host)
     del doc["runtime"]["gpu_devices"]
     rc, report = deploy(engine_lab, host, write(tmp_path, "gpus", doc))
-    assert rc == 1, report
-    (h,) = report["hosts"]
-    assert h["step"] == "preflight", h
+    h = stopped_by_preflight(rc, report)
     assert "docker's --gpus needs the NVIDIA Container Toolkit on this host" in h["message"], h
     assert unit_state(host) == before  # nothing was stopped
 
@@ -511,8 +513,6 @@ def test_docker_gpus_docker_cannot_give_are_stopped_by_preflight(engine_lab, pod
         rc, report = deploy(engine_lab, host, pod, "--force-restart")
     finally:
         ssh(host, "mv /etc/cdi/nvidia.yaml.orig /etc/cdi/nvidia.yaml")
-    assert rc == 1, report
-    (h,) = report["hosts"]
-    assert h["step"] == "preflight", h
+    h = stopped_by_preflight(rc, report)
     assert "CDI device nvidia.com/gpu=7 not defined by any spec in /etc/cdi, /var/run/cdi" in h["message"], h
     assert unit_state(host) == before

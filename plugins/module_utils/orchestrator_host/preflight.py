@@ -726,24 +726,21 @@ def cdi_devices(dirs: list[str]) -> tuple[set[str], list[str]]:
                 continue
             path = os.path.join(folder, name)
             try:
-                with open(path, encoding="utf-8") as fh:
-                    read = cdi_spec_devices(fh.read(), loader)
-            except (OSError, UnicodeDecodeError):
+                with open(path, "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                unread.append(path)  # it may be NVIDIA's: nothing here can tell
+                continue
+            try:
+                read = cdi_spec_devices(data.decode("utf-8"), loader)
+            except UnicodeDecodeError:
                 read = None
             if read is None:
-                if _may_be_nvidias(path):
+                if _NVIDIA_KIND.search(data.decode("utf-8", errors="replace")):
                     unread.append(path)
                 continue
             found.update(f"{read[0]}={device}" for device in read[1])
     return found, unread
-
-
-def _may_be_nvidias(path: str) -> bool:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return bool(_NVIDIA_KIND.search(fh.read()))
-    except OSError:
-        return True
 
 
 def _gpus_flag_problem(module: Any) -> str:
