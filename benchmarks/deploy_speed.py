@@ -28,9 +28,9 @@ from pathlib import Path
 
 from _timing import timed
 
-from orchestrator.lab import hosts as lab_hosts
+from orchestrator.hosts.runner import ansible_command, own_name
+from orchestrator.lab import nspawn as lab_hosts
 from orchestrator.paths import state_dir
-from orchestrator.runner import ansible_command, own_name
 
 
 def standin_delay(host: lab_hosts.LabHost) -> float:

@@ -3,7 +3,7 @@ printed as a table, with a projection to 100 and 500 hosts (asserts nothing).
 
 Goal: the no-op on 16 hosts takes at most 1.5x the no-op on one host, and a 500-host rollout is
 bound by its hosts (their restarts), not by the control machine. Ansible does the fan-out (forks,
-the orchestrator_linear strategy, pipelining, SSH ControlPersist; see orchestrator/ansible_config.py).
+the orchestrator_linear strategy, pipelining, SSH ControlPersist; see orchestrator/hosts/ansible_config.py).
 
 Measured before (issue #16): a no-op took 7.4 s on 16 hosts against 2.8 s on one, a restart of 16
 took 66 s against 12 s. The lab hosts share the control machine's cores, so wall times do not
@@ -48,7 +48,7 @@ from pathlib import Path
 
 from _timing import timed_cpu
 
-from orchestrator.lab import hosts as lab_hosts
+from orchestrator.lab import nspawn as lab_hosts
 
 SIZES = (1, 2, 4, 8, 16)
 PROJECT = (100, 500)

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.lab import hosts as lab_hosts
+from orchestrator.lab import nspawn as lab_hosts
 
 
 def timed_up(hosts: int) -> float:

@@ -33,8 +33,8 @@ from pathlib import Path
 from _timing import timed as run
 from deploy_speed import newest_deploy, timeline
 
-from orchestrator.lab import hosts as lab_hosts
-from orchestrator.runner import ansible_command, own_name
+from orchestrator.hosts.runner import ansible_command, own_name
+from orchestrator.lab import nspawn as lab_hosts
 
 PLAIN = Path(__file__).parent / "peer" / "plain.yml"
 

@@ -12,7 +12,7 @@ import sys
 
 from _timing import timed
 
-from orchestrator.lab import hosts as lab_hosts
+from orchestrator.lab import nspawn as lab_hosts
 
 
 def main() -> None:

@@ -33,7 +33,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from orchestrator import bench, datasets
 from orchestrator.lab.standins import (
     DIST_PACKAGES,
     KIMI_CHAT_TEMPLATE,
@@ -43,6 +42,7 @@ from orchestrator.lab.standins import (
     tokenizer_config,
     write_model_dir,
 )
+from orchestrator.tuning import bench, datasets
 
 SGLANG_PYTHON_ENV = "SGLANG_BENCH_PYTHON"
 AGREE = 0.03  # the bound

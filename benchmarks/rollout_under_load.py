@@ -32,9 +32,9 @@ from pathlib import Path
 import httpx
 from _timing import timed
 
-from orchestrator.bench import Stats
 from orchestrator.lab import gateway as lab_gateway
-from orchestrator.lab import hosts as lab_hosts
+from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.tuning.bench import Stats
 
 HOSTS = 4
 MODES = {"drain": [], "no-drain": ["--no-drain"]}

@@ -36,8 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator import stats
 from orchestrator.paths import ROOT, state_dir
+from orchestrator.tuning import stats
 
 HOSTS = ["lab1", "lab2", "lab3", "lab4"]
 GRID = """\

@@ -16,7 +16,8 @@ import time
 
 from _timing import timed
 
-from orchestrator import plan, profile, systemd_check
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch, systemd_check
 
 
 def main() -> None:
@@ -26,12 +27,12 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("systemd-analyze") is None:
         sys.exit("systemd-analyze is not installed here: nothing to measure")
-    prof = profile.load(args.profile)
-    systemd_check.check(prof, [plan.build(prof)])  # module_utils loaded once, as in a command
+    prof = profile_mod.load(args.profile)
+    systemd_check.check(prof, [launch.build(prof)])  # module_utils loaded once, as in a command
     build, check = [], []
     for _ in range(args.repeat):
         start = time.perf_counter()
-        p = plan.build(prof)
+        p = launch.build(prof)
         built = time.perf_counter()
         assert systemd_check.check(prof, [p]).problems == []
         build.append(built - start)

@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # The kinds exactly as run_playbook reads them.
-from orchestrator.runner import TaskEvent, _event_kind, own_name, split_steps
+from orchestrator.hosts.runner import TaskEvent, _event_kind, own_name, split_steps
 
 #: Result keys that are noise to the engine: the module's arguments, tracebacks, Ansible's own.
 DROPPED = {"invocation", "exception", "argument_spec_data", "validate_args_context", "deprecations"}

@@ -21,7 +21,7 @@ From those declarations this writes:
 - each role's defaults/main.yml: the variables with a default, with the first sentence of their
   description above each.
 
-ansible-doc reads them from the collection (orchestrator/ansible_config.py collections_dir):
+ansible-doc reads them from the collection (orchestrator/hosts/ansible_config.py collections_dir):
 `ANSIBLE_COLLECTIONS_PATH=DIR ansible-doc orchestrator.sglang.gpu_idle`, a role's
 `ANSIBLE_COLLECTIONS_PATH=DIR ansible-doc -t role orchestrator.sglang.gpu_idle`.
 tests/unit/test_role_specs.py fails when a file is not as this writes it.

@@ -4,7 +4,7 @@
 For each version: a fresh venv in a temporary folder, `pip install sglang==VERSION` with all its
 dependencies (about 11 GB and 5 minutes; no GPU needed), then SGLang's own
 `python -m sglang.launch_server --help`, written to
-orchestrator/sglang_help/launch_server-help-<VERSION>.txt. The venv is removed afterwards.
+orchestrator/profile/sglang_help/launch_server-help-<VERSION>.txt. The venv is removed afterwards.
 
 The text is byte for byte what the shipped files were made as (a refresh of 0.5.9 or 0.5.23
 changes nothing; `--check` proves it):
@@ -16,7 +16,7 @@ changes nothing; `--check` proves it):
   prepare_server_args), and the usage lines wrap below the name;
 - a Python older than 3.13, whose argparse lists `--tp-size TP_SIZE, --tensor-parallel-size
   TP_SIZE` (3.13 prints `--tp-size, --tensor-parallel-size TP_SIZE`, which
-  orchestrator/sglang_flags.py does not read);
+  orchestrator/profile/sglang_flags.py does not read);
 - one blank line at the end, as `print(parser.format_help())` leaves it.
 
 It also lists the options SGLang's parser takes but hides from --help (`help=SUPPRESS`), which
@@ -47,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator import sglang_flags  # noqa: E402 (the checkout's, not an installed copy)
+from orchestrator.profile import sglang_flags  # noqa: E402 (the checkout's, not an installed copy)
 
 PROG = "python -m sglang.launch_server"
 
@@ -153,7 +153,7 @@ def produce(version: str, python: str, work: Path, without: list[str]) -> tuple[
 
 
 def verify(version: str, text: str) -> None:
-    """What orchestrator/sglang_flags.py needs of the text, so a bad one is never written."""
+    """What orchestrator/profile/sglang_flags.py needs of the text, so a bad one is never written."""
     if not text.startswith(f"usage: {PROG} "):
         raise Failed(f"SGLang {version}'s help does not start with 'usage: {PROG}': {text[:80]!r}")
     specs = sglang_flags.parse_help(text)

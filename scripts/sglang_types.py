@@ -4,7 +4,7 @@
 For each version: `pip download --no-deps sglang==VERSION` (the wheel that scripts/sglang_help.py
 installs to make the help text: 5 to 40 MB, none of its dependencies), then SGLang's own argument
 declarations are read from it without importing anything, and
-orchestrator/sglang_help/launch_server-types-<VERSION>.json gets, for every option SGLang's
+orchestrator/profile/sglang_help/launch_server-types-<VERSION>.json gets, for every option SGLang's
 launch_server parser registers, the `type=` argparse converts its value with: "int", "float",
 "str", the name of SGLang's own converter as its source spells it ("json.loads",
 "json_list_type", "human_readable_int", ...), or null where SGLang gives none (a switch, or a
@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator import sglang_flags  # noqa: E402 (the checkout's, not an installed copy)
+from orchestrator.profile import sglang_flags  # noqa: E402 (the checkout's, not an installed copy)
 
 SERVER_ARGS = "sglang/srt/server_args.py"
 FIELDS_DIR = "sglang/srt/arg_groups/fields"

@@ -34,7 +34,7 @@ import httpx
 import yaml
 
 from orchestrator.errors import InputError, OrchestratorError
-from orchestrator.lab import hosts as lab_hosts
+from orchestrator.lab import nspawn as lab_hosts
 from orchestrator.paths import module_utils
 
 #: The same client as the roles' (plugins/module_utils/orchestrator_gateway.py).

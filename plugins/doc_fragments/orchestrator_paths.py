@@ -8,7 +8,7 @@ class ModuleDocFragment:
     DOCUMENTATION = r"""
 options:
   paths:
-    description: Where orchestrator keeps things on the host (orchestrator/hostplan.py HostPaths).
+    description: Where orchestrator keeps things on the host (orchestrator/hosts/playvars.py HostPaths).
     type: dict
     required: true
     suboptions:

@@ -3,7 +3,7 @@ and a server's own load.
 
 One client for both sides: the modules sglang_gateway and sglang_drain import it as
 `ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_gateway`, and
-orchestrator/gateway.py loads this same file for the checks before a play and the clean-up after an
+orchestrator/hosts/rotation.py loads this same file for the checks before a play and the clean-up after an
 interrupted one. Standard library only.
 
 The worker API, as read from both releases and pinned by tests/unit/test_gateway_smg.py (which runs

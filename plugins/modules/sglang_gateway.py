@@ -3,7 +3,7 @@
 
 Runs on the control machine (the role delegates it to localhost): the gateway's admin API may be
 reachable only from there. The client is module_utils/orchestrator_gateway.py, which
-orchestrator/gateway.py shares.
+orchestrator/hosts/rotation.py shares.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ than most of these steps take); five of them made a restart 1.7x the plain playb
 write. The steps are the very functions of sglang_stop, sglang_unit, sglang_start,
 sglang_health_wait and sglang_record (module_utils/orchestrator_host), in that order, each
 result returned under its own module's name, so the controller reads them as it reads those
-modules' (orchestrator/runner.py splits them into one event a step).
+modules' (orchestrator/hosts/runner.py splits them into one event a step).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ options:
         type: str
         required: true
       paths:
-        description: Where orchestrator keeps things on the host (orchestrator/hostplan.py HostPaths).
+        description: Where orchestrator keeps things on the host (orchestrator/hosts/playvars.py HostPaths).
         type: dict
         required: true
         suboptions:
@@ -176,7 +176,7 @@ options:
     suboptions:
       unit_name: {description: The systemd unit whose healthy deploy is recorded., type: str, required: true}
       paths:
-        description: Where orchestrator keeps things on the host (orchestrator/hostplan.py HostPaths).
+        description: Where orchestrator keeps things on the host (orchestrator/hosts/playvars.py HostPaths).
         type: dict
         required: true
         suboptions:

@@ -10,7 +10,7 @@ import pytest
 
 import labutil
 from orchestrator.errors import OrchestratorError
-from orchestrator.lab import hosts as lab_hosts
+from orchestrator.lab import nspawn as lab_hosts
 
 #: Tests that take the lab down; they restore it, and run after every other test all the same.
 DESTRUCTIVE = "lab_destructive"

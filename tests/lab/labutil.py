@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.lab import hosts as lab_hosts
+from orchestrator.lab import nspawn as lab_hosts
 
 #: What the session learnt: owns_lab, the `lab` fixture started the lab and takes it down at the
 #: end; wants_podman, wants_docker, podman (docker) tests were collected; docker_base, the future

@@ -15,9 +15,9 @@ import pytest
 
 from labutil import orchestrator, ssh, write_profile
 from orchestrator import ledger
-from orchestrator import plan as plan_mod
-from orchestrator import profile as profile_mod
 from orchestrator.paths import ROOT
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch as plan_mod
 
 pytestmark = pytest.mark.lab
 

@@ -40,9 +40,10 @@ from test_real_hosts import gpu_memory, gpu_pids, healthy, server, units_of
 
 import labutil
 from labutil import cmdline, ssh
-from orchestrator import plan, profile
 from orchestrator.errors import OrchestratorError
-from orchestrator.lab import hosts as lab_hosts
+from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_destructive, pytest.mark.lab_podman]
 
@@ -240,7 +241,7 @@ def test_deploy_noop_and_restart(engine_lab, pod):
     else:
         assert units_of(host, pids) == {"sglang.service"}, pids
     assert owners(host, pids) == {"sglang.service"}, pids
-    assert cmdline(host, str(min(pids))) == plan.build(profile.load(pod)).argv
+    assert cmdline(host, str(min(pids))) == launch.build(profile_mod.load(pod)).argv
     journal = ssh(host, "journalctl -u sglang.service -n 200 --no-pager")
     assert "The server is fired up and ready to roll!" in journal  # passthrough: its output is the unit's
 
@@ -307,7 +308,7 @@ def test_a_bad_flag_fails_inside_the_container_and_rolls_back(engine_lab, pod, t
     assert h["diagnosis"].startswith("unknown or wrong flag"), h
     journal = "\n".join(h["journal"])  # the container's own stderr, through --log-driver=passthrough
     assert "launch_server: error: unrecognized arguments: --debug-cuda-graph" in journal, journal
-    assert h["rolled_back_to"] == f"pod ({plan.build(profile.load(pod)).digest})", h
+    assert h["rolled_back_to"] == f"pod ({launch.build(profile_mod.load(pod)).digest})", h
     assert unit_state(host)["ActiveState"] == "active" and healthy(host, 30000)
     assert "# profile: pod\n" in ssh(host, "cat /etc/systemd/system/sglang.service")
 
@@ -467,7 +468,7 @@ def test_a_host_server_and_a_container_side_by_side(engine_lab, side_by_side):
 @pytest.mark.parametrize("engine_lab", ["docker"], indirect=True)
 def test_deploy_speed_container_against_host(engine_lab, pod, capsys):
     """The same benchmark, the same host: the host runtime's cg_5tok, then the container's; one run
-    each here (the README's numbers are the script's medians of 5). For docker alone: podman's
+    each here (docs/speed.md's numbers are the script's medians of 5). For docker alone: podman's
     `--podman` is the same script with another lab, and CI's time is better spent elsewhere."""
     host_index = 3 if len(engine_lab.hosts) >= 4 else 1  # not side_by_side's host
     bench = [

@@ -10,7 +10,8 @@ import uuid
 import pytest
 
 from labutil import UNIT, cmdline, deploy_json, orchestrator, service, service_pid, ssh, write_profile
-from orchestrator import plan, profile
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 
 pytestmark = pytest.mark.lab
 
@@ -23,7 +24,7 @@ def first(lab):
 def test_deploy_then_noop_changes_nothing(lab):
     rc, report = deploy_json(lab, "--profile", "cg_5tok")
     assert rc == 0, report
-    digest = plan.build(profile.load("cg_5tok")).digest
+    digest = launch.build(profile_mod.load("cg_5tok")).digest
     assert [h["host"] for h in report["hosts"]] == [h.name for h in lab.hosts]
     for h in report["hosts"]:
         assert h["ok"] and h["digest"] == digest and h["healthy_after_s"] is not None
@@ -45,7 +46,7 @@ def test_server_gets_the_plans_argv_byte_for_byte(lab, first, tmp_path):
     )
     rc, report = deploy_json(lab, "--profile", nasty, "--limit", first.name)
     assert rc == 0, report
-    expected = plan.build(profile.load(nasty)).argv
+    expected = launch.build(profile_mod.load(nasty)).argv
     assert cmdline(first, service(first)["MainPID"]) == expected
 
 
@@ -213,7 +214,7 @@ def test_rollback_goes_back_one_healthy_unit_or_to_a_named_profile(lab, first):
     rc, report = rollback()
     assert rc == 0, report
     (h,) = report["hosts"]
-    digest = plan.build(profile.load("cg_5tok")).digest
+    digest = launch.build(profile_mod.load("cg_5tok")).digest
     assert h["rolled_back_to"] == f"cg_5tok ({digest})" and h["restarted"] and h["digest"] == digest, h
     assert "# profile: cg_5tok" in ssh(first, "cat", UNIT)
     assert service(first)["ActiveState"] == "active"

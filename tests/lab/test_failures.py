@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from labutil import GOOD, cmdline, deploy_json, on_good, service, service_pid, ssh, variant
-from orchestrator import plan, profile
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 
 pytestmark = pytest.mark.lab
 
@@ -59,7 +60,7 @@ def provoke(lab, host, fault: str, profile_ref: str, *args: str) -> tuple[dict, 
 
 
 def assert_rolled_back(h: dict, host) -> None:
-    good = plan.build(profile.load(GOOD))
+    good = launch.build(profile_mod.load(GOOD))
     assert h["rolled_back_to"] == f"{GOOD} ({good.digest})", h
     state = service(host)
     assert state["ActiveState"] == "active"
@@ -145,8 +146,8 @@ def test_ctrl_c_mid_start_rolls_back_and_leaves_no_lock(lab, host, tmp_path):
     running = service(host)["MainPID"]
     time.sleep(10)
     assert service(host)["MainPID"] == running
-    good = plan.build(profile.load(GOOD))
-    record = json.loads(ssh(host, "cat", f"{plan.HOST_STATE_DIR}/last-good/sglang.service.json"))
+    good = launch.build(profile_mod.load(GOOD))
+    record = json.loads(ssh(host, "cat", f"{launch.HOST_STATE_DIR}/last-good/sglang.service.json"))
     assert record["digest"] == good.digest
 
 

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from orchestrator.cli.lab_command import lab as lab_cli
 from orchestrator.errors import InputError
-from orchestrator.lab import hosts as lab_hosts
-from orchestrator.lab.cli import lab as lab_cli
+from orchestrator.lab import nspawn as lab_hosts
 
 pytestmark = pytest.mark.lab
 

@@ -17,16 +17,20 @@ from typing import IO
 import pytest
 import yaml
 
-from orchestrator import logs
-from orchestrator.lab import hosts as lab_hosts
+from orchestrator.hosts import journal
+from orchestrator.lab import nspawn as lab_hosts
 
 pytestmark = pytest.mark.lab
 
 HOST = "lab3"
 READY = "The server is fired up and ready to roll!"
 LINE = re.compile(r"^(\S+)\s+(\d\d:\d\d:\d\d\.\d{3}) \| (.*)$")
-# The command object, run as a user would once it is registered in __main__ as `logs`.
-LOGS = [sys.executable, "-c", "from orchestrator.logs_cli import logs; logs(prog_name='orchestrator logs')"]
+# The command object, run as a user would once it is registered in cli/main.py as `logs`.
+LOGS = [
+    sys.executable,
+    "-c",
+    "from orchestrator.cli.logs_command import logs; logs(prog_name='orchestrator logs')",
+]
 
 
 def run_logs(inventory: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -86,7 +90,7 @@ def test_printed_lines_are_in_time_order(deployed):
 
 def test_hosts_are_merged_in_time_order(lab):
     """Reading any host is allowed: every lab host's sshd journal, merged."""
-    batch = logs.read(lab.inventory, unit_name="ssh.service", lines=30)
+    batch = journal.read(lab.inventory, unit_name="ssh.service", lines=30)
     assert batch.hosts == sorted(h.name for h in lab.hosts) and not batch.failures
     assert len({line.host for line in batch.lines}) > 1
     assert [line.time for line in batch.lines] == sorted(line.time for line in batch.lines)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from labutil import service
-from orchestrator import plan, profile
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 
 pytestmark = pytest.mark.lab
 
@@ -43,7 +44,7 @@ def test_a_deploy_under_mitogens_strategy_restarts_and_then_changes_nothing(lab,
     restarted = deploy("--force-restart")
     (h,) = restarted["hosts"]
     assert h["ok"] and h["restarted"] and h["healthy_after_s"] is not None, h
-    assert h["digest"] == plan.build(profile.load("example:cg_5tok")).digest
+    assert h["digest"] == launch.build(profile_mod.load("example:cg_5tok")).digest
     before = service(host)
     (again,) = deploy()["hosts"]
     assert again["ok"] and not again["changed"] and not again["restarted"], again

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from labutil import cmdline, deploy_json, gpu_count, orchestrator, service, service_pid, ssh, write_profile
-from orchestrator import plan, profile
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 
 pytestmark = pytest.mark.lab
 
@@ -42,7 +43,7 @@ def test_two_node_server_has_its_ranks_and_one_http_endpoint(lab, ranks):
     assert rc == 0, report
     for rank, host in enumerate(ranks):
         argv = cmdline(host, service(host)["MainPID"])
-        flags = plan.flags_of(argv)
+        flags = launch.flags_of(argv)
         assert flags["--nnodes"] == "2" and flags["--node-rank"] == str(rank)
         assert flags["--dist-init-addr"] == f"{ranks[0].address}:5757"
     assert health(ranks[0]) == 200
@@ -105,7 +106,7 @@ def test_a_profile_rank_count_that_does_not_split_the_gpus_is_bad_input(lab, ran
 
 
 def test_the_shipped_two_node_profile_is_valid():
-    assert profile.load(PROFILE).deployment.kind == "multinode"
+    assert profile_mod.load(PROFILE).deployment.kind == "multinode"
 
 
 def test_preflight_checks_each_rank_for_its_share_of_the_gpus(lab, ranks):

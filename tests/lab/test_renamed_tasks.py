@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from labutil import GOOD, service, variant
-from orchestrator import ansible_config, deploy, hostops, logs, runner
-from orchestrator import profile as profile_mod
+from orchestrator.hosts import ansible_config, deploy, journal, preflight_play, runner, status_play
 from orchestrator.paths import ROOT
+from orchestrator.profile import model as profile_mod
 
 pytestmark = pytest.mark.lab
 
@@ -67,14 +67,14 @@ def test_renaming_every_task_changes_nothing(lab, renamed, tmp_path):
     assert h.ok and not h.restarted and not h.changed and h.step == "probe", h
     assert service(host)["MainPID"] == pid
 
-    (row,) = hostops.status(lab.inventory, limit=host.name)
+    (row,) = status_play.status(lab.inventory, limit=host.name)
     assert (row.profile, row.digest, row.health, row.port) == (GOOD, h.digest, 200, good.server.port)
     assert row.gpu_used_mib > 0 and row.active_state == "active" and row.main_pid == int(pid)
 
-    batch = logs.read(lab.inventory, limit=host.name, lines=5)
+    batch = journal.read(lab.inventory, limit=host.name, lines=5)
     assert batch.lines and not batch.failures
 
-    (pf,) = hostops.preflight(good, lab.inventory, host.name)
+    (pf,) = preflight_play.preflight(good, lab.inventory, host.name)
     assert pf.ok and pf.sglang_version == good.server.sglang_version, pf
 
     # A failure is still placed at its step, with its diagnosis, and rolled back.

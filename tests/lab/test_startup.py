@@ -68,9 +68,9 @@ def test_a_stall_fails_within_its_phases_limit_names_it_and_is_rolled_back(lab, 
 
 
 def label(phase: str) -> str:
-    from orchestrator import startup
+    from orchestrator.hosts import startup_watch
 
-    return startup.label(phase)
+    return startup_watch.label(phase)
 
 
 def test_a_second_start_reuses_the_compile_cache(lab, host, tmp_path):

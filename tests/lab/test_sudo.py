@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from labutil import GOOD, orchestrator, service, ssh
-from orchestrator.lab import hosts as lab_hosts
+from orchestrator.lab import nspawn as lab_hosts
 from orchestrator.paths import state_dir
 
 pytestmark = pytest.mark.lab

@@ -26,10 +26,10 @@ import yaml
 
 import orchestrator
 from labutil import ssh
-from orchestrator import profile as profile_mod
-from orchestrator.lab import hosts as lab_hosts
+from orchestrator.hosts.runner import ansible_command
+from orchestrator.lab import nspawn as lab_hosts
 from orchestrator.paths import ROOT, state_dir
-from orchestrator.runner import ansible_command
+from orchestrator.profile import model as profile_mod
 
 pytestmark = pytest.mark.lab
 

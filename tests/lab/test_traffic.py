@@ -19,7 +19,7 @@ HOST = "lab4"
 CODE = str(ROOT / "tests/data/datasets/code.jsonl")
 SHAREGPT = str(ROOT / "tests/data/datasets/chat_sharegpt.json")
 #: 32 requests fill concurrency 32; 16 tokens keep a run at c=1 near 5 s at ~110 tok/s. Three
-#: repeats: the least that tells a gap from the lab's run-to-run noise (README, Noise).
+#: repeats: the least that tells a gap from the lab's run-to-run noise (docs/tuning.md, Noise).
 CURVE = ["--endpoint", "chat", "--concurrency", "1,4,32", "--requests", "32", "--max-tokens", "16"]
 CURVE += ["--warmup", "1", "--repeat", "3"]
 TOP = 32

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import plan as plan_mod
-from orchestrator import profile as profile_mod
-from orchestrator.lab import hosts as lab_hosts
+from orchestrator.lab import nspawn as lab_hosts
 from orchestrator.paths import CHECKOUT, EXAMPLES_DIR
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch as plan_mod
 
 pytestmark = pytest.mark.wheel
 

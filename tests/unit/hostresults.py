@@ -1,6 +1,6 @@
 """Whole module results, as the host modules return them, for tests that play a host's events.
 
-orchestrator/results.py refuses a result that lacks a field its module always returns, so a test
+orchestrator/hosts/module_results.py refuses a result that lacks a field its module always returns, so a test
 gives `result(action, field=value, ...)`: the fields it cares about over the module's quiet
 defaults (a unit not installed, idle GPUs, a healthy wait). test_results.py checks that each of
 these validates, so they stay what the modules return.

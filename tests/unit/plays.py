@@ -30,16 +30,16 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
-from orchestrator import gateway as gateway_mod
-from orchestrator import profile as profile_mod
-from orchestrator import runner
 from orchestrator.errors import OrchestratorError
-from orchestrator.hostplan import HostPlan, PlayVars
-from orchestrator.profile import Profile
-from orchestrator.runner import HostRun, PlayCanceled, PlayResult, TaskEvent
+from orchestrator.hosts import rotation as gateway_mod
+from orchestrator.hosts import runner
+from orchestrator.hosts.playvars import HostPlan, PlayVars
+from orchestrator.hosts.runner import HostRun, PlayCanceled, PlayResult, TaskEvent
+from orchestrator.profile import model as profile_mod
+from orchestrator.profile.model import Profile
 
 PLAYS = Path(__file__).resolve().parents[1] / "data" / "plays"
-#: The lab's hosts as its inventory names them (orchestrator/lab/hosts.py): a multi-node rank's unit
+#: The lab's hosts as its inventory names them (orchestrator/lab/nspawn.py): a multi-node rank's unit
 #: names rank 0's address, so the recorded digests hold only with these addresses.
 LAB = {"lab1": "10.213.0.11", "lab2": "10.213.0.12", "lab3": "10.213.0.13", "lab4": "10.213.0.14"}
 #: The lab gateway's URL as its deploys had it (orchestrator/lab/gateway.py).
@@ -220,16 +220,18 @@ class Script:
     def install(cls, monkeypatch: pytest.MonkeyPatch) -> Script:
         """Answer every play of the engine: each orchestrator module that imported run_playbook."""
         # Every importer of run_playbook, loaded before the patch.
-        import orchestrator.canary
-        import orchestrator.deploy
-        import orchestrator.logs
+        import orchestrator.hosts.deploy
+        import orchestrator.hosts.journal
+        import orchestrator.hosts.preflight_play
+        import orchestrator.hosts.stop_play
+        import orchestrator.tuning.canary
 
         script = cls()
         real = runner.run_playbook
         for name, module in list(sys.modules.items()):
             if name.startswith("orchestrator") and getattr(module, "run_playbook", None) is real:
                 monkeypatch.setattr(module, "run_playbook", script)
-        monkeypatch.setattr(orchestrator.deploy, "_PREFLIGHT_PASSED", set())  # no memory between tests
+        monkeypatch.setattr(orchestrator.hosts.deploy, "_PREFLIGHT_PASSED", set())  # no memory between tests
         return script
 
     def then(self, *recordings: Recording) -> Script:

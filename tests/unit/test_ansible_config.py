@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import ansible_config, runner
-from orchestrator.__main__ import cli
-from orchestrator.ansible_config import Setting, collections_dir
+from orchestrator.cli.main import cli
 from orchestrator.errors import InputError
-from orchestrator.hostplan import PlayVars
+from orchestrator.hosts import ansible_config, runner
+from orchestrator.hosts.ansible_config import Setting, collections_dir
+from orchestrator.hosts.playvars import PlayVars
 
 PROXY = "-o ProxyJump=root@bastion.example -o ServerAliveInterval=15"
 TEAM_CFG = f"""\
@@ -246,10 +246,10 @@ def _status_rows(seen: list[Path]):
 
 
 def test_a_command_says_first_which_inventory_and_why(team: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator import hostops
+    from orchestrator.hosts import status_play
 
     seen: list[Path] = []
-    monkeypatch.setattr(hostops, "status", _status_rows(seen))
+    monkeypatch.setattr(status_play, "status", _status_rows(seen))
     done = CliRunner().invoke(cli, ["status", "--json"])
     assert done.exit_code == 0, done.output
     assert seen == [team / "hosts.yml"]
@@ -271,7 +271,7 @@ def test_a_configured_inventory_that_is_missing_is_bad_input(team: Path) -> None
 
 
 def test_without_any_inventory_the_lab_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator.lab import hosts as lab_hosts
+    from orchestrator.lab import nspawn as lab_hosts
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(

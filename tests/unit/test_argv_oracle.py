@@ -11,8 +11,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import plan, profile, sglang_flags
 from orchestrator.errors import InputError
+from orchestrator.profile import model as profile_mod
+from orchestrator.profile import sglang_flags
+from orchestrator.render import launch
 
 VERSIONS = list(sglang_flags.SHIPPED)
 #: Free text as a user might type it, and as an attacker would: quotes, `$`, `%`, backslashes,
@@ -50,23 +52,23 @@ def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def _load(tmp_path: Path, version: str, name: str, model: str) -> profile.Profile | None:
+def _load(tmp_path: Path, version: str, name: str, model: str) -> profile_mod.Profile | None:
     path = tmp_path / "p.yml"
     server = {"sglang_version": version, "served_model_name": name, "model_path": f"/m/{model}"}
     path.write_text(yaml.safe_dump({"extends": "cg_5tok", "server": server}))
     try:
-        return profile.load(str(path))
+        return profile_mod.load(str(path))
     except InputError:
         return None  # refused, with a message: the other half of the contract
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("name", sorted(profile.examples()))
+@pytest.mark.parametrize("name", sorted(profile_mod.examples()))
 def test_every_shipped_profile_parses_to_its_own_settings(version: str, name: str, tmp_path: Path):
     path = tmp_path / "p.yml"
     path.write_text(yaml.safe_dump({"extends": name, "server": {"sglang_version": version}}))
-    prof = profile.load(str(path))
-    args = _parsed(version, plan.build(prof).argv)
+    prof = profile_mod.load(str(path))
+    args = _parsed(version, launch.build(prof).argv)
     s, spec = prof.server, prof.speculative
     want = {
         "model_path": s.model_path,
@@ -90,6 +92,6 @@ def test_free_text_reaches_sglang_as_written_or_is_refused(version: str, name: s
     prof = _load(tmp_path, version, name, model)
     if prof is None:
         return
-    args = _parsed(version, plan.build(prof).argv)
+    args = _parsed(version, launch.build(prof).argv)
     assert args["served_model_name"] == prof.server.served_model_name
     assert args["model_path"] == prof.server.model_path

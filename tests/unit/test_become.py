@@ -12,10 +12,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import diagnose, runner
-from orchestrator.__main__ import BECOME_COMMANDS, cli
-from orchestrator.hostplan import PlayVars
-from orchestrator.runner import HostRun, TaskEvent
+from orchestrator.cli.main import BECOME_COMMANDS, cli
+from orchestrator.hosts import diagnose, runner
+from orchestrator.hosts.playvars import PlayVars
+from orchestrator.hosts.runner import HostRun, TaskEvent
 
 PASSWORD = "s3cret-Become-7f2"
 
@@ -138,7 +138,7 @@ def test_commands_that_reach_no_host_do_not(name: str) -> None:
 
 
 def test_k_asks_once_and_every_play_of_the_command_gets_it(monkeypatch, tmp_path) -> None:
-    from orchestrator import hostops
+    from orchestrator.hosts import status_play
 
     asked, seen = [], []
     monkeypatch.setattr("getpass.getpass", lambda prompt: asked.append(prompt) or PASSWORD)
@@ -147,7 +147,7 @@ def test_k_asks_once_and_every_play_of_the_command_gets_it(monkeypatch, tmp_path
         seen.append(runner._become_password)
         return []
 
-    monkeypatch.setattr(hostops, "status", fake_status)
+    monkeypatch.setattr(status_play, "status", fake_status)
     inv = tmp_path / "hosts.yml"
     inv.write_text("all:\n  hosts:\n    h1: {ansible_connection: local}\n")
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))

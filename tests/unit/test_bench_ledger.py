@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator import ledger
-from orchestrator.plot import plot
-from orchestrator.sweep import ranking
+from orchestrator.tuning.plot import plot
+from orchestrator.tuning.sweep import ranking
 
 
 @pytest.fixture(autouse=True)
@@ -152,7 +152,7 @@ def test_results_command_prints_table_csv_json_and_plots(tmp_path: Path) -> None
 
     from click.testing import CliRunner
 
-    from orchestrator.bench_cli import results
+    from orchestrator.cli.bench_commands import results
 
     ledger.record_bench(ok_row("baseline", 90.0, 1.0, git_commit="abcdef1234567890"))
     ledger.record_bench(ok_row("cg_5tok", 82.3, 2.12))
@@ -175,7 +175,7 @@ def test_a_plot_into_a_folder_that_does_not_exist_is_one_line_before_any_output(
     """savefig raised FileNotFoundError after the table was printed: an internal error."""
     from click.testing import CliRunner
 
-    from orchestrator.bench_cli import results
+    from orchestrator.cli.bench_commands import results
 
     ledger.record_bench(ok_row("baseline", 90.0, 1.0))
     png = tmp_path / "no" / "such" / "plot.png"

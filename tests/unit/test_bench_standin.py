@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from test_standin_sglang import EAGLE3_345, KIMI_TOKENIZER, PYTHON, Lab, Server, free_port, speed_module
 
-from orchestrator import bench
 from orchestrator.lab.standins import kimi_config, write_model_dir
+from orchestrator.tuning import bench
 
 AGREE = 0.03  # the bound for bench vs the stand-in's model and vs a plain client
 SETTINGS = bench.Settings(requests=4, concurrency=4, max_tokens=160, warmup=1)

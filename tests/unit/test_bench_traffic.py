@@ -20,8 +20,8 @@ from test_bench_standin import BASE_TOK_S, LoggedLab
 from test_bench_standin import lab as lab  # the fixture
 from test_standin_sglang import speed_module
 
-from orchestrator import bench, datasets
-from orchestrator.__main__ import cli
+from orchestrator.cli.main import cli
+from orchestrator.tuning import bench, datasets
 
 AGREE = 0.03
 CHAT = datasets.Request.plain("Write a haiku about GPUs.")

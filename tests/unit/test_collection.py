@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import deploy as deploy_mod
-from orchestrator import profile as profile_mod
-from orchestrator.__main__ import cli
-from orchestrator.ansible_config import collections_dir
+from orchestrator.cli.main import cli
 from orchestrator.errors import StateError
+from orchestrator.hosts import deploy as deploy_mod
+from orchestrator.hosts.ansible_config import collections_dir
 from orchestrator.paths import COLLECTION, ROOT
+from orchestrator.profile import model as profile_mod
 
 #: What the collection is made of: every file under these, and the files named.
 CONTENT = ("playbooks", "roles", "plugins", "meta", "tests/sanity")
@@ -169,25 +169,25 @@ def test_plan_prints_what_deploy_hands_its_play(inventory: Path) -> None:
 def test_a_plans_lock_and_a_live_deploys_lock_exclude_each_other(tmp_path: Path) -> None:
     """The play of a plan runs after `plan` exited: its lock must not read as a dead deploy's to a
     deploy from this machine, nor take a live deploy's lock for a dead one's."""
-    from orchestrator import hostplan
+    from orchestrator.hosts import playvars
     from orchestrator.paths import host_imports
 
     host_imports()
     from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host import lock
 
-    def held(spec: hostplan.LockSpec) -> dict:
+    def held(spec: playvars.LockSpec) -> dict:
         return {**spec.model_dump(), "since": time.time(), "expires": time.time() + spec.ttl_s}
 
-    planned = hostplan.lock("plan1", "cg_5tok", 600, 0, detached=True)
+    planned = playvars.lock("plan1", "cg_5tok", 600, 0, detached=True)
     # a deploy started once `plan` had exited: the plan's process is not among its live PIDs
-    later = hostplan.lock("deploy1", "baseline", 600, 0).model_copy(update={"live_pids": [1]})
+    later = playvars.lock("deploy1", "baseline", 600, 0).model_copy(update={"live_pids": [1]})
     path = str(tmp_path / "sglang.service.lock")
     assert lock.try_lock(path, held(planned)) is None  # the team's play holds the host
     holder = lock.try_lock(path, held(later))
     assert holder is not None and holder["holder"].endswith("(orchestrator plan, run plan1)")
     Path(path).unlink()
     # a deploy that started after the plan was printed: its PID is not in the plan's snapshot
-    live = hostplan.lock("deploy2", "baseline", 600, 0).model_copy(update={"pid": 2**22 + 7})
+    live = playvars.lock("deploy2", "baseline", 600, 0).model_copy(update={"pid": 2**22 + 7})
     assert lock.try_lock(path, held(live)) is None  # a live deploy holds the host
     assert lock.try_lock(path, held(planned)) is not None
 

@@ -1,4 +1,4 @@
-"""The preflight checks a container profile sends to its hosts (orchestrator/hostplan.py
+"""The preflight checks a container profile sends to its hosts (orchestrator/hosts/playvars.py
 PreflightChecks): the engine, the image and the pull policy, with `python` the image's and the
 flags those of the argv inside the container, the host runtime's word for word."""
 
@@ -9,17 +9,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import hostplan, plan, profile
+from orchestrator.hosts import playvars
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 
 IMAGE = "docker.io/lmsysorg/sglang:v0.5.9@sha256:" + "0123456789abcdef" * 4
 
 
-def _checks(tmp_path: Path, runtime: dict | None, **more: object) -> hostplan.PreflightChecks:
+def _checks(tmp_path: Path, runtime: dict | None, **more: object) -> playvars.PreflightChecks:
     doc = {"extends": "cg_5tok", **({"runtime": runtime} if runtime else {}), **more}
     (tmp_path / "p.yml").write_text(yaml.safe_dump(doc))
-    prof = profile.load(str(tmp_path / "p.yml"))
-    built = plan.build(prof)
-    return hostplan.for_profile(prof, built, hostplan.unit_facts(prof)).preflight
+    prof = profile_mod.load(str(tmp_path / "p.yml"))
+    built = launch.build(prof)
+    return playvars.for_profile(prof, built, playvars.unit_facts(prof)).preflight
 
 
 @pytest.mark.parametrize("kind", ["docker", "podman"])
@@ -39,9 +41,9 @@ def test_the_whole_run_command_goes_to_the_engines_own_create(tmp_path: Path, ki
     the secret files that create gets empty stand-ins for."""
     runtime = {"kind": kind, "image": IMAGE}
     checks = _checks(tmp_path, runtime, api_key={"env": "K"}, secret_env={"HF_TOKEN": {"env": "T"}})
-    built = plan.build(profile.load(str(tmp_path / "p.yml")))
+    built = launch.build(profile_mod.load(str(tmp_path / "p.yml")))
     assert built.exec_argv[1] == "run" and checks.run_words[:-2] == built.exec_argv[2:-2]
-    assert built.exec_argv[-2:] == ["--config", plan.CREDENTIAL_ARG]
+    assert built.exec_argv[-2:] == ["--config", launch.CREDENTIAL_ARG]
     assert checks.run_words[-2:] == ["--config", "/run/credentials/sglang.service/sglang-config.yaml"]
     assert checks.secret_files == ["/etc/orchestrator/sglang.config.yaml", "/etc/orchestrator/sglang.env"]
 

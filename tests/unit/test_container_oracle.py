@@ -37,8 +37,10 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from test_container_cli import DOCKERS, Podman, _docker_env, _Recorder, podman, recorder  # noqa: F401 (fixtures)
 
-from orchestrator import container_rules, plan, profile
 from orchestrator.errors import ProfileError
+from orchestrator.profile import container_rules
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 
 UNIT = "sglang-o.service"
 NAME = "sglang-o"
@@ -216,12 +218,12 @@ def _without(values: dict[str, Any], problems: list[Any]) -> dict[str, Any]:
     return out
 
 
-def _accepted(values: dict[str, Any], root: Path) -> tuple[profile.Profile, dict[str, Any]]:
+def _accepted(values: dict[str, Any], root: Path) -> tuple[profile_mod.Profile, dict[str, Any]]:
     while True:
         path = root / "p.yml"
         path.write_text(yaml.safe_dump(_doc(values, root)))
         try:
-            return profile.load(str(path)), values
+            return profile_mod.load(str(path)), values
         except ProfileError as exc:
             for problem in exc.problems:
                 assert problem.message and "\n" not in str(problem), problem
@@ -229,7 +231,7 @@ def _accepted(values: dict[str, Any], root: Path) -> tuple[profile.Profile, dict
             values = _without(values, exc.problems)
 
 
-def _ulimit_expected(prof: profile.Profile) -> dict[str, tuple[int, int]]:
+def _ulimit_expected(prof: profile_mod.Profile) -> dict[str, tuple[int, int]]:
     found = {}
     for option in prof.runtime.options:
         if option.startswith("--ulimit="):
@@ -239,7 +241,7 @@ def _ulimit_expected(prof: profile.Profile) -> dict[str, tuple[int, int]]:
     return found
 
 
-def _devices_expected(prof: profile.Profile) -> list[tuple[str, str, str]]:
+def _devices_expected(prof: profile_mod.Profile) -> list[tuple[str, str, str]]:
     """(host path, path in the container, mode) of each --device, as the profile means it."""
     found = []
     for option in prof.runtime.options:
@@ -250,7 +252,7 @@ def _devices_expected(prof: profile.Profile) -> list[tuple[str, str, str]]:
     return found
 
 
-def _podman_reads(engine: Podman, prof: profile.Profile, p: plan.Plan, root: Path) -> None:
+def _podman_reads(engine: Podman, prof: profile_mod.Profile, p: launch.Plan, root: Path) -> None:
     words = [w for w in p.exec_argv if w != "-d"]
     at = words.index(str(prof.runtime.image))
     name = f"--name={root.name}"  # one each, all removed with the storage root's fixture
@@ -280,13 +282,13 @@ def _podman_reads(engine: Podman, prof: profile.Profile, p: plan.Plan, root: Pat
         assert image.returncode == 125 and image.stderr.strip().endswith("image not known"), image.stderr
 
 
-def _docker_sends(client: str, seen: _Recorder, socket: Path, prof: profile.Profile, root: Path) -> None:
+def _docker_sends(client: str, seen: _Recorder, socket: Path, prof: profile_mod.Profile, root: Path) -> None:
     """The same profile with runtime.kind docker: its `docker run`, as the client sends it."""
     doc = yaml.safe_load((root / "p.yml").read_text())
     doc["runtime"]["kind"] = "docker"
     (root / "docker.yml").write_text(yaml.safe_dump(doc))
-    prof = profile.load(str(root / "docker.yml"))
-    p = plan.build(prof)
+    prof = profile_mod.load(str(root / "docker.yml"))
+    p = launch.build(prof)
     seen.requests.clear()
     result = subprocess.run(
         [client, *p.exec_argv[1:]],
@@ -343,7 +345,7 @@ def test_the_engines_read_what_the_profile_says(
     for m in prof.runtime.mounts:
         Path(container_rules.clean_path(m.source)).mkdir(parents=True, exist_ok=True)
     event(f"read back: {sorted(values)}")
-    p = plan.build(prof)
+    p = launch.build(prof)
     _podman_reads(podman, prof, p, root)
     for client in DOCKERS:
         _docker_sends(client, recorder[0], recorder[1], prof, root)

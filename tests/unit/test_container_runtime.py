@@ -16,17 +16,19 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from orchestrator import container, plan, profile, secrets
-from orchestrator.__main__ import cli
+from orchestrator.cli.main import cli
+from orchestrator.hosts import secrets
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import container, launch
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 IMAGE = f"docker.io/lmsysorg/sglang:v0.5.9-cu129-amd64@{DIGEST}"
 
 
-def _load(tmp_path: Path, doc: dict[str, Any], name: str = "p") -> profile.Profile:
+def _load(tmp_path: Path, doc: dict[str, Any], name: str = "p") -> profile_mod.Profile:
     path = tmp_path / f"{name}.yml"
     path.write_text(yaml.safe_dump(doc))
-    return profile.load(str(path))
+    return profile_mod.load(str(path))
 
 
 def _doc(kind: str, **runtime: Any) -> dict[str, Any]:
@@ -46,19 +48,19 @@ def test_the_argv_in_the_container_is_the_host_runtimes(kind: str, tmp_path: Pat
     }
     host_prof = _load(tmp_path, doc, "host")
     ctr_prof = _load(tmp_path, {**doc, "runtime": {"kind": kind, "image": IMAGE}}, "ctr")
-    host, ctr = plan.build(host_prof), plan.build(ctr_prof)
+    host, ctr = launch.build(host_prof), launch.build(ctr_prof)
     assert ctr.argv == host.argv
     assert ctr.exec_argv == [*ctr.engine_argv, *host.argv]
     assert ctr.engine_argv[:2] == [container.ENGINES[kind], "run"] and ctr.engine_argv[-1] == IMAGE
-    assert plan.parse_unit(ctr.unit) == (host.argv, ctr.environment)
+    assert launch.parse_unit(ctr.unit) == (host.argv, ctr.environment)
     # A multi-node rank: its own flags, in the same place as on the host.
-    node = plan.Node(rank=1, nnodes=2, dist_init_addr="10.0.0.1:5757")
-    assert plan.build(ctr_prof, node).argv == plan.build(host_prof, node).argv
+    node = launch.Node(rank=1, nnodes=2, dist_init_addr="10.0.0.1:5757")
+    assert launch.build(ctr_prof, node).argv == launch.build(host_prof, node).argv
 
 
 def test_podman_unit_is_podmans_systemd_integration(tmp_path: Path) -> None:
     prof = _load(tmp_path, _doc("podman"))
-    p = plan.build(prof)
+    p = launch.build(prof)
     unit = p.unit
     assert "# runtime: podman: podman 4.3 or later" in unit
     assert _line(unit, "Type") == ["notify"] and _line(unit, "NotifyAccess") == ["all"]
@@ -83,7 +85,7 @@ def test_podman_unit_is_podmans_systemd_integration(tmp_path: Path) -> None:
 def test_docker_unit_runs_the_client_in_the_foreground(tmp_path: Path) -> None:
     doc = _doc("docker")
     doc["service"] = {"unit_name": "sglang-b.service", "stop_timeout_s": 30}
-    p = plan.build(_load(tmp_path, doc))
+    p = launch.build(_load(tmp_path, doc))
     unit = p.unit
     assert _line(unit, "Type") == ["exec"] and _line(unit, "KillMode") == ["control-group"]
     assert _line(unit, "NotifyAccess") == [] and _line(unit, "Delegate") == []
@@ -97,35 +99,35 @@ def test_docker_unit_runs_the_client_in_the_foreground(tmp_path: Path) -> None:
 def test_gpus_come_from_server_gpus_or_the_default_set(tmp_path: Path) -> None:
     doc = _doc("docker")
     doc["server"] = {"tp_size": 4, "gpus": "4-7"}
-    docker = plan.build(_load(tmp_path, doc, "d"))
+    docker = launch.build(_load(tmp_path, doc, "d"))
     assert '--gpus="device=4,5,6,7"' in docker.engine_argv
     assert "CUDA_VISIBLE_DEVICES" not in docker.environment  # the container sees them as 0 to 3
     assert "CUDA_VISIBLE_DEVICES" not in docker.unit
     doc["runtime"]["kind"] = "podman"
-    podman = plan.build(_load(tmp_path, doc, "p"))
+    podman = launch.build(_load(tmp_path, doc, "p"))
     devices = [w for w in podman.engine_argv if w.startswith("--device=")]
     assert devices == [f"--device=nvidia.com/gpu={i}" for i in (4, 5, 6, 7)]
-    default = plan.build(_load(tmp_path, _doc("podman"), "default"))  # TP 8, no server.gpus
+    default = launch.build(_load(tmp_path, _doc("podman"), "default"))  # TP 8, no server.gpus
     assert [w for w in default.engine_argv if w.startswith("--device=")] == [
         f"--device=nvidia.com/gpu={i}" for i in range(8)
     ]
     multinode = _load(tmp_path, {**_doc("docker"), "server": {"tp_size": 16}}, "two")
-    rank = plan.build(multinode, plan.Node(rank=1, nnodes=2, dist_init_addr="10.0.0.1:5757"))
+    rank = launch.build(multinode, launch.Node(rank=1, nnodes=2, dist_init_addr="10.0.0.1:5757"))
     assert '--gpus="device=0,1,2,3,4,5,6,7"' in rank.engine_argv  # one node's share
     doc["runtime"] = {"kind": "docker", "image": IMAGE, "gpu_devices": "cdi"}
-    cdi = plan.build(_load(tmp_path, doc, "cdi"))  # docker with CDI devices: podman's words
+    cdi = launch.build(_load(tmp_path, doc, "cdi"))  # docker with CDI devices: podman's words
     assert [w for w in cdi.engine_argv if "gpu" in w] == [
         f"--device=nvidia.com/gpu={i}" for i in (4, 5, 6, 7)
     ]
     doc["runtime"]["gpu_devices"] = "gpus"
-    assert plan.build(_load(tmp_path, doc, "gpus")).engine_argv == docker.engine_argv
+    assert launch.build(_load(tmp_path, doc, "gpus")).engine_argv == docker.engine_argv
 
 
 def test_environment_reaches_the_container_not_the_engine(tmp_path: Path) -> None:
     doc = _doc("podman")
     doc["env"] = {"SGLANG_X": "a b $HOME"}
     doc["secret_env"] = {"HF_TOKEN": {"env": "HF_TOKEN"}}
-    p = plan.build(_load(tmp_path, doc))
+    p = launch.build(_load(tmp_path, doc))
     assert p.environment["NCCL_PROTO"] == "LL" and p.environment["SGLANG_X"] == "a b $HOME"
     assert [w for w in p.engine_argv if w.startswith("--env=")] == [
         f"--env={k}={v}" for k, v in p.environment.items()
@@ -155,7 +157,7 @@ def test_model_drafter_mounts_and_the_api_key(tmp_path: Path) -> None:
         {"source": "/etc/site", "target": "/etc/site"},
     ]
     doc["api_key"] = {"env": "SGLANG_KEY"}
-    p = plan.build(_load(tmp_path, doc))
+    p = launch.build(_load(tmp_path, doc))
     volumes = [w for w in p.engine_argv if w.startswith("--volume=")]
     assert volumes == [
         "--volume=/data/models/Kimi-K2.5:/data/models/Kimi-K2.5:ro",
@@ -168,10 +170,12 @@ def test_model_drafter_mounts_and_the_api_key(tmp_path: Path) -> None:
     # systemd still loads the credential, so that it expands ${CREDENTIALS_DIRECTORY} in the argv
     # to /run/credentials/sglang.service: where the key's file is mounted in the container.
     assert _line(p.unit, "LoadCredential") == ["sglang-config.yaml:/etc/orchestrator/sglang.config.yaml"]
-    assert p.argv[-2:] == ["--config", plan.CREDENTIAL_ARG]
+    assert p.argv[-2:] == ["--config", launch.CREDENTIAL_ARG]
     same = _doc("podman")
     same["speculative"] = {"draft_model_path": "/data/models/Kimi-K2.5"}
-    volumes = [w for w in plan.build(_load(tmp_path, same, "same")).engine_argv if w.startswith("--volume=")]
+    volumes = [
+        w for w in launch.build(_load(tmp_path, same, "same")).engine_argv if w.startswith("--volume=")
+    ]
     assert volumes == [
         "--volume=/data/models/Kimi-K2.5:/data/models/Kimi-K2.5:ro",
         "--volume=/var/cache/orchestrator/sglang:/var/cache/orchestrator/sglang",
@@ -179,7 +183,9 @@ def test_model_drafter_mounts_and_the_api_key(tmp_path: Path) -> None:
     # Written otherwise, it is still one mount point to the engines (podman: "duplicate mount
     # destination"), so it is mounted once, as the model path is written.
     same["speculative"] = {"draft_model_path": "/data/models//Kimi-K2.5/."}
-    volumes = [w for w in plan.build(_load(tmp_path, same, "same")).engine_argv if w.startswith("--volume=")]
+    volumes = [
+        w for w in launch.build(_load(tmp_path, same, "same")).engine_argv if w.startswith("--volume=")
+    ]
     assert volumes == [
         "--volume=/data/models/Kimi-K2.5:/data/models/Kimi-K2.5:ro",
         "--volume=/var/cache/orchestrator/sglang:/var/cache/orchestrator/sglang",
@@ -190,7 +196,7 @@ def test_limits_and_options_become_run_options(tmp_path: Path) -> None:
     doc = _doc("podman", ipc_host=False, shm_size="32g", pull="never")
     doc["runtime"]["options"] = ["--cap-add IPC_LOCK", "--init", "--ulimit=core=0"]
     doc["service"] = {"limits": {"memlock": "64G", "nofile": 65536}}
-    p = plan.build(_load(tmp_path, doc))
+    p = launch.build(_load(tmp_path, doc))
     assert "--ipc=host" not in p.engine_argv and "--shm-size=32g" in p.engine_argv
     assert "--pull=never" in p.engine_argv and "--network=host" in p.engine_argv
     assert f"--ulimit=memlock={64 * 2**30}:{64 * 2**30}" in p.engine_argv
@@ -200,9 +206,9 @@ def test_limits_and_options_become_run_options(tmp_path: Path) -> None:
 
 def test_host_runtime_is_todays_unit(tmp_path: Path) -> None:
     """`runtime: {kind: host}` is the default, and every shipped profile renders without a trace of it."""
-    for name in profile.available():
-        default = plan.build(profile.load(name))
-        explicit = plan.build(_load(tmp_path, {"extends": name, "runtime": {"kind": "host"}}, name))
+    for name in profile_mod.available():
+        default = launch.build(profile_mod.load(name))
+        explicit = launch.build(_load(tmp_path, {"extends": name, "runtime": {"kind": "host"}}, name))
         assert explicit.unit.replace(f"profile: {name}", "") == default.unit.replace(f"profile: {name}", "")
         assert (
             "runtime" not in default.unit and default.engine_argv == [] and default.exec_argv == default.argv
@@ -216,7 +222,7 @@ def test_render_json_and_against_for_containers(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["render", "-p", str(path), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["argv"] == plan.build(profile.load("cg_5tok")).argv
+    assert data["argv"] == launch.build(profile_mod.load("cg_5tok")).argv
     assert data["engine_argv"][0] == "/usr/bin/docker" and data["engine_argv"][-1] == IMAGE
     other = tmp_path / "ctr2.yml"
     other.write_text(yaml.safe_dump({**_doc("docker"), "extends": "cg_2step"}))
@@ -242,9 +248,9 @@ def test_a_tag_without_digest_is_a_note(tmp_path: Path) -> None:
 def test_podman_cgroups_disabled_keeps_the_container_in_the_units_cgroup(tmp_path: Path) -> None:
     """runtime.cgroups: split (the default) delegates sub-cgroups; disabled makes none, so no
     Delegate= (a systemd-nspawn host with cgroup v1 read-only, as the lab's)."""
-    split = plan.build(_load(tmp_path, _doc("podman"))).unit
+    split = launch.build(_load(tmp_path, _doc("podman"))).unit
     assert "--cgroups=split" in split and _line(split, "Delegate") == ["yes"]
-    disabled = plan.build(_load(tmp_path, _doc("podman", cgroups="disabled"))).unit
+    disabled = launch.build(_load(tmp_path, _doc("podman", cgroups="disabled"))).unit
     assert "--cgroups=disabled" in disabled and _line(disabled, "Delegate") == []
     assert "# runtime: podman: podman 4.3 or later (--sdnotify=conmon, --cgroups=disabled," in disabled
 
@@ -256,5 +262,5 @@ def test_every_limit_systemd_takes_is_the_same_number_as_a_ulimit(tmp_path: Path
         "extends: cg_5tok\nservice: {limits: {memlock: 1P, nofile: 65536}}\n"
         "runtime: {kind: podman, image: 'docker.io/lmsysorg/sglang:v0.5.9'}\n"
     )
-    words = plan.build(profile.load(str(path))).engine_argv
+    words = launch.build(profile_mod.load(str(path))).engine_argv
     assert f"--ulimit=memlock={2**50}:{2**50}" in words and "--ulimit=nofile=65536:65536" in words

@@ -20,8 +20,8 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from orchestrator.__main__ import cli
-from orchestrator.console import handle_errors
+from orchestrator.cli.console import handle_errors
+from orchestrator.cli.main import cli
 
 
 @pytest.fixture
@@ -187,7 +187,7 @@ def test_a_state_directory_in_a_symlink_loop_is_one_line(
 def test_a_failure_before_the_command_runs_is_one_line(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An option's callback (here the one reading ansible.cfg for -K) runs before the command's
     own error handling: what it raises is still one line, never a traceback."""
-    from orchestrator import ansible_config
+    from orchestrator.hosts import ansible_config
 
     def broken() -> object:
         raise RuntimeError("boom")

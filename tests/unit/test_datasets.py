@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import datasets
-from orchestrator.datasets import Request
 from orchestrator.errors import InputError
+from orchestrator.tuning import datasets
+from orchestrator.tuning.datasets import Request
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "datasets"
 

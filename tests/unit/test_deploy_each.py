@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from hostresults import result
 
-from orchestrator import deploy, hostplan, rollback
-from orchestrator import plan as plan_mod
-from orchestrator import profile as profile_mod
 from orchestrator.errors import InputError
-from orchestrator.hostplan import PlayVars
-from orchestrator.report import HostReport
-from orchestrator.runner import HostRun, PlayResult, TaskEvent
+from orchestrator.hosts import deploy, playvars, rollback
+from orchestrator.hosts.host_report import HostReport
+from orchestrator.hosts.playvars import PlayVars
+from orchestrator.hosts.runner import HostRun, PlayResult, TaskEvent
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch as plan_mod
 
 
 class Played(Exception):
@@ -78,8 +78,8 @@ def test_each_host_gets_its_own_profiles_unit_in_one_play(inventory: Path, plays
 def test_the_lock_lasts_as_long_as_the_slowest_trial_may_take(inventory: Path, tmp_path: Path) -> None:
     slow = written(tmp_path, "slow", "extends: cg_5tok\nservice: {health_timeout_s: 7200}\n")
     fast = load("cg_16tok")
-    where = {"gpu1": hostplan.placements(fast, inventory, "gpu1")["gpu1"]}
-    where["gpu2"] = hostplan.placements(slow, inventory, "gpu2")["gpu2"]
+    where = {"gpu1": playvars.placements(fast, inventory, "gpu1")["gpu1"]}
+    where["gpu2"] = playvars.placements(slow, inventory, "gpu2")["gpu2"]
     orch = deploy.play_vars(fast, where, deploy.Options(), "r1", {"gpu1": fast, "gpu2": slow})
     svc = slow.service
     assert orch.hosts["gpu1"].lock.ttl_s == svc.stop_timeout_s + 60 + 7200 + 120
@@ -233,7 +233,7 @@ def test_a_failed_trial_is_rolled_back_under_the_campaigns_lock_which_it_keeps(
         "profile": before.name,
         "digest": good.digest,
         "unit": good.unit,
-        "facts": hostplan.unit_facts(before).model_dump(),
+        "facts": playvars.unit_facts(before).model_dump(),
     }
     probe = result("sglang_probe", restart_needed=True, locked=True, digest=good.digest, last_good=last_good)
     failed = _run(
@@ -267,7 +267,7 @@ def test_rollback_hosts_takes_the_runs_own_lock_unless_told_otherwise(
     prof = load("cg_5tok")
     good = plan_mod.build(prof)
     record = {"profile": prof.name, "digest": good.digest, "unit": good.unit}
-    record["facts"] = hostplan.unit_facts(prof).model_dump()
+    record["facts"] = playvars.unit_facts(prof).model_dump()
     seen: list[PlayVars] = []
 
     def run_playbook(name: str, inventory: Path, orch: PlayVars, **kw: Any) -> PlayResult:

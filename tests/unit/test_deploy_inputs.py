@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import bench, canary, deploy, hostops
-from orchestrator import profile as profile_mod
 from orchestrator.errors import InputError
+from orchestrator.hosts import deploy, status_play
+from orchestrator.profile import model as profile_mod
+from orchestrator.tuning import bench, canary
 
 
 @pytest.fixture
@@ -36,10 +37,10 @@ def test_canary_is_refused_for_a_multinode_server_before_any_bench(two_nodes: Pa
 def test_verify_names_a_running_profile_that_is_not_in_profiles(two_nodes: Path, monkeypatch) -> None:
     from click.testing import CliRunner
 
-    from orchestrator.__main__ import cli
+    from orchestrator.cli.main import cli
 
-    row = hostops.HostStatus("gpu1", True, "slow", "d", "active", 1, 1.0, 200, 0, [])
-    monkeypatch.setattr(hostops, "status", lambda inv, limit=None: [row])
+    row = status_play.HostStatus("gpu1", True, "slow", "d", "active", 1, 1.0, 200, 0, [])
+    monkeypatch.setattr(status_play, "status", lambda inv, limit=None: [row])
     done = CliRunner().invoke(cli, ["verify", "-i", str(two_nodes)])
     assert done.exit_code == 2
     assert "the hosts run profile 'slow', which is not in ./profiles/" in done.output
@@ -48,7 +49,7 @@ def test_verify_names_a_running_profile_that_is_not_in_profiles(two_nodes: Path,
 def test_a_multinode_server_is_one_worker_of_its_gateway_rank_0s(tmp_path: Path, monkeypatch) -> None:
     """Only rank 0 serves HTTP: the gateway knows the server by its URL, and only rank 0's play takes
     it out of rotation and puts it back; a host's own worker URL wins over ADDRESS:PORT."""
-    from orchestrator.hostplan import placements
+    from orchestrator.hosts.playvars import placements
 
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
     inv = tmp_path / "hosts.yml"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.diagnose import classify
+from orchestrator.hosts.diagnose import classify
 
 CASES = [
     (

@@ -2,7 +2,7 @@
 
 argparse takes any unique prefix of an option, `--opt=value` forms, and refuses a missing
 value, a bad choice, an ambiguous prefix and a stray word. The parser is built from each
-version's real --help (orchestrator/sglang_help/), so Python's argparse does the resolving;
+version's real --help (orchestrator/profile/sglang_help/), so Python's argparse does the resolving;
 these tests hold the profile check to what that parser does with the whole command line.
 """
 
@@ -16,15 +16,17 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import plan, profile, rules, sglang_flags
 from orchestrator.errors import ProfileError
+from orchestrator.profile import model as profile_mod
+from orchestrator.profile import sglang_flags, sglang_rules
+from orchestrator.render import launch
 
 VERSIONS = sglang_flags.SHIPPED
 SECRET = "sk-SECRET-value"
 
 
 def _messages(version: str, args: list[str]) -> list[str]:
-    return [f"{loc}: {msg}" for loc, msg in rules.check_extra_args(version, args)]
+    return [f"{loc}: {msg}" for loc, msg in sglang_rules.check_extra_args(version, args)]
 
 
 # --- secrets -------------------------------------------------------------------------
@@ -75,7 +77,7 @@ def test_a_secret_prefix_fails_the_profile_and_is_never_rendered(tmp_path: Path)
     path = tmp_path / "p.yml"
     path.write_text(f"extends: cg_5tok\nserver: {{extra_args: ['--api-k={SECRET}']}}\n")
     with pytest.raises(ProfileError) as info:
-        profile.load(str(path))
+        profile_mod.load(str(path))
     assert SECRET not in str(info.value)
 
 
@@ -210,7 +212,7 @@ def test_a_profile_with_a_value_sglang_would_not_convert_fails_to_load(tmp_path:
     path = tmp_path / "p.yml"
     path.write_text("extends: cg_5tok\nserver: {extra_args: [--max-running-requests, x]}\n")
     with pytest.raises(ProfileError) as info:
-        profile.load(str(path))
+        profile_mod.load(str(path))
     assert "server.extra_args[0]: " in str(info.value)
     assert "invalid int value: 'x'; SGLang reads this flag's value as an integer (type=int)" in str(
         info.value
@@ -331,7 +333,7 @@ def test_check_agrees_with_argparse_on_the_rendered_argv(
 ) -> None:
     path = tmp_path / "p.yml"
     path.write_text(f"extends: cg_5tok\nserver: {{sglang_version: '{version}'}}\n")
-    argv = plan.build(profile.load(str(path))).argv[3:] + extra
+    argv = launch.build(profile_mod.load(str(path))).argv[3:] + extra
     refused = _argparse_refuses(version, argv)
     policy = ("duplicates a modelled setting", "never put a secret inline", "prints SGLang's help")
     messages = [m for m in _messages(version, extra) if not any(p in m for p in policy)]

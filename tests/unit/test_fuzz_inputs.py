@@ -27,10 +27,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from orchestrator import inventory, ledger, rules, runner
-from orchestrator import profile as profile_mod
-from orchestrator.__main__ import cli
+from orchestrator import ledger
+from orchestrator.cli.main import cli
 from orchestrator.errors import InputError
+from orchestrator.hosts import inventory, runner
+from orchestrator.profile import model as profile_mod
+from orchestrator.profile import sglang_rules
 
 #: Scale every test's example count, e.g. FUZZ_EXAMPLES=20 for a long local search.
 SCALE = int(os.environ.get("FUZZ_EXAMPLES", "1"))
@@ -110,7 +112,7 @@ def _field_names(model: type[BaseModel]) -> set[str]:
     return names
 
 
-FIELD_NAMES = sorted(_field_names(profile_mod.Profile) | set(rules.KNOWN_NCCL))
+FIELD_NAMES = sorted(_field_names(profile_mod.Profile) | set(sglang_rules.KNOWN_NCCL))
 SHELL = [";", "$(", ")", "`", "|", "&", ">", "<", "$HOME", "; rm -rf /", "$(reboot)", "`id`", "&& true"]
 NASTY_STRINGS = [
     "",
@@ -201,7 +203,7 @@ RAW_DOCS = [
     "base: &b {model_path: /m}\nserver:\n  <<: *b\n  tp_size: 2\n",
     "server: *undefined\n",
     "server: !!python/object/apply:os.system ['echo pwned']\n",
-    "!!python/object:orchestrator.profile.Profile {}\n",
+    "!!python/object:orchestrator.profile.model.Profile {}\n",
     "server: !custom {model_path: /m}\n",
     "server: !!binary aGVsbG8=\n",
     "server: !!set {a, b}\n",
@@ -521,7 +523,7 @@ def test_profile_argument(command: str, ref: str, extra: list[str], cli_runner: 
 @pytest.fixture(scope="module")
 def no_plays() -> Iterator[list[Any]]:
     """Tripwires: a play or a lab start during these tests is recorded (and fails the test)."""
-    from orchestrator.lab import hosts as lab_hosts
+    from orchestrator.lab import nspawn as lab_hosts
 
     calls: list[Any] = []
 

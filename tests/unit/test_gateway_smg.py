@@ -25,10 +25,10 @@ from click.testing import CliRunner
 from smgs import PREVIOUS, Smg, params
 from test_standin_sglang import Lab, Server, free_port
 
+from orchestrator.cli.lab_command import lab as lab_cli
 from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.lab import gateway as lab_gateway
-from orchestrator.lab import hosts as lab_hosts
-from orchestrator.lab.cli import lab as lab_cli
+from orchestrator.lab import nspawn as lab_hosts
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 BENCHMARKS = CHECKOUT / "benchmarks"

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import deploy, hostplan
-from orchestrator import profile as profile_mod
-from orchestrator.report import HostReport
+from orchestrator.hosts import deploy, playvars
+from orchestrator.hosts.host_report import HostReport
+from orchestrator.profile import model as profile_mod
 
 
 @pytest.fixture
-def where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, hostplan.Placement]:
+def where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, playvars.Placement]:
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
     inv = tmp_path / "hosts.yml"
     inv.write_text("all:\n  hosts:\n    gpu1: {ansible_host: 10.0.0.1}\n    gpu2: {ansible_host: 10.0.0.2}\n")
-    return hostplan.placements(profile_mod.load("cg_5tok_2node"), inv, None)
+    return playvars.placements(profile_mod.load("cg_5tok_2node"), inv, None)
 
 
 def test_a_rank_refused_at_the_gate_is_not_the_cause(where) -> None:

@@ -20,13 +20,14 @@ import yaml
 from click.testing import CliRunner, Result
 from hostresults import result
 
-from orchestrator import hostops, ledger
-from orchestrator import logs as logs_mod
-from orchestrator import profile as profile_mod
-from orchestrator.__main__ import cli
-from orchestrator.console import handle_errors, shown
+from orchestrator import ledger
+from orchestrator.cli.console import handle_errors, shown
+from orchestrator.cli.main import cli
 from orchestrator.errors import InputError
-from orchestrator.runner import HostRun, PlayResult, TaskEvent
+from orchestrator.hosts import journal as logs_mod
+from orchestrator.hosts import status_play
+from orchestrator.hosts.runner import HostRun, PlayResult, TaskEvent
+from orchestrator.profile import model as profile_mod
 
 #: What a hostile profile, ledger row or host writes: markup, an OSC title, a screen clear, é.
 HOSTILE = "[/bold]\x1b]0;pwned\x07\x1b[2J[link=http://e.invalid]é[/link]"
@@ -166,7 +167,7 @@ def test_status_shows_what_a_host_says_as_text(tmp_path: Path, monkeypatch: pyte
     def run_playbook(name: str, inventory: Path, orch: object, limit: str | None = None) -> PlayResult:
         return PlayResult(0, "successful", {"[/bold]": gpu1, "gpu2": gpu2}, Path("."))
 
-    monkeypatch.setattr(hostops, "run_playbook", run_playbook)
+    monkeypatch.setattr(status_play, "run_playbook", run_playbook)
     inventory = tmp_path / "hosts.yml"
     inventory.write_text("all:\n  hosts:\n    gpu1:\n    gpu2:\n")
     done = CliRunner().invoke(cli, ["status", "-i", str(inventory)])
@@ -181,7 +182,7 @@ def test_status_shows_what_a_host_says_as_text(tmp_path: Path, monkeypatch: pyte
 def test_logs_escape_a_journal_line_but_keep_its_tabs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from orchestrator import logs_cli
+    from orchestrator.cli import logs_command
 
     when = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
     batch = logs_mod.LogBatch(
@@ -189,7 +190,7 @@ def test_logs_escape_a_journal_line_but_keep_its_tabs(
         lines=[logs_mod.LogLine("gpu1", when, 1, f"a\tb {HOSTILE}"), logs_mod.LogLine("gpu1", when, 1, "ok")],
         failures=[logs_mod.HostFailure("gpu2", f"sudo: {HOSTILE}", unreachable=False)],
     )
-    monkeypatch.setattr(logs_cli.logs_mod, "read", lambda *args, **kwargs: batch)
+    monkeypatch.setattr(logs_command.logs_mod, "read", lambda *args, **kwargs: batch)
     inventory = tmp_path / "hosts.yml"
     inventory.write_text("all:\n  hosts:\n    gpu1:\n")
     done = CliRunner().invoke(cli, ["logs", "-i", str(inventory)])

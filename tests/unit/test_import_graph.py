@@ -141,10 +141,75 @@ def test_the_cli_starts_without_scipy() -> None:
     probe = (
         "import sys\n"
         "from click.testing import CliRunner\n"
-        "from orchestrator.__main__ import cli\n"
+        "from orchestrator.cli.main import cli\n"
         "for args in (['--help'], ['results', '--help'], ['sweep', '--help'], ['bench', '--help']):\n"
         "    assert CliRunner().invoke(cli, args).exit_code == 0, args\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('scipy', 'numpy', 'matplotlib')))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+#: The layers, bottom first (docs/architecture.md): a module imports its own layer and those below.
+#: The root's modules are the foundation, beside each layer: errors, paths and the ledger, which
+#: every layer uses. `api` is the public interface over the engine; `cli` is the top; the lab's
+#: code serves the CLI and copies profile/sglang_flags.py onto its hosts.
+LAYERS: dict[str, set[str]] = {
+    "orchestrator": set(),
+    "orchestrator.profile": {"orchestrator"},
+    "orchestrator.render": {"orchestrator", "orchestrator.profile"},
+    "orchestrator.hosts": {"orchestrator", "orchestrator.profile", "orchestrator.render"},
+    "orchestrator.tuning": {
+        "orchestrator",
+        "orchestrator.profile",
+        "orchestrator.render",
+        "orchestrator.hosts",
+    },
+    "orchestrator.lab": {"orchestrator", "orchestrator.profile"},
+    "orchestrator.api": {
+        "orchestrator",
+        "orchestrator.profile",
+        "orchestrator.render",
+        "orchestrator.hosts",
+        "orchestrator.tuning",
+    },
+    "orchestrator.cli": {
+        "orchestrator",
+        "orchestrator.profile",
+        "orchestrator.render",
+        "orchestrator.hosts",
+        "orchestrator.tuning",
+        "orchestrator.lab",
+    },
+    "orchestrator.__main__": {"orchestrator.cli"},
+}
+
+
+def _layer(module: str) -> str:
+    """The layer a module belongs to: its subpackage, or the root for the foundation's modules."""
+    parts = module.split(".")
+    if len(parts) == 1 or module in ("orchestrator.errors", "orchestrator.paths", "orchestrator.ledger"):
+        return "orchestrator"
+    name = ".".join(parts[:2])
+    assert name in LAYERS, f"{module}: in no layer; add its package to LAYERS and docs/architecture.md"
+    return name
+
+
+def test_layers_import_only_downward() -> None:
+    wrong = [
+        f"{module} ({_layer(module)}) imports {dep} ({_layer(dep)})"
+        for module, deps in sorted(_graph().items())
+        for dep in sorted(deps)
+        if _layer(dep) != _layer(module) and _layer(dep) not in LAYERS[_layer(module)]
+    ]
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_every_package_says_what_it_may_import() -> None:
+    """Each layer's __init__.py names what lives there and the layers it may import."""
+    for name in LAYERS:
+        path = PACKAGE.parent / (name.replace(".", "/") + "/__init__.py")
+        if not path.is_file() or name == "orchestrator":
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert "May import" in doc, f"{path.relative_to(PACKAGE.parent)}: say what it may import"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import inventory
 from orchestrator.errors import InputError
+from orchestrator.hosts import inventory
 
 
 @pytest.fixture(autouse=True)

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.lab import hosts, standins
+from orchestrator.lab import nspawn, standins
 
 
 def test_the_docker_base_is_trixie_with_docker_and_its_cli_and_the_others_keep_their_keys() -> None:
-    assert hosts._base_key(docker=True).startswith("trixie-docker-")
-    assert hosts._packages(False, docker=True)[-2:] == ("docker.io", "docker-cli")
-    assert hosts._base_key().startswith("bookworm-") and hosts._base_key(podman=True).startswith(
+    assert nspawn._base_key(docker=True).startswith("trixie-docker-")
+    assert nspawn._packages(False, docker=True)[-2:] == ("docker.io", "docker-cli")
+    assert nspawn._base_key().startswith("bookworm-") and nspawn._base_key(podman=True).startswith(
         "bookworm-podman-"
     )
-    assert len({hosts._base_key(), hosts._base_key(podman=True), hosts._base_key(docker=True)}) == 3
+    assert len({nspawn._base_key(), nspawn._base_key(podman=True), nspawn._base_key(docker=True)}) == 3
 
 
 def test_trixies_python_finds_the_standins_through_a_pth(
@@ -57,22 +57,22 @@ def test_a_hosts_cgroup_is_made_under_the_cgroup2_mount_and_removed_deepest_firs
     def fake_path(arg: str = "", *rest: str) -> Path:
         return mounts if arg == "/proc/mounts" else real_path(arg, *rest)
 
-    monkeypatch.setattr(hosts, "Path", fake_path)
-    monkeypatch.setattr(hosts, "lab_dir", lambda: tmp_path / "lab")
+    monkeypatch.setattr(nspawn, "Path", fake_path)
+    monkeypatch.setattr(nspawn, "lab_dir", lambda: tmp_path / "lab")
     (tmp_path / "lab").mkdir()
-    record = hosts._Record({})
-    made = real_path(hosts._docker_cgroup(record, "lab1"))
-    assert made == tmp_path / "unified" / hosts.CGROUP_PARENT / "lab1" and made.is_dir()
+    record = nspawn._Record({})
+    made = real_path(nspawn._docker_cgroup(record, "lab1"))
+    assert made == tmp_path / "unified" / nspawn.CGROUP_PARENT / "lab1" and made.is_dir()
     assert record.host("lab1")["cgroup"] == str(made)  # recorded: `down` removes it
     (made / "system.slice/docker-1.scope").mkdir(parents=True)  # what systemd and runc made in it
     stranger = tmp_path / "unified/other/lab1"
     stranger.mkdir(parents=True)
-    assert hosts._remove_cgroup("lab1", str(stranger)) == [
-        f"lab1: recorded cgroup {stranger} is not this lab's {hosts.CGROUP_PARENT}/lab1; left alone"
+    assert nspawn._remove_cgroup("lab1", str(stranger)) == [
+        f"lab1: recorded cgroup {stranger} is not this lab's {nspawn.CGROUP_PARENT}/lab1; left alone"
     ]
     assert stranger.is_dir()
-    assert hosts._remove_cgroup("lab1", str(made)) == []
-    assert not (tmp_path / "unified" / hosts.CGROUP_PARENT).exists()
+    assert nspawn._remove_cgroup("lab1", str(made)) == []
+    assert not (tmp_path / "unified" / nspawn.CGROUP_PARENT).exists()
 
 
 def test_no_cgroup2_mount_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,12 +80,12 @@ def test_no_cgroup2_mount_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     mounts.write_text("cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n")
     real_path = Path
     monkeypatch.setattr(
-        hosts, "Path", lambda arg="", *rest: mounts if arg == "/proc/mounts" else real_path(arg, *rest)
+        nspawn, "Path", lambda arg="", *rest: mounts if arg == "/proc/mounts" else real_path(arg, *rest)
     )
-    monkeypatch.setattr(hosts, "_check_tools", lambda: None)
-    monkeypatch.setattr(hosts, "_locked", None)  # `up` says so before it takes the lab's lock
+    monkeypatch.setattr(nspawn, "_check_tools", lambda: None)
+    monkeypatch.setattr(nspawn, "_locked", None)  # `up` says so before it takes the lab's lock
     with pytest.raises(OrchestratorError) as err:
-        hosts.up(hosts=1, docker=True)
+        nspawn.up(hosts=1, docker=True)
     assert str(err.value).startswith(
         "`lab up --docker` needs the unified cgroup hierarchy (cgroup2), and /proc/mounts has none: mount it"
     )

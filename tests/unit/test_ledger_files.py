@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from orchestrator import ledger
-from orchestrator.__main__ import cli
+from orchestrator.cli.main import cli
 from orchestrator.errors import InputError
 
 
@@ -51,7 +51,7 @@ def orch(*args: str) -> Result:
 
 
 def results(*args: str) -> Result:
-    from orchestrator.bench_cli import results as command
+    from orchestrator.cli.bench_commands import results as command
 
     return CliRunner().invoke(command, list(args))
 

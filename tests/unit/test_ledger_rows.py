@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from orchestrator import hostplan, ledger, sweep
-from orchestrator.__main__ import cli
-from orchestrator.report import HostReport
-from orchestrator.rollback import _target
+from orchestrator import ledger
+from orchestrator.cli.main import cli
+from orchestrator.hosts import playvars
+from orchestrator.hosts.host_report import HostReport
+from orchestrator.hosts.rollback import _target
+from orchestrator.tuning import sweep
 
 FACTS = {"profile": "cg_5tok", "port": 30000, "bind": "0.0.0.0", "gpus": [0], "health_url": "http://x/health"}
 
@@ -169,4 +171,4 @@ def test_a_rollback_refuses_a_good_unit_whose_facts_were_edited_into_another_sha
         "valid integer, unable to parse string as an integer): deploy that profile instead"
     )
     assert _target(report, good | {"facts": FACTS}, "d9") == ""
-    hostplan.UnitFacts.model_validate(FACTS)
+    playvars.UnitFacts.model_validate(FACTS)

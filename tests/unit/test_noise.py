@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import ledger, stats, sweep
-from orchestrator.__main__ import cli
+from orchestrator import ledger
+from orchestrator.cli.main import cli
+from orchestrator.tuning import stats, sweep
 
 #: Per-run relative deviations, mean 0 and standard deviation about 1: "1% noise" is 1 + 0.01 * z.
 Z = (-1.3, -0.4, 0.2, 0.5, 1.0)
@@ -286,8 +287,8 @@ def test_an_older_ledger_read_as_it_is_filters_on_the_defaults(state: Path) -> N
 
 
 def test_sweep_json_and_table_show_the_interval_and_verdict() -> None:
-    from orchestrator.bench_cli import _sweep_json, ranking_table
-    from orchestrator.console import out
+    from orchestrator.cli.bench_commands import _sweep_json, ranking_table
+    from orchestrator.cli.console import out
 
     rows = [row("baseline", t) for t in runs(90.0, 0.01)] + [row("cg_5tok", 92.0)]
     report = sweep.SweepReport("s1", "baseline", sweep.ranking(rows, "baseline"))
@@ -303,7 +304,7 @@ def test_sweep_json_and_table_show_the_interval_and_verdict() -> None:
 
 
 def test_results_plot_draws_a_line_per_profile_against_concurrency(tmp_path: Path) -> None:
-    from orchestrator import plot
+    from orchestrator.tuning import plot
 
     record_traffic()
     rows = [dict(r) for r in ledger.bench_results(dataset="sharegpt")]
@@ -333,8 +334,8 @@ def test_results_plot_draws_a_line_per_profile_against_concurrency(tmp_path: Pat
 def test_a_benchs_standing_line_reads_only_its_own_level() -> None:
     from dataclasses import replace
 
-    from orchestrator import bench
-    from orchestrator.bench_cli import standing_line
+    from orchestrator.cli.bench_commands import standing_line
+    from orchestrator.tuning import bench
 
     for t in runs(90.0, 0.01):
         ledger.record_bench(row("baseline", t))

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import bench, paths
-from orchestrator.verify import run as verify_run
+from orchestrator import paths
+from orchestrator.hosts.verify import run as verify_run
+from orchestrator.tuning import bench
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())
@@ -123,14 +124,14 @@ def test_runtime_dependencies_are_what_the_commands_import() -> None:
     assert imported.pop("matplotlib") == {"plot.py"} and plot == {"matplotlib"}
     assert set(imported) <= declared, sorted(set(imported) - declared)
     # verify runs pytest in-process, with testinfra as its plugin (the --hosts=ansible://... it passes)
-    assert "pytest" in imported and "--hosts=" in (CHECKOUT / "orchestrator/verify/run.py").read_text()
+    assert "pytest" in imported and "--hosts=" in (CHECKOUT / "orchestrator/hosts/verify/run.py").read_text()
     assert "pytest-testinfra" in declared
 
 
 def test_plot_without_matplotlib_says_how_to_install_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from orchestrator.__main__ import cli
+    from orchestrator.cli.main import cli
 
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # what find_spec reports for a missing one

@@ -12,10 +12,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from orchestrator import plan, profile
-from orchestrator.__main__ import cli
+from orchestrator.cli.main import cli
 from orchestrator.errors import InputError
 from orchestrator.paths import EXAMPLES_DIR
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     monkeypatch.delenv("ORCHESTRATOR_PROFILES", raising=False)
     monkeypatch.chdir(tmp_path)
     yield tmp_path
-    profile.use_profiles_dir(None)
+    profile_mod.use_profiles_dir(None)
 
 
 def _folder(path: Path, **profiles: dict) -> Path:
@@ -42,23 +43,23 @@ def test_examples_load_from_an_empty_directory_as_in_the_checkout(
     elsewhere: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`example:cg_5tok` from anywhere is `-p cg_5tok` in the checkout's root, byte for byte."""
-    shipped = plan.build(profile.load("example:cg_5tok"))
+    shipped = launch.build(profile_mod.load("example:cg_5tok"))
     assert shipped.profile == "cg_5tok"
     monkeypatch.chdir(EXAMPLES_DIR.parent)
-    checkout = plan.build(profile.load("cg_5tok"))
+    checkout = launch.build(profile_mod.load("cg_5tok"))
     assert (shipped.unit, shipped.digest) == (checkout.unit, checkout.digest)
 
 
 def test_a_bare_name_outside_the_checkout_points_at_the_example(elsewhere: Path) -> None:
     with pytest.raises(InputError) as caught:
-        profile.load("cg_5tok")
+        profile_mod.load("cg_5tok")
     assert str(caught.value).startswith(
         "unknown profile 'cg_5tok' (the shipped example is example:cg_5tok); no folder ./profiles/"
     )
     with pytest.raises(InputError, match=r"did you mean 'example:cg_5tok'\?\); shipped examples: base, "):
-        profile.load("example:cg5tok")
+        profile_mod.load("example:cg5tok")
     with pytest.raises(InputError, match=r"unknown profile 'example:\.\./profiles/base'"):
-        profile.load("example:../profiles/base")
+        profile_mod.load("example:../profiles/base")
 
 
 def test_the_folder_is_the_option_else_the_variable_else_dot_profiles(
@@ -88,10 +89,10 @@ def test_a_stray_file_never_shadows_a_profile(elsewhere: Path) -> None:
     (elsewhere / "cg_5tok.yml").write_text("server: {port: 1}\n")
     (elsewhere / "example:cg_5tok").write_text("server: {port: 1}\n")
     with pytest.raises(InputError, match="the shipped example is example:cg_5tok"):
-        profile.load("cg_5tok")
-    assert profile.load("example:cg_5tok").server.port == 30000
+        profile_mod.load("cg_5tok")
+    assert profile_mod.load("example:cg_5tok").server.port == 30000
     _folder(elsewhere / "profiles", cg_5tok=_port({"port": 30009}))
-    assert profile.load("cg_5tok").server.port == 30009
+    assert profile_mod.load("cg_5tok").server.port == 30009
 
 
 def test_extends_reads_names_as_p_does_and_an_example_keeps_to_the_examples(elsewhere: Path) -> None:
@@ -106,12 +107,12 @@ def test_extends_reads_names_as_p_does_and_an_example_keeps_to_the_examples(else
         tuned={"extends": "example:cg_2step", "server": {"port": 31001}},
         lost={"extends": "cg_16tok"},
     )
-    assert profile.load("example:cg_5tok").server.port == 30000
-    assert profile.load("mine").server.port == 31000
-    tuned = profile.load("tuned")
+    assert profile_mod.load("example:cg_5tok").server.port == 30000
+    assert profile_mod.load("mine").server.port == 31000
+    tuned = profile_mod.load("tuned")
     assert (tuned.name, tuned.server.port, tuned.speculative.num_steps) == ("tuned", 31001, 2)
     with pytest.raises(InputError, match=r"lost\.yml: extends: unknown profile 'cg_16tok' \(the shipped ex"):
-        profile.load("lost")
+        profile_mod.load("lost")
 
 
 def test_profiles_shows_where_each_comes_from(elsewhere: Path) -> None:
@@ -120,7 +121,7 @@ def test_profiles_shows_where_each_comes_from(elsewhere: Path) -> None:
     assert result.exit_code == 0, result.output
     cells = [line.split("│")[1:3] for line in result.stdout.splitlines() if line.startswith("│")]
     rows = {name.strip(): source.strip() for name, source in cells if name.strip()}
-    assert rows == {"mine": "folder"} | {f"example:{name}": "shipped" for name in profile.examples()}
+    assert rows == {"mine": "folder"} | {f"example:{name}": "shipped" for name in profile_mod.examples()}
     assert f"profiles folder: ./profiles/; shipped examples (example:NAME): {EXAMPLES_DIR}" in result.stdout
 
 
@@ -128,7 +129,7 @@ def test_validate_with_no_profile_checks_the_folder_and_the_examples(elsewhere: 
     result = CliRunner().invoke(cli, ["validate"])
     assert result.exit_code == 0, result.output
     assert [line.split()[1] for line in result.stdout.splitlines()] == [
-        f"example:{name}" for name in profile.examples()
+        f"example:{name}" for name in profile_mod.examples()
     ]
 
 
@@ -136,7 +137,7 @@ def test_the_checkout_lists_its_profiles_once(monkeypatch: pytest.MonkeyPatch) -
     """From the repository's root ./profiles/ is the examples' folder: no `example:` twins."""
     monkeypatch.delenv("ORCHESTRATOR_PROFILES", raising=False)
     monkeypatch.chdir(EXAMPLES_DIR.parent)
-    assert profile.every() == {name: Path("profiles", f"{name}.yml") for name in profile.examples()}
+    assert profile_mod.every() == {name: Path("profiles", f"{name}.yml") for name in profile_mod.examples()}
 
 
 @pytest.mark.parametrize("command", ["validate", "render"])

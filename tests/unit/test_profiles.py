@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import plan, profile
 from orchestrator.errors import InputError, ProfileError
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 
 CASES = Path(__file__).parent.parent / "data" / "profile_cases"
 
@@ -35,7 +36,7 @@ def _load_case(path: Path, tmp_path: Path) -> tuple[dict, Path]:
 def test_bad_profile_reports_each_problem(path: Path, tmp_path: Path) -> None:
     case, target = _load_case(path, tmp_path)
     with pytest.raises(ProfileError) as info:
-        profile.load(str(target))
+        profile_mod.load(str(target))
     lines = [f"{p.loc}: {p.message}" for p in info.value.problems]
     for expected in case["errors"]:
         assert any(line.startswith(expected) for line in lines), f"{expected!r} not in {lines}"
@@ -48,7 +49,7 @@ def test_bad_profile_reports_each_problem(path: Path, tmp_path: Path) -> None:
 def test_unreadable_profile_is_an_input_error(path: Path, tmp_path: Path) -> None:
     case, target = _load_case(path, tmp_path)
     with pytest.raises(InputError) as info:
-        profile.load(str(target))
+        profile_mod.load(str(target))
     assert not isinstance(info.value, ProfileError), info.value
     assert case["input_error"] in str(info.value), str(info.value)
 
@@ -56,8 +57,8 @@ def test_unreadable_profile_is_an_input_error(path: Path, tmp_path: Path) -> Non
 @pytest.mark.parametrize("path", _cases("argv_contains"), ids=lambda p: p.stem)
 def test_good_profile_renders(path: Path, tmp_path: Path) -> None:
     case, target = _load_case(path, tmp_path)
-    prof = profile.load(str(target))
-    argv = plan.build(prof).argv
+    prof = profile_mod.load(str(target))
+    argv = launch.build(prof).argv
     joined = "\0" + "\0".join(argv) + "\0"
     for words in case["argv_contains"]:
         assert "\0" + words.replace(" ", "\0") + "\0" in joined, (words, argv)
@@ -68,14 +69,14 @@ def test_good_profile_renders(path: Path, tmp_path: Path) -> None:
 
 
 def test_every_shipped_profile_is_valid() -> None:
-    names = set(profile.available())
+    names = set(profile_mod.available())
     assert {"base", "baseline", "eagle3_16tok_nocg", "cg_16tok", "cg_5tok", "cg_2step"} <= names
     for name in names:
-        profile.load(name)
+        profile_mod.load(name)
 
 
 def test_cg_5tok_is_the_reference_best() -> None:
-    p = profile.load("cg_5tok")
+    p = profile_mod.load("cg_5tok")
     spec = p.speculative
     assert (spec.algorithm, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens) == ("EAGLE3", 3, 4, 5)
     assert spec.draft_model_path == "/data/eagle3/output_10k_sglang/4"
@@ -92,34 +93,34 @@ def test_cg_5tok_is_the_reference_best() -> None:
 
 
 def test_extends_merges_and_variant_states_only_differences() -> None:
-    nocg, cg = profile.load("eagle3_16tok_nocg"), profile.load("cg_16tok")
+    nocg, cg = profile_mod.load("eagle3_16tok_nocg"), profile_mod.load("cg_16tok")
     assert not nocg.server.cuda_graph and cg.server.cuda_graph
     assert nocg.speculative == cg.speculative
-    assert profile.load("cg_2step").speculative.num_steps == 2
+    assert profile_mod.load("cg_2step").speculative.num_steps == 2
 
 
 def test_extends_cycle_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "a.yml").write_text("extends: ./b.yml\n")
     (tmp_path / "b.yml").write_text("extends: ./a.yml\n")
     with pytest.raises(InputError, match="cycle"):
-        profile.load(str(tmp_path / "a.yml"))
+        profile_mod.load(str(tmp_path / "a.yml"))
 
 
 def test_unknown_profile_lists_existing() -> None:
     with pytest.raises(InputError) as info:
-        profile.load("cg_5tk")
+        profile_mod.load("cg_5tk")
     assert "did you mean 'cg_5tok'" in str(info.value)
     assert "baseline" in str(info.value)
 
 
 def test_null_resets_to_default(tmp_path: Path) -> None:
     (tmp_path / "p.yml").write_text("extends: cg_5tok\nspeculative: null\n")
-    assert profile.load(str(tmp_path / "p.yml")).speculative.algorithm is None
+    assert profile_mod.load(str(tmp_path / "p.yml")).speculative.algorithm is None
 
 
 def test_api_key_becomes_a_config_file_not_an_argument(tmp_path: Path) -> None:
     (tmp_path / "p.yml").write_text("extends: cg_5tok\napi_key: {env: SGLANG_KEY}\n")
-    p = plan.build(profile.load(str(tmp_path / "p.yml")))
+    p = launch.build(profile_mod.load(str(tmp_path / "p.yml")))
     # systemd hands the root-only file to the server (whatever its user) as a credential.
     assert p.argv[-2:] == ["--config", "${CREDENTIALS_DIRECTORY}/sglang-config.yaml"]
     assert "LoadCredential=sglang-config.yaml:/etc/orchestrator/sglang.config.yaml\n" in p.unit
@@ -133,11 +134,11 @@ def test_api_key_becomes_a_config_file_not_an_argument(tmp_path: Path) -> None:
 def test_merge_keys_may_be_overridden_but_keys_not_repeated(tmp_path: Path) -> None:
     path = tmp_path / "p.yml"
     path.write_text("base: &b {tp_size: 4, port: 31000}\nserver:\n  <<: *b\n  tp_size: 8\n")
-    data, _ = profile.load_raw(str(path))
+    data, _ = profile_mod.load_raw(str(path))
     assert data["server"] == {"tp_size": 8, "port": 31000}
     path.write_text("server:\n  tp_size: 4\n  port: 1\n  tp_size: 8\n")
     with pytest.raises(InputError, match=r"line 4, column 3: duplicate key 'tp_size' \(first on line 2\)"):
-        profile.load_raw(str(path))
+        profile_mod.load_raw(str(path))
 
 
 def test_equal_keys_of_different_spelling_are_duplicates(tmp_path: Path) -> None:
@@ -145,7 +146,7 @@ def test_equal_keys_of_different_spelling_are_duplicates(tmp_path: Path) -> None
     path = tmp_path / "p.yml"
     path.write_text("env: {1: a, 1.0: b}\n")
     with pytest.raises(InputError, match=r"duplicate key 1\.0 "):
-        profile.load_raw(str(path))
+        profile_mod.load_raw(str(path))
 
 
 @pytest.fixture
@@ -153,7 +154,7 @@ def profiles_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The shipped profiles, copied where one more (broken) file can be added."""
     folder = tmp_path / "profiles"
     folder.mkdir()
-    for name, path in profile.available().items():
+    for name, path in profile_mod.available().items():
         (folder / f"{name}.yml").write_text(path.read_text())
     monkeypatch.setenv("ORCHESTRATOR_PROFILES", str(folder))
     return folder
@@ -164,7 +165,7 @@ def test_one_unparsable_profile_does_not_hide_the_others(profiles_dir: Path, con
     """Issue 13: `validate` (all) and `profiles` stopped at the first file that did not parse."""
     from click.testing import CliRunner
 
-    from orchestrator.__main__ import cli
+    from orchestrator.cli.main import cli
 
     (profiles_dir / "broken.yml").write_text(content)
     runner = CliRunner()

@@ -12,14 +12,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import hostplan, plan, profile, secrets
 from orchestrator.errors import InputError, ProfileError
+from orchestrator.hosts import playvars, secrets
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 
 
-def load(tmp_path: Path, text: str) -> profile.Profile:
+def load(tmp_path: Path, text: str) -> profile_mod.Profile:
     path = tmp_path / "p.yml"
     path.write_text(text)
-    return profile.load(str(path))
+    return profile_mod.load(str(path))
 
 
 def problems(tmp_path: Path, text: str) -> list[str]:
@@ -43,17 +45,17 @@ def problems(tmp_path: Path, text: str) -> list[str]:
 def test_gpu_set_spellings(tmp_path: Path, written: str, gpus: list[int]) -> None:
     prof = load(tmp_path, f"extends: cg_5tok\nserver: {{tp_size: 4, gpus: {written}}}\n")
     assert prof.server.gpus == gpus
-    p = plan.build(prof)
+    p = launch.build(prof)
     # nvidia-smi's indexes, in the order the server numbers them (its GPU 0 is the first listed).
     assert p.environment["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, gpus))
     assert next(iter(p.environment)) == "CUDA_VISIBLE_DEVICES"
-    assert hostplan.unit_facts(prof).gpus == gpus
+    assert playvars.unit_facts(prof).gpus == gpus
 
 
 def test_no_gpu_set_keeps_the_first_gpus_and_no_cuda_visible_devices(tmp_path: Path) -> None:
     prof = load(tmp_path, "extends: cg_5tok\nserver: {tp_size: 4}\n")
-    assert "CUDA_VISIBLE_DEVICES" not in plan.build(prof).environment
-    assert hostplan.unit_facts(prof).gpus == [0, 1, 2, 3]
+    assert "CUDA_VISIBLE_DEVICES" not in launch.build(prof).environment
+    assert playvars.unit_facts(prof).gpus == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize(
@@ -93,21 +95,21 @@ def test_multinode_gpu_set_is_each_nodes_share(tmp_path: Path) -> None:
     text = "extends: cg_5tok_2node\nserver: {gpus: '4-7', tp_size: 8}\n"
     prof = load(tmp_path, text)
     hosts = [
-        hostplan.inventory_mod.InventoryHost(name=f"n{i}", address=f"10.0.0.{i}", deployment=None)
+        playvars.inventory_mod.InventoryHost(name=f"n{i}", address=f"10.0.0.{i}", deployment=None)
         for i in range(4)
     ]
-    assert hostplan._ranks(prof, hosts[:2]) == hosts[:2]
+    assert playvars._ranks(prof, hosts[:2]) == hosts[:2]
     with pytest.raises(
         InputError, match=r"server\.gpus lists 4 GPUs per node; 4 nodes x 4 is not the 8 GPUs"
     ):
-        hostplan._ranks(prof, hosts)
+        playvars._ranks(prof, hosts)
 
 
 # --- unit options -----------------------------------------------------------------------------
 
 
 def test_defaults_lock_memory_without_limit_and_do_not_restart(tmp_path: Path) -> None:
-    unit = plan.build(profile.load("cg_5tok")).unit
+    unit = launch.build(profile_mod.load("cg_5tok")).unit
     assert "\nLimitMEMLOCK=infinity\n" in unit and "\nLimitNOFILE=1048576\n" in unit
     assert "\nRestart=no\n" in unit and "RestartSec" not in unit and "StartLimit" not in unit
 
@@ -116,7 +118,7 @@ def test_restart_on_failure_renders_a_bounded_restart(tmp_path: Path) -> None:
     prof = load(
         tmp_path, "extends: cg_5tok\nservice: {restart: on-failure, restart_sec: 2.5, start_limit_burst: 5}\n"
     )
-    unit = plan.build(prof).unit
+    unit = launch.build(prof).unit
     assert "\nRestart=on-failure\nRestartSec=2.5\n" in unit
     unit_section = unit.split("[Service]")[0]
     assert "\nStartLimitIntervalSec=3600\nStartLimitBurst=5\n" in unit_section
@@ -156,14 +158,14 @@ def test_allowed_extra_directives_render_as_written(tmp_path: Path) -> None:
         "extends: cg_5tok\n"
         "service: {extra: {CPUAffinity: '0-31', Nice: -5, NUMAPolicy: bind, NUMAMask: '0'}}\n",
     )
-    assert "\nCPUAffinity=0-31\nNice=-5\nNUMAPolicy=bind\nNUMAMask=0\n" in plan.build(prof).unit
+    assert "\nCPUAffinity=0-31\nNice=-5\nNUMAPolicy=bind\nNUMAMask=0\n" in launch.build(prof).unit
 
 
 @pytest.mark.parametrize(("value", "ok"), [("infinity", True), (65536, True), ("64G", True), ("lots", False)])
 def test_limits(tmp_path: Path, value: object, ok: bool) -> None:
     text = yaml.safe_dump({"extends": "cg_5tok", "service": {"limits": {"memlock": value}}})
     if ok:
-        assert f"\nLimitMEMLOCK={value}\n" in plan.build(load(tmp_path, text)).unit
+        assert f"\nLimitMEMLOCK={value}\n" in launch.build(load(tmp_path, text)).unit
     else:
         assert any("service.limits.memlock" in f and "is not a size" in f for f in problems(tmp_path, text))
 
@@ -188,10 +190,10 @@ def test_secret_env_never_reaches_the_unit(tmp_path: Path, monkeypatch: pytest.M
     prof = load(
         tmp_path, "extends: cg_5tok\nservice: {user: sglang}\nsecret_env: {HF_TOKEN: {env: HF_TOKEN}}\n"
     )
-    p = plan.build(prof)
+    p = launch.build(prof)
     assert "hf_a" not in p.unit and "HF_TOKEN" not in p.unit
     assert "\nEnvironmentFile=/etc/orchestrator/sglang.env\n" in p.unit
-    host = hostplan.for_profile(prof, p, hostplan.unit_facts(prof))
+    host = playvars.for_profile(prof, p, playvars.unit_facts(prof))
     assert (host.env_file_path, host.service_user) == ("/etc/orchestrator/sglang.env", "sglang")
     # systemd's load_env_file() reads `\\`, `\"`, `\``, `\$` inside double quotes as the character.
     assert secrets.secret_env_text(prof) == 'HF_TOKEN="hf_a\\"b\\$c\\`d\\\\e"\n'
@@ -239,7 +241,7 @@ def test_environment_files_are_checked_and_copied(tmp_path: Path) -> None:
 
 def test_api_key_for_a_non_root_user_is_a_credential(tmp_path: Path) -> None:
     prof = load(tmp_path, "extends: cg_5tok\nservice: {user: sglang}\napi_key: {env: K}\n")
-    unit = plan.build(prof).unit
+    unit = launch.build(prof).unit
     assert "\nLoadCredential=sglang-config.yaml:/etc/orchestrator/sglang.config.yaml\n" in unit
     assert "--config ${CREDENTIALS_DIRECTORY}/sglang-config.yaml\n" in unit
 

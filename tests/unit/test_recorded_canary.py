@@ -15,10 +15,11 @@ import pytest
 from click.testing import CliRunner
 from plays import LAB, Gateway, Recording, Script, lab_inventory, scripted, variant
 
-from orchestrator import bench, canary, deploy
-from orchestrator import plan as plan_mod
-from orchestrator import profile as profile_mod
-from orchestrator.__main__ import cli
+from orchestrator.cli.main import cli
+from orchestrator.hosts import deploy
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch as plan_mod
+from orchestrator.tuning import bench, canary
 
 GOOD = plan_mod.build(profile_mod.load("cg_5tok")).digest
 

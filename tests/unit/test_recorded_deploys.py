@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from plays import LAB, Gateway, Recording, Script, lab_inventory, scripted, together, variant
 
-from orchestrator import deploy
-from orchestrator import plan as plan_mod
-from orchestrator import profile as profile_mod
-from orchestrator.runner import TaskEvent
+from orchestrator.hosts import deploy
+from orchestrator.hosts.runner import TaskEvent
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch as plan_mod
 
 #: cg_5tok's unit: what the lab hosts ran healthy before each failing deploy.
 GOOD = plan_mod.build(profile_mod.load("cg_5tok")).digest

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from plays import PLAYS, PlayMismatch, Recording, Script, lab_inventory
 
-from orchestrator import deploy, runner
-from orchestrator import profile as profile_mod
+from orchestrator.hosts import deploy, runner
+from orchestrator.profile import model as profile_mod
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 #: Text shaped like a credential (kept apart from scripts/record_play.py's own: a second opinion).

@@ -9,13 +9,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import __main__ as main_mod
-from orchestrator import logs_cli, plan, profile, sglang_flags
-from orchestrator.__main__ import cli
+from orchestrator.cli import logs_command
+from orchestrator.cli import main as main_mod
+from orchestrator.cli.main import cli
+from orchestrator.profile import model as profile_mod
+from orchestrator.profile import sglang_flags
+from orchestrator.render import launch
 
 
 def _help_parser(version: str):
-    """SGLang's parser rebuilt from the real --help text shipped in orchestrator/sglang_help/."""
+    """SGLang's parser rebuilt from the real --help text shipped in orchestrator/profile/sglang_help/."""
     text = sglang_flags.help_path(version).read_text()
     return sglang_flags.build_parser(sglang_flags.FlagTable(version, sglang_flags.parse_help(text)))
 
@@ -45,7 +48,7 @@ def test_rendered_argv_is_accepted_by_that_versions_parser(name: str, version: s
     path.write_text(f"extends: {name}\nserver: {{sglang_version: '{version}', cuda_graph_max_bs: 16}}\n")
     if name == "eagle3_16tok_nocg":  # CUDA graphs off: no batch size to capture
         path.write_text(f"extends: {name}\nserver: {{sglang_version: '{version}'}}\n")
-    argv = plan.build(profile.load(str(path))).argv
+    argv = launch.build(profile_mod.load(str(path))).argv
     assert argv[:3] == ["/usr/bin/python3", "-m", "sglang.launch_server"]
     args = _help_parser(version).parse_args(argv[3:])
     assert args.model_path == "/data/models/Kimi-K2.5"
@@ -83,72 +86,74 @@ NASTY = [
 @pytest.mark.parametrize("arg", NASTY)
 def test_exec_start_round_trips(arg: str) -> None:
     argv = ["/usr/bin/python3", "-m", "sglang.launch_server", "--served-model-name", arg, "--port", "1"]
-    assert plan.unquote_exec(plan.exec_start(argv)) == argv
+    assert launch.unquote_exec(launch.exec_start(argv)) == argv
 
 
 def test_plan_argv_round_trips_through_the_unit(tmp_path: Path) -> None:
     path = tmp_path / "p.yml"
     nasty = "{model_path: '/data/my models/K2 $HOME 100%', served_model_name: 'a\"b\\\\c'}"
     path.write_text(f"extends: cg_5tok\nserver: {nasty}\n")
-    p = plan.build(profile.load(str(path)))
+    p = launch.build(profile_mod.load(str(path)))
     value = re.search(r"^ExecStart=(.*?)(?=\n\S)", p.unit, re.S | re.M).group(1)
-    assert plan.unquote_exec(value) == p.argv
+    assert launch.unquote_exec(value) == p.argv
 
 
 def test_environment_values_are_escaped() -> None:
     """Environment= does no `$` expansion: `$$` would reach the process as `$$` (ExecStart= does)."""
-    assert plan.environment_line("A", 'x "y" $Z 5%') == '"A=x \\"y\\" $Z 5%%"'
-    assert plan.quote_exec_arg('x "y" $Z 5%') == '"x \\"y\\" $$Z 5%%"'
+    assert launch.environment_line("A", 'x "y" $Z 5%') == '"A=x \\"y\\" $Z 5%%"'
+    assert launch.quote_exec_arg('x "y" $Z 5%') == '"x \\"y\\" $$Z 5%%"'
 
 
 def test_unit_shows_every_character() -> None:
     """A tab or a control character would be invisible in `render`: each is a visible escape."""
-    assert plan.quote_exec_arg("a\tb\nc\x01\x7f") == '"a\\tb\\nc\\x01\\x7f"'
-    assert plan.environment_line("A", "\t\x1b") == '"A=\\t\\x1b"'
+    assert launch.quote_exec_arg("a\tb\nc\x01\x7f") == '"a\\tb\\nc\\x01\\x7f"'
+    assert launch.environment_line("A", "\t\x1b") == '"A=\\t\\x1b"'
 
 
 def test_parse_unit_reads_dollars_as_systemd_does() -> None:
     unit = 'Environment="A=a$HOME" "B=$$"\nExecStart=/usr/bin/python3 "a$$HOME"\nRestart=no\n'
-    assert plan.parse_unit(unit) == (["/usr/bin/python3", "a$HOME"], {"A": "a$HOME", "B": "$$"})
+    assert launch.parse_unit(unit) == (["/usr/bin/python3", "a$HOME"], {"A": "a$HOME", "B": "$$"})
 
 
 def test_only_the_planned_credential_word_is_left_for_systemd_to_expand(tmp_path: Path) -> None:
     """#21: the API key's --config word is written unescaped by its place (Plan.credential_at); the
     same text from a profile is escaped like every other `$` (tests/unit/test_systemd_oracle.py has
     systemd's reading). A multi-node rank's words come after it and leave its place alone."""
-    word = plan.CREDENTIAL_ARG
+    word = launch.CREDENTIAL_ARG
     path = tmp_path / "p.yml"
     path.write_text(
         f"extends: cg_5tok_2node\napi_key: {{env: K}}\n"
         f"server: {{served_model_name: '{word}', extra_args: [--chat-template, '{word}']}}\n"
     )
-    p = plan.build(profile.load(str(path)), plan.Node(rank=1, nnodes=2, dist_init_addr="10.0.0.1:5757"))
+    p = launch.build(
+        profile_mod.load(str(path)), launch.Node(rank=1, nnodes=2, dist_init_addr="10.0.0.1:5757")
+    )
     assert [i for i, arg in enumerate(p.argv) if arg == word] == [
         p.argv.index("--served-model-name") + 1,
         p.credential_at,
         len(p.argv) - 1,
     ]
     assert p.argv[p.credential_at - 1] == "--config" and p.to_json()["credential_at"] == p.credential_at
-    assert p.unit.count(f' "$${{CREDENTIALS_DIRECTORY}}/{plan.CREDENTIAL}"') == 2
+    assert p.unit.count(f' "$${{CREDENTIALS_DIRECTORY}}/{launch.CREDENTIAL}"') == 2
     assert p.unit.count(f" --config {word} \\\n") == 1
     started = p.started_argv("/run/credentials/x")
-    assert started[p.credential_at] == f"/run/credentials/x/{plan.CREDENTIAL}" and started.count(word) == 2
-    assert plan.parse_unit(p.unit, {"CREDENTIALS_DIRECTORY": "/run/credentials/x"})[0] == started
-    assert plan.parse_unit(p.unit)[0] == p.argv
+    assert started[p.credential_at] == f"/run/credentials/x/{launch.CREDENTIAL}" and started.count(word) == 2
+    assert launch.parse_unit(p.unit, {"CREDENTIALS_DIRECTORY": "/run/credentials/x"})[0] == started
+    assert launch.parse_unit(p.unit)[0] == p.argv
 
 
 def test_render_refuses_a_working_directory_that_would_swallow_a_line() -> None:
     """Past validation too: `/srv/sglang\\` would make the next unit line part of WorkingDirectory."""
-    good = profile.load("cg_5tok")
+    good = profile_mod.load("cg_5tok")
     bad = good.model_copy(update={"service": good.service.model_copy(update={"working_directory": "/x\\"})})
     with pytest.raises(ValueError, match=r"service\.working_directory: .*backslash"):
-        plan.build(bad)
+        launch.build(bad)
 
 
 def test_working_directory_escapes_specifiers_only() -> None:
-    good = profile.load("cg_5tok")
+    good = profile_mod.load("cg_5tok")
     svc = good.service.model_copy(update={"working_directory": '/srv/50% "a" $b'})
-    unit = plan.build(good.model_copy(update={"service": svc})).unit
+    unit = launch.build(good.model_copy(update={"service": svc})).unit
     assert 'WorkingDirectory=/srv/50%% "a" $b\n' in unit
 
 
@@ -163,7 +168,7 @@ def test_a_unit_name_systemd_cannot_use_is_bad_input(command: str, monkeypatch: 
     def no_hosts(*args: object) -> None:
         raise AssertionError("the command went on to its hosts")
 
-    for module in (main_mod, logs_cli):
+    for module in (main_mod, logs_command):
         for name in ("inventory_or_lab", "inventory_or_running_lab"):
             monkeypatch.setattr(module, name, no_hosts, raising=False)
     result = CliRunner().invoke(cli, [command, "--unit", "sglang@.service"])
@@ -183,7 +188,7 @@ def test_render_json_shape() -> None:
 def test_render_prints_the_unit() -> None:
     result = CliRunner().invoke(cli, ["render", "--profile", "cg_5tok"])
     assert result.exit_code == 0
-    assert result.output == plan.build(profile.load("cg_5tok")).unit
+    assert result.output == launch.build(profile_mod.load("cg_5tok")).unit
     assert result.output.startswith("# Managed by orchestrator")
 
 

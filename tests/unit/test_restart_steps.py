@@ -9,8 +9,8 @@ from typing import Any
 
 from hostresults import result
 
-from orchestrator import facts, report
-from orchestrator.runner import HostRun, TaskEvent, split_steps
+from orchestrator.hosts import host_report, readback
+from orchestrator.hosts.runner import HostRun, TaskEvent, split_steps
 
 STOPPED = result("sglang_stop", changed=True, was_active=True, main_pid=10, stop_s=0.2)
 WRITTEN = result("sglang_unit", digest="0123456789abcdef", unit_path="/etc/systemd/system/sglang.service")
@@ -45,10 +45,10 @@ def test_a_failed_step_is_what_the_report_names_and_a_rollback_is_owed() -> None
     msg = "systemd-analyze verify refused sglang.service: Unknown key name 'Foo'"
     ev = _restart("failed", ("sglang_stop", False, STOPPED), ("sglang_unit", True, {"msg": msg}), msg=msg)
     run = HostRun("lab1", [TaskEvent("lab1", "start", "", "sglang_restart", {}), *split_steps(ev)])
-    f = facts.of_run(run)
+    f = readback.of_run(run)
     assert f.failed is not None and f.failed.action == "sglang_unit" and f.message == msg
     assert f.stopped  # the stop ran: the host is owed its previous unit back
-    assert report.step(f) == "write unit"
+    assert host_report.step(f) == "write unit"
 
 
 def test_a_server_still_starting_is_a_progress_report_not_a_result() -> None:
@@ -61,14 +61,14 @@ def test_its_start_and_an_end_that_names_no_step_are_the_restarts_own() -> None:
     """Where nothing came back (the connection went, the module died), the restart failed as a
     whole: the server may be stopped, so a rollback is owed; a Ctrl-C during it names the restart."""
     assert [(e.kind, e.action) for e in split_steps(_restart("start"))] == [("start", "sglang_restart")]
-    assert facts.step_of(split_steps(_restart("start"))[0]) == "restart"
+    assert readback.step_of(split_steps(_restart("start"))[0]) == "restart"
     lost = TaskEvent("lab1", "unreachable", "", "sglang_restart", {"msg": "ssh: connection closed"})
     assert [(e.kind, e.action) for e in split_steps(lost)] == [("unreachable", "sglang_restart")]
     died = TaskEvent("lab1", "failed", "", "sglang_restart", {"msg": "MODULE FAILURE", "rc": 1})
     [failed] = split_steps(died)
     assert failed.kind == "failed" and failed.result["msg"] == "MODULE FAILURE"
-    f = facts.of_run(HostRun("lab1", [failed]))
-    assert f.stopped and report.step(f) == "restart"
+    f = readback.of_run(HostRun("lab1", [failed]))
+    assert f.stopped and host_report.step(f) == "restart"
 
 
 def test_a_step_orchestrator_does_not_know_fails_naming_it() -> None:

@@ -1,5 +1,5 @@
 """The seam from the hosts back to Python: each module's RETURN block and its model in
-orchestrator/results.py name the same fields, both ways, with compatible types; a result that
+orchestrator/hosts/module_results.py name the same fields, both ways, with compatible types; a result that
 lacks a field, or has one orchestrator does not know, is refused naming the module and the field;
 Ansible's own keys are not the module's. (tests/unit/test_seam.py checks the way out; the module
 tests validate what the real modules return, through tests/unit/modules/conftest.py.)"""
@@ -19,11 +19,11 @@ import yaml
 from hostresults import DEFAULTS, result
 from pydantic import BaseModel
 
-from orchestrator import facts, results
-from orchestrator.hostplan import PlayVars
+from orchestrator.hosts import module_results, readback
+from orchestrator.hosts.module_results import SHAPES, ResultError, parse
+from orchestrator.hosts.playvars import PlayVars
+from orchestrator.hosts.runner import HostRun, TaskEvent
 from orchestrator.paths import MODULES_DIR
-from orchestrator.results import SHAPES, ResultError, parse
-from orchestrator.runner import HostRun, TaskEvent
 
 MODULE_FILES = {p.stem: p for p in sorted(MODULES_DIR.glob("*.py"))}
 #: RETURN's types, as Python has them (a nested model is a dict).
@@ -126,7 +126,7 @@ def _optional(annotation: Any) -> set[Any]:
 
 @pytest.mark.parametrize("module", sorted(MODULE_FILES))
 def test_the_failure_model_has_each_success_field_as_optional(module: str) -> None:
-    """results.py writes the failure models out (for mypy): each field the success model has is
+    """module_results.py writes the failure models out (for mypy): each field the success model has is
     there with its type or None (a failure may widen it: sglang_stop's `gpus`), and the same
     validators."""
     ok, failed = SHAPES[module].ok, SHAPES[module].failed
@@ -158,7 +158,7 @@ def test_a_missing_field_names_the_module_and_the_field() -> None:
         parse("sglang_probe", probe, False, "gpu1")
     assert str(raised.value).startswith(
         "gpu1: sglang_probe returned no 'restart_needed' (the host's module and orchestrator differ: "
-        "orchestrator/results.py ProbeResult reads what plugins/modules/sglang_probe.py returns;"
+        "orchestrator/hosts/module_results.py ProbeResult reads what plugins/modules/sglang_probe.py returns;"
     )
 
 
@@ -209,7 +209,7 @@ def test_a_failure_reads_what_it_knew() -> None:
     event = TaskEvent(
         "gpu1", "failed", "", "sglang_stop", {"msg": "GPU 3 is not on this host", "gpus": [gpu]}
     )
-    assert facts.step_of(event) == "stop" and facts.of_run(HostRun("gpu1", [event])).gpus is None
+    assert readback.step_of(event) == "stop" and readback.of_run(HostRun("gpu1", [event])).gpus is None
     # a module that never ran: Ansible's keys only, and the line runner._explain_become wrote
     become = {"msg": "sudo as deploy asks for a password", "ansible_msg": "Missing sudo password"}
     assert (
@@ -229,10 +229,10 @@ def test_facts_read_every_result_of_a_play_and_refuse_a_differing_one() -> None:
         TaskEvent("gpu1", "skipped", "", "sglang_start", {}),
         TaskEvent("gpu1", "ok", "", "sglang_record", result("sglang_record")),
     ]
-    assert facts.of_run(run).probe.restart_needed
+    assert readback.of_run(run).probe.restart_needed
     run.events[-1].result["recorded_now"] = True
     with pytest.raises(ResultError, match=r"^gpu1: sglang_record returned 'recorded_now'"):
-        facts.of_run(run)
+        readback.of_run(run)
 
 
 def test_a_real_play_hands_over_results_the_models_read(
@@ -241,7 +241,7 @@ def test_a_real_play_hands_over_results_the_models_read(
     """Real Ansible, on this machine: the keys it adds to a module's result (invocation, exception,
     _ansible_no_log, a delegated task's _ansible_delegated_vars) on success and on failure, and the
     results of modules that run here without root or a GPU, read through facts.of_run."""
-    from orchestrator import runner
+    from orchestrator.hosts import runner
 
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
     paths = {key: str(tmp_path / key) for key in ("unit_dir", "state_dir", "lock_dir")}
@@ -287,7 +287,7 @@ def test_a_real_play_hands_over_results_the_models_read(
     ]
     gateway = next(e for e in run.events if e.action == "sglang_gateway" and e.kind == "failed")
     assert {"invocation", "_ansible_no_log"} <= set(gateway.result)  # Ansible's, set aside
-    found = facts.of_run(run)  # every one of them validated
+    found = readback.of_run(run)  # every one of them validated
     assert found.gpus is None and found.gateway["out"]["error"].startswith(f"gateway {dead}: ")
     assert (found.gateway["drain"]["in_flight"], found.gateway["drain"]["timed_out"]) == (0, False)
 
@@ -306,6 +306,9 @@ def test_the_results_tests_play_cover_every_module() -> None:
     assert set(DEFAULTS) == set(SHAPES)
     # A field named as one of Ansible's keys is the module's own (module_fields keeps it).
     clashes = {
-        (m, k) for m, shape in SHAPES.items() for k in shape.failed.model_fields if k in results.ANSIBLE_KEYS
+        (m, k)
+        for m, shape in SHAPES.items()
+        for k in shape.failed.model_fields
+        if k in module_results.ANSIBLE_KEYS
     }
     assert clashes == {("sglang_unit", "diff")}

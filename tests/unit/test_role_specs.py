@@ -22,8 +22,8 @@ import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from orchestrator.ansible_config import collections_dir
-from orchestrator.hostplan import HostPaths, LockSpec, PreflightChecks
+from orchestrator.hosts.ansible_config import collections_dir
+from orchestrator.hosts.playvars import HostPaths, LockSpec, PreflightChecks
 from orchestrator.paths import COLLECTION, MODULE_UTILS_DIR, MODULES_DIR, ROLES_DIR, ROOT
 
 
@@ -169,7 +169,7 @@ def test_the_task_passes_every_option_from_its_variable(role):
 
 
 def test_the_shared_option_specs_are_the_host_plans_records():
-    """What orchestrator/hostplan.py sends is what the modules accept."""
+    """What orchestrator/hosts/playvars.py sends is what the modules accept."""
     assert set(HostPaths.model_fields) == set(host.PATHS_OPTIONS)
     assert set(LockSpec.model_fields) == set(host.LOCK_OPTIONS)
     assert set(PreflightChecks.model_fields) <= set(host.PREFLIGHT_OPTIONS)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import runner
+from orchestrator.hosts import runner
 
 
 def test_ansible_playbook_comes_from_this_pythons_scripts() -> None:
@@ -48,7 +48,7 @@ def test_a_play_is_canceled_by_int_term_or_hup_but_an_ignored_hangup_stays_ignor
 def test_the_plan_of_many_hosts_reaches_the_play_through_a_private_file(tmp_path, monkeypatch) -> None:
     """A HostPlan per host for 100 hosts is ~300 KB of JSON: one argument over 128 KiB would not
     even start (E2BIG), and on argv every local user could read it."""
-    from orchestrator.hostplan import HostPlan, PlayVars, UnitFacts
+    from orchestrator.hosts.playvars import HostPlan, PlayVars, UnitFacts
 
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
     books = tmp_path / "playbooks"
@@ -81,7 +81,7 @@ def test_the_plan_of_many_hosts_reaches_the_play_through_a_private_file(tmp_path
 def test_forks_given_to_a_play_win_over_ansible_cfg(tmp_path, monkeypatch) -> None:
     """deploy --forks N reaches ansible-playbook's own --forks, above a team's ansible.cfg `forks`;
     without it the play keeps ansible.cfg's."""
-    from orchestrator.hostplan import PlayVars
+    from orchestrator.hosts.playvars import PlayVars
 
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
     cfg = tmp_path / "ansible.cfg"

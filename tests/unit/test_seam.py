@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 
-from orchestrator.hostplan import HostPlan, PlayVars
+from orchestrator.hosts.playvars import HostPlan, PlayVars
 from orchestrator.paths import PLAYBOOKS_DIR, ROLES_DIR
 
 PLAYBOOKS = sorted(PLAYBOOKS_DIR.glob("*.yml")) + sorted((PLAYBOOKS_DIR / "tasks").glob("*.yml"))
@@ -59,7 +59,7 @@ KNOWN = _fields(PlayVars, "orch") | _fields(HostPlan, "_plan")
 
 def test_every_name_a_playbook_reads_is_a_field_of_the_plan():
     unknown = sorted(n for n in _used() if n not in KNOWN)
-    assert not unknown, f"read by playbooks, not in orchestrator/hostplan.py: {unknown}"
+    assert not unknown, f"read by playbooks, not in orchestrator/hosts/playvars.py: {unknown}"
 
 
 def test_every_field_of_the_plan_is_read_by_a_playbook():
@@ -105,8 +105,8 @@ def test_every_role_variable_a_playbook_sets_is_declared_by_the_role():
 
 
 def test_the_plan_serialises_to_the_one_extra_var(tmp_path: Path, monkeypatch) -> None:
-    from orchestrator import profile as profile_mod
-    from orchestrator.hostplan import for_profile, placements
+    from orchestrator.hosts.playvars import for_profile, placements
+    from orchestrator.profile import model as profile_mod
 
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
     inv = tmp_path / "hosts.yml"

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import deploy, profile, secrets
-from orchestrator.__main__ import cli
+from orchestrator.cli.main import cli
 from orchestrator.errors import InputError
+from orchestrator.hosts import deploy, secrets
+from orchestrator.profile import model as profile_mod
 
 KEY = "s3cr3t-key"
 
@@ -27,7 +28,7 @@ def keyed_profile(tmp_path: Path, ref: str) -> Path:
 
 
 def key_of(tmp_path: Path, ref: str) -> str:
-    return secrets.api_key(profile.load(str(keyed_profile(tmp_path, ref))))
+    return secrets.api_key(profile_mod.load(str(keyed_profile(tmp_path, ref))))
 
 
 def key_file(folder: Path, content: bytes, mode: int = 0o600) -> Path:
@@ -180,5 +181,5 @@ def test_a_home_of_a_user_this_machine_lacks_is_one_line(
 
 def test_secret_config_quotes_the_key_for_yaml(tmp_path: Path) -> None:
     path = key_file(tmp_path, b'a"b\\c\n')
-    prof = profile.load(str(keyed_profile(tmp_path, f"{{file: {path}}}")))
+    prof = profile_mod.load(str(keyed_profile(tmp_path, f"{{file: {path}}}")))
     assert secrets.secret_config(prof) == 'api-key: "a\\"b\\\\c"\n'

@@ -1,7 +1,7 @@
 """Rules SGLang enforces only after start, checked before it (issue 13).
 
 Each case follows a check of SGLang's own server_args (0.5.9: python/sglang/srt/server_args.py;
-0.5.23: the arg_groups/ modules it was split into), cited in orchestrator/rules.py.
+0.5.23: the arg_groups/ modules it was split into), cited in orchestrator/profile/sglang_rules.py.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import profile, rules
+from orchestrator.profile import model as profile_mod
+from orchestrator.profile import sglang_rules
 
 # --- GPUs needed: tp x pp per replica; DP attention shares the TP group ----------------
 
@@ -31,21 +32,23 @@ from orchestrator import profile, rules
     ],
 )
 def test_gpus_needed(version: str, tp: int, dp: int, extra: list[str], gpus: int) -> None:
-    assert rules.gpus_needed(sglang_version=version, tp_size=tp, dp_size=dp, extra_args=extra) == gpus
+    assert sglang_rules.gpus_needed(sglang_version=version, tp_size=tp, dp_size=dp, extra_args=extra) == gpus
 
 
 def test_server_gpus_needed_is_the_rule(tmp_path: Path) -> None:
     path = tmp_path / "p.yml"
     path.write_text("extends: base\nserver: {dp_size: 2, extra_args: [--enable-dp-attention]}\n")
-    assert profile.load(str(path)).server.gpus_needed == 8
+    assert profile_mod.load(str(path)).server.gpus_needed == 8
     path.write_text("extends: base\nserver: {dp_size: 2}\n")
-    assert profile.load(str(path)).server.gpus_needed == 16
+    assert profile_mod.load(str(path)).server.gpus_needed == 16
 
 
 def _parallel(version: str, tp: int, dp: int, extra: list[str]) -> list[str]:
     return [
         f"{loc}: {m}"
-        for loc, m in rules.check_parallel(sglang_version=version, tp_size=tp, dp_size=dp, extra_args=extra)
+        for loc, m in sglang_rules.check_parallel(
+            sglang_version=version, tp_size=tp, dp_size=dp, extra_args=extra
+        )
     ]
 
 
@@ -76,7 +79,7 @@ def test_dp_attention_divides_tp(
 def _spec(version: str, algorithm: str, topk: int | None, extra: list[str], dp: int = 1) -> list[str]:
     return [
         f"{loc}: {m}"
-        for loc, m in rules.check_speculative_server(
+        for loc, m in sglang_rules.check_speculative_server(
             sglang_version=version, algorithm=algorithm, eagle_topk=topk, dp_size=dp, extra_args=extra
         )
     ]
@@ -168,14 +171,14 @@ def test_standalone_refuses_attn_dp_size_in_0523() -> None:
 
 def test_ngram_overwrites_top_k_and_ignores_the_drafter() -> None:
     findings = dict(
-        rules.check_speculative(
+        sglang_rules.check_speculative(
             algorithm="NGRAM", draft_model_path="/d", num_steps=3, eagle_topk=4, num_draft_tokens=8
         )
     )
     assert "--speculative-ngram-max-bfs-breadth (default 10)" in findings["speculative.eagle_topk"]
     assert "NGRAM loads no draft model" in findings["speculative.draft_model_path"]
     assert "speculative" not in findings  # not the trio rule: NGRAM has no draft tree of its own
-    clean = rules.check_speculative(
+    clean = sglang_rules.check_speculative(
         algorithm="NGRAM", draft_model_path=None, num_steps=None, eagle_topk=None, num_draft_tokens=None
     )
     assert list(clean) == []

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import sglang_flags
+from orchestrator.profile import sglang_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSIONS = sglang_flags.SHIPPED

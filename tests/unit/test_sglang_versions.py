@@ -11,19 +11,22 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import hostplan, plan, profile, rules, sglang_flags
-from orchestrator.__main__ import cli
+from orchestrator.cli.main import cli
 from orchestrator.errors import ProfileError
+from orchestrator.hosts import playvars
 from orchestrator.lab import standins
+from orchestrator.profile import model as profile_mod
+from orchestrator.profile import sglang_flags, sglang_rules
+from orchestrator.render import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _profile(tmp_path: Path, version: str, extra: str = "") -> profile.Profile:
+def _profile(tmp_path: Path, version: str, extra: str = "") -> profile_mod.Profile:
     path = tmp_path / f"v{len(list(tmp_path.iterdir()))}.yml"
     server = f"{{sglang_version: '{version}', cuda_graph_max_bs: 32{extra}}}"
     path.write_text(f"extends: cg_5tok\nserver: {server}\n")
-    return profile.load(str(path))
+    return profile_mod.load(str(path))
 
 
 # --- the version rule ----------------------------------------------------------------
@@ -113,14 +116,14 @@ def test_rules_from_sglangs_source_follow_the_profiles_release() -> None:
     that is the release's own behaviour, whichever help spells its flags."""
     args = ["--page-size", "16", "--attention-backend", "triton"]
     found = list(
-        rules.check_speculative_server(
+        sglang_rules.check_speculative_server(
             sglang_version="0.5.12", algorithm="EAGLE3", eagle_topk=4, dp_size=1, extra_args=args
         )
     )
     assert found and "needs attention backend flashinfer or fa3 in SGLang 0.5.12" in found[0][1]
     for version in ("0.5.13", "0.5.14", "0.5.23"):
         assert not list(
-            rules.check_speculative_server(
+            sglang_rules.check_speculative_server(
                 sglang_version=version, algorithm="EAGLE3", eagle_topk=4, dp_size=1, extra_args=args
             )
         )
@@ -133,12 +136,12 @@ def test_rules_from_sglangs_source_follow_the_profiles_release() -> None:
     ("version", "used"), [("0.5.9", "0.5.9"), ("0.5.16", "0.5.15"), ("0.5.21", "0.5.20")]
 )
 def test_the_unit_records_the_help_its_flags_come_from(version: str, used: str, tmp_path: Path) -> None:
-    unit = plan.build(_profile(tmp_path, version)).unit
+    unit = launch.build(_profile(tmp_path, version)).unit
     assert f"\n# sglang: {version}\n# sglang flags: from the --help of {used}\n[Unit]\n" in unit
 
 
 def test_a_version_without_its_own_help_renders_as_its_nearest_but_is_its_own_unit(tmp_path: Path) -> None:
-    ours, nearest = plan.build(_profile(tmp_path, "0.5.17")), plan.build(_profile(tmp_path, "0.5.15"))
+    ours, nearest = launch.build(_profile(tmp_path, "0.5.17")), launch.build(_profile(tmp_path, "0.5.15"))
     assert ours.argv == nearest.argv
     assert "--cuda-graph-max-bs" in ours.argv and "--tensor-parallel-size" in ours.argv
     assert ours.digest != nearest.digest  # so preflight never skips a check on a version change
@@ -146,8 +149,8 @@ def test_a_version_without_its_own_help_renders_as_its_nearest_but_is_its_own_un
 
 def test_preflight_checks_the_profiles_version_with_flags_spelled_from_the_help(tmp_path: Path) -> None:
     prof = _profile(tmp_path, "0.5.21")
-    built = plan.build(prof)
-    checks = hostplan.preflight_checks(prof, built, [0, 1, 2, 3, 4, 5, 6, 7], False)
+    built = launch.build(prof)
+    checks = playvars.preflight_checks(prof, built, [0, 1, 2, 3, 4, 5, 6, 7], False)
     assert checks.sglang_version == "0.5.21"  # what the host must have installed
     assert "--cuda-graph-max-bs-decode" in checks.flags  # checked against the host's own --help
     assert checks.skip_flags_if_digest == built.digest
@@ -176,12 +179,12 @@ def test_render_says_nothing_for_a_shipped_help(version: str, tmp_path: Path) ->
 
 
 def test_messages_a_help_decides_name_the_help_read() -> None:
-    (found,) = rules.check_extra_args("0.5.16", ["--max-runing-requests", "8"])
+    (found,) = sglang_rules.check_extra_args("0.5.16", ["--max-runing-requests", "8"])
     assert found[1] == (
         "--max-runing-requests is not a flag of SGLang 0.5.16 (read with 0.5.15's --help); "
         "did you mean --max-running-requests?"
     )
-    (found,) = rules.check_extra_args("0.5.15", ["--max-runing-requests", "8"])
+    (found,) = sglang_rules.check_extra_args("0.5.15", ["--max-runing-requests", "8"])
     assert "not a flag of SGLang 0.5.15;" in found[1]
 
 

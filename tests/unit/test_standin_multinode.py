@@ -17,10 +17,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.deploy import _group_diagnosis
-from orchestrator.diagnose import classify
+from orchestrator.hosts.deploy import _group_diagnosis
+from orchestrator.hosts.diagnose import classify
+from orchestrator.hosts.host_report import HostReport
 from orchestrator.lab.standins import DIST_PACKAGES, install, kimi_config, write_model_dir
-from orchestrator.report import HostReport
 from tests.unit.test_standin_sglang import Server, free_port
 
 PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable

@@ -13,8 +13,8 @@ from types import ModuleType
 
 import pytest
 
-from orchestrator.bench import DEFAULT_PROMPTS
 from orchestrator.lab.standins import HOST_SRC, KIMI_CHAT_TEMPLATE, LLAMA3_CHAT_TEMPLATE
+from orchestrator.tuning.bench import DEFAULT_PROMPTS
 
 
 def host_module(name: str) -> ModuleType:

@@ -10,10 +10,10 @@ import pytest
 from hostresults import gpu, result
 from rich.console import Console
 
-from orchestrator import hostops
-from orchestrator.hostplan import PlayVars
-from orchestrator.runner import HostRun, PlayResult, TaskEvent
-from orchestrator.view import status_table
+from orchestrator.cli.view import status_table
+from orchestrator.hosts import status_play
+from orchestrator.hosts.playvars import PlayVars
+from orchestrator.hosts.runner import HostRun, PlayResult, TaskEvent
 
 PY = "/usr/bin/python3"
 
@@ -39,7 +39,7 @@ def probe(profile: str, port: int, gpus: list[int], invocation: str, active: boo
 
 
 def journal(invocation: str, *accept: float) -> TaskEvent:
-    """ansible.builtin.command's result (Ansible's module: not one results.py reads)."""
+    """ansible.builtin.command's result (Ansible's module: not one module_results.py reads)."""
     argv = ["journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "--output=cat", "--grep=accept len"]
     lines = "".join(f"Decode batch. accept len: {a:.2f}, x\n" for a in accept)
     return TaskEvent("gpu1", "ok", "", "ansible.builtin.command", {"cmd": argv, "stdout": lines})
@@ -87,12 +87,12 @@ def play(monkeypatch: pytest.MonkeyPatch) -> list[PlayVars]:
         seen.append(orch)
         return PlayResult(0, "successful", {"gpu3": gpu3, "gpu1": gpu1, "gpu2": gpu2}, Path("."))
 
-    monkeypatch.setattr(hostops, "run_playbook", run_playbook)
+    monkeypatch.setattr(status_play, "run_playbook", run_playbook)
     return seen
 
 
 def test_each_unit_is_a_row_with_its_own_gpus(play):
-    rows = hostops.status(Path("hosts.yml"))
+    rows = status_play.status(Path("hosts.yml"))
     assert play[0].target.unit_name == ""  # every unit of each host
     assert [(r.host, r.unit) for r in rows] == [
         ("gpu1", "sglang-a.service"),
@@ -113,12 +113,12 @@ def test_each_unit_is_a_row_with_its_own_gpus(play):
     assert a.accept_len == pytest.approx(3.5)  # its own invocation's log lines
     assert (b.active_state, b.health, b.accept_len, b.gpus) == ("inactive", None, None, [4, 5, 6, 7])
     assert b.gpu_used_mib == 4000 and [h["pid"] for h in b.gpu_holders] == [77]  # not sglang-a's
-    assert (none.active_state, none.reachable, none.message) == (hostops.NO_UNIT, True, "")
+    assert (none.active_state, none.reachable, none.message) == (status_play.NO_UNIT, True, "")
     assert (down.reachable, down.message) == (False, "ssh: no route")
 
 
 def test_the_json_keys_stay_and_name_the_unit(play):
-    row = hostops.status(Path("hosts.yml"), unit_name="sglang-a.service")[0].to_json()
+    row = status_play.status(Path("hosts.yml"), unit_name="sglang-a.service")[0].to_json()
     assert play[0].target.unit_name == "sglang-a.service"
     old = {"host", "reachable", "profile", "digest", "active_state", "main_pid", "uptime_s", "health"}
     old |= {"gpu_used_mib", "gpu_holders", "message", "speculative", "accept_len", "port"}
@@ -126,7 +126,7 @@ def test_the_json_keys_stay_and_name_the_unit(play):
 
 
 def test_the_table_shows_a_row_per_unit_and_whose_holder_is_whose(play):
-    rows = hostops.status(Path("hosts.yml"))
+    rows = status_play.status(Path("hosts.yml"))
     rows[1].gpu_holders.append(holder(6, 1006, "sglang-a.service", 500))  # a's process on b's GPU 6
     console = Console(width=400, record=True)
     console.print(status_table(rows))

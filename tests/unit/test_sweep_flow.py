@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import bench, ledger, sweep
-from orchestrator import deploy as deploy_mod
-from orchestrator.report import DeployReport, HostReport
+from orchestrator import ledger
+from orchestrator.hosts import deploy as deploy_mod
+from orchestrator.hosts.host_report import DeployReport, HostReport
+from orchestrator.tuning import bench, sweep
 
 SPEEDS = {"baseline": 90.0, "cg_5tok": 82.3, "cg_2step": 85.6}
 
@@ -75,7 +76,7 @@ def test_leave_names_the_profile_to_end_on(fakes: list[str]) -> None:
 def test_cli_takes_profiles_as_arguments_or_p_options_and_needs_one(fakes: list[str], tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from orchestrator.bench_cli import sweep as sweep_cli
+    from orchestrator.cli.bench_commands import sweep as sweep_cli
 
     inv = tmp_path / "inv.yml"
     inv.write_text("all: {hosts: {lab2: {}}}\n")
@@ -105,7 +106,7 @@ def test_ctrl_c_during_a_deploy_stops_the_sweep(fakes: list[str], monkeypatch: p
 
 
 def test_bench_says_where_a_run_stands_against_baseline_and_the_fastest(fakes: list[str]) -> None:
-    from orchestrator.bench_cli import standing_line
+    from orchestrator.cli.bench_commands import standing_line
 
     _sweep(["baseline", "cg_2step"], Path("inv"))  # ledger: baseline 90.0, cg_2step 85.6 on lab2
     rate = SPEEDS["cg_5tok"]
@@ -123,8 +124,8 @@ def test_a_sweep_loads_each_profile_once(fakes: list[str], monkeypatch: pytest.M
     """The CLI loads every profile it names once and passes the objects down (it was ~5 times each)."""
     from click.testing import CliRunner
 
-    from orchestrator import profile as profile_mod
-    from orchestrator.bench_cli import sweep as sweep_cli
+    from orchestrator.cli.bench_commands import sweep as sweep_cli
+    from orchestrator.profile import model as profile_mod
 
     loads: list[str] = []
     real = profile_mod.load

@@ -17,9 +17,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from orchestrator import deploy, hostops, plan, profile, systemd_check, systemd_rules
-from orchestrator.__main__ import cli
+from orchestrator.cli.main import cli
 from orchestrator.errors import ProfileError
+from orchestrator.hosts import deploy, preflight_play
+from orchestrator.profile import model as profile_mod
+from orchestrator.profile import systemd_rules
+from orchestrator.render import launch, systemd_check
 
 pytestmark = pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="needs systemd-analyze")
 
@@ -40,8 +43,8 @@ NICE_50 = {"extends": "cg_5tok", "service": {"extra": {"Nice": "50"}}}
 
 
 def test_a_setting_systemd_drops_is_located_at_its_field(loose_nice: None, tmp_path: Path) -> None:
-    prof = profile.load(str(_write(tmp_path, NICE_50)))
-    p = plan.build(prof)
+    prof = profile_mod.load(str(_write(tmp_path, NICE_50)))
+    p = launch.build(prof)
     verdict = systemd_check.check(prof, [p])
     line = p.unit.split("\n").index("Nice=50") + 1
     assert [(x.loc, x.message) for x in verdict.problems] == [
@@ -66,12 +69,12 @@ def test_deploy_and_preflight_refuse_it_before_any_play(
     loose_nice: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
-    for module in (deploy, hostops):
+    for module in (deploy, preflight_play):
         monkeypatch.setattr(module, "run_playbook", lambda *a, **k: pytest.fail("a play ran"))
     inventory = tmp_path / "hosts.yml"
     inventory.write_text("all:\n  hosts:\n    gpu1: {ansible_host: 10.0.0.1}\n")
-    prof = profile.load(str(_write(tmp_path, NICE_50)))
-    for run in (lambda: deploy.deploy(prof, inventory), lambda: hostops.preflight(prof, inventory)):
+    prof = profile_mod.load(str(_write(tmp_path, NICE_50)))
+    for run in (lambda: deploy.deploy(prof, inventory), lambda: preflight_play.preflight(prof, inventory)):
         with pytest.raises(ProfileError) as info:
             run()
         assert [p.loc for p in info.value.problems] == ["service.extra.Nice"]
@@ -80,8 +83,8 @@ def test_deploy_and_preflight_refuse_it_before_any_play(
 def test_each_line_is_located_at_the_field_that_wrote_it() -> None:
     """Complaints about lines past validation: by directive, by variable, and a continued line by
     its first physical line (systemd numbers it by its last)."""
-    prof = profile.load("cg_5tok")
-    p = plan.build(prof)
+    prof = profile_mod.load("cg_5tok")
+    p = launch.build(prof)
     unit = (
         p.unit.replace("LimitNOFILE=1048576", "LimitNOFILE=1G")
         .replace('Environment="NCCL_ALGO=Ring"', 'Environment="NCCL_ALGO=Ring')
@@ -112,8 +115,8 @@ def test_what_only_this_machine_lacks_does_not_count(tmp_path: Path) -> None:
         ),
     ]
     for doc in docs:
-        prof = profile.load(str(_write(tmp_path, doc)))
-        assert systemd_check.check(prof, [plan.build(prof)]) == systemd_check.Verdict(), doc
+        prof = profile_mod.load(str(_write(tmp_path, doc)))
+        assert systemd_check.check(prof, [launch.build(prof)]) == systemd_check.Verdict(), doc
 
 
 def test_one_run_per_distinct_unit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,16 +126,16 @@ def test_one_run_per_distinct_unit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         systemd_check, "_verify", lambda analyze, unit, name: runs.append(unit) or verify(analyze, unit, name)
     )
-    prof = profile.load("cg_5tok_2node")
-    ranks = [plan.build(prof, plan.Node(rank, 2, "[fd00::1]:5757")) for rank in (0, 1)]
+    prof = profile_mod.load("cg_5tok_2node")
+    ranks = [launch.build(prof, launch.Node(rank, 2, "[fd00::1]:5757")) for rank in (0, 1)]
     assert systemd_check.check(prof, [ranks[0], ranks[0], ranks[1]]) == systemd_check.Verdict()
     assert runs == [ranks[0].unit, ranks[1].unit]
 
 
 def test_without_systemd_analyze_it_is_skipped_with_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(systemd_check.shutil, "which", lambda name: None)
-    verdict = systemd_check.check(profile.load("cg_5tok"), [plan.build(profile.load("cg_5tok"))])
+    verdict = systemd_check.check(profile_mod.load("cg_5tok"), [launch.build(profile_mod.load("cg_5tok"))])
     assert verdict.problems == [] and "systemd-analyze is not installed here" in verdict.skipped
     result = CliRunner().invoke(cli, ["render", "--profile", "cg_5tok"])
-    assert result.exit_code == 0 and result.stdout == plan.build(profile.load("cg_5tok")).unit
+    assert result.exit_code == 0 and result.stdout == launch.build(profile_mod.load("cg_5tok")).unit
     assert "note: systemd-analyze is not installed here" in result.stderr

@@ -42,8 +42,11 @@ import yaml
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import container, plan, profile, secrets, systemd_rules
 from orchestrator.errors import ProfileError
+from orchestrator.hosts import secrets
+from orchestrator.profile import model as profile_mod
+from orchestrator.profile import systemd_rules
+from orchestrator.render import container, launch
 
 SYSTEMD = Path("/lib/systemd/systemd")
 UNIT = "sglang.service"
@@ -53,7 +56,7 @@ STUBS = ["sysinit.target", "basic.target", "shutdown.target", "network-online.ta
 STUBS += ["rescue.target"]
 TEST_MODE = ["--test", "--system", f"--unit={UNIT}", "--no-pager"]
 #: What systemd sets $CREDENTIALS_DIRECTORY to for the unit under test, a system service.
-CREDENTIALS = plan.credentials_dir(UNIT)
+CREDENTIALS = launch.credentials_dir(UNIT)
 
 
 def _prefix() -> list[str]:
@@ -203,7 +206,7 @@ def _expand(word: str) -> str:
     return "".join(out)
 
 
-def assert_reads_exactly(systemd: Systemd, p: plan.Plan, prof: profile.Profile) -> Reading:
+def assert_reads_exactly(systemd: Systemd, p: launch.Plan, prof: profile_mod.Profile) -> Reading:
     reading = systemd.read(p.unit)
     assert reading.complaints == [], (reading.complaints, p.unit)
     assert reading.load_state == "loaded", p.unit
@@ -212,16 +215,16 @@ def assert_reads_exactly(systemd: Systemd, p: plan.Plan, prof: profile.Profile) 
     assert reading.environment == p.environment, p.unit
     assert reading.working_directory == prof.service.working_directory, p.unit
     # plan's own reading of a unit (used to compare deployed units) agrees with systemd's.
-    assert plan.parse_unit(p.unit) == (p.argv, p.environment)
-    started = plan.parse_unit(p.unit, {"CREDENTIALS_DIRECTORY": CREDENTIALS})
+    assert launch.parse_unit(p.unit) == (p.argv, p.environment)
+    started = launch.parse_unit(p.unit, {"CREDENTIALS_DIRECTORY": CREDENTIALS})
     assert started == (p.started_argv(CREDENTIALS), p.environment)
     return reading
 
 
-def _load(tmp: Path, doc: dict[str, Any]) -> profile.Profile:
+def _load(tmp: Path, doc: dict[str, Any]) -> profile_mod.Profile:
     path = tmp / "p.yml"
     path.write_text(yaml.safe_dump(doc))
-    return profile.load(str(path))
+    return profile_mod.load(str(path))
 
 
 # --- the defects, one by one -----------------------------------------------------------
@@ -230,7 +233,7 @@ def _load(tmp: Path, doc: dict[str, Any]) -> profile.Profile:
 def test_dollar_in_environment_reaches_the_process_once(systemd: Systemd, tmp_path: Path) -> None:
     """Environment= does no `$` expansion: `$$` there reached the process as `$$`."""
     prof = _load(tmp_path, {"extends": "cg_5tok", "env": {"A": "a$HOME", "B": "$$ ${X}"}})
-    p = plan.build(prof)
+    p = launch.build(prof)
     assert p.environment["A"] == "a$HOME"
     assert systemd.read(p.unit).environment["A"] == "a$HOME"
     assert_reads_exactly(systemd, p, prof)
@@ -242,7 +245,7 @@ def test_dollar_in_exec_start_reaches_the_process_once(systemd: Systemd, tmp_pat
         "server": {"served_model_name": "$HOME", "extra_args": ["--chat-template", "${X}"]},
     }
     prof = _load(tmp_path, doc)
-    assert_reads_exactly(systemd, plan.build(prof), prof)
+    assert_reads_exactly(systemd, launch.build(prof), prof)
 
 
 def test_working_directory_ending_in_backslash_is_refused(tmp_path: Path) -> None:
@@ -256,7 +259,7 @@ def test_working_directory_ending_in_backslash_is_refused(tmp_path: Path) -> Non
 def test_working_directory_ending_in_two_backslashes_reads_back(systemd: Systemd, tmp_path: Path) -> None:
     """An even count of trailing backslashes is no continuation: the path is kept, NCCL_PROTO too."""
     prof = _load(tmp_path, {"extends": "cg_5tok", "service": {"working_directory": "/srv/sglang\\\\"}})
-    assert_reads_exactly(systemd, plan.build(prof), prof)
+    assert_reads_exactly(systemd, launch.build(prof), prof)
 
 
 #: Values systemd refuses or changes, by the profile field they are refused at.
@@ -300,18 +303,18 @@ def test_values_systemd_refuses_are_profile_errors(loc: str, value: str, tmp_pat
 @pytest.mark.parametrize(("loc", "value"), REFUSED, ids=lambda v: repr(v)[:40])
 def test_each_refusal_is_systemds(loc: str, value: str, systemd: Systemd) -> None:
     """The same values, put in a unit past validation: systemd refuses them or reads something else."""
-    good = profile.load("cg_5tok")
-    p = plan.build(good)
+    good = profile_mod.load("cg_5tok")
+    p = launch.build(good)
     unit, env = p.unit, dict(p.environment)
     if loc == "server.python":
-        unit = unit.replace("ExecStart=/usr/bin/python3 ", f"ExecStart={plan.quote_exec_arg(value)} ", 1)
+        unit = unit.replace("ExecStart=/usr/bin/python3 ", f"ExecStart={launch.quote_exec_arg(value)} ", 1)
     elif loc == "service.working_directory":
         unit = unit.replace("WorkingDirectory=/\n", f"WorkingDirectory={value}\n", 1)
     else:
         name = loc.partition(".")[2]
         env[name] = value
         unit = unit.replace(
-            "Environment=", f"Environment={plan.environment_line(name, value)}\nEnvironment=", 1
+            "Environment=", f"Environment={launch.environment_line(name, value)}\nEnvironment=", 1
         )
     reading = systemd.read(unit)
     exact = (
@@ -336,7 +339,7 @@ SPECIAL_VALUES = [
     "",
     "  padded\t",
     "all: \\ \" ' % $X ${Y} \t \n \r \x01 \x7f é 😀 ; # ~",
-    plan.CREDENTIAL_ARG,  # a profile's own text, never the word systemd expands
+    launch.CREDENTIAL_ARG,  # a profile's own text, never the word systemd expands
     "\x9b2J\x9d0;t\x07 \x85 \u202eevil\ufeff\u2028",  # C1 controls and bidi marks: written as \\u escapes
 ]
 
@@ -357,7 +360,7 @@ def test_special_characters_read_back_in_every_field(value: str, systemd: System
         if not systemd_rules.executable_problems(f"/opt/py{value}"):
             doc["server"]["python"] = f"/opt/py{value}"
     prof = _load(tmp_path, doc)
-    assert_reads_exactly(systemd, plan.build(prof), prof)
+    assert_reads_exactly(systemd, launch.build(prof), prof)
 
 
 def test_the_credential_word_from_a_profile_reaches_sglang_as_written(
@@ -370,17 +373,17 @@ def test_the_credential_word_from_a_profile_reaches_sglang_as_written(
     doc = {
         "extends": "cg_5tok",
         "server": {
-            "served_model_name": plan.CREDENTIAL_ARG,
-            "extra_args": ["--chat-template", plan.CREDENTIAL_ARG],
+            "served_model_name": launch.CREDENTIAL_ARG,
+            "extra_args": ["--chat-template", launch.CREDENTIAL_ARG],
         },
         "api_key": {"env": "SGLANG_KEY"},
     }
     prof = _load(tmp_path, doc)
-    p = plan.build(prof)
+    p = launch.build(prof)
     argv = systemd.read(p.unit).argv
-    assert argv[argv.index("--served-model-name") + 1] == plan.CREDENTIAL_ARG
-    assert argv[argv.index("--chat-template") + 1] == plan.CREDENTIAL_ARG
-    assert argv[argv.index("--config") + 1] == f"{CREDENTIALS}/{plan.CREDENTIAL}"
+    assert argv[argv.index("--served-model-name") + 1] == launch.CREDENTIAL_ARG
+    assert argv[argv.index("--chat-template") + 1] == launch.CREDENTIAL_ARG
+    assert argv[argv.index("--config") + 1] == f"{CREDENTIALS}/{launch.CREDENTIAL}"
     assert_reads_exactly(systemd, p, prof)
 
 
@@ -473,15 +476,15 @@ def test_each_refused_unit_name_is_one_systemd_cannot_run(
 # --- every shipped profile -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(profile.available()))
+@pytest.mark.parametrize("name", sorted(profile_mod.available()))
 def test_every_shipped_profile_reads_back_exactly(name: str, systemd: Systemd) -> None:
-    prof = profile.load(name)
-    assert_reads_exactly(systemd, plan.build(prof), prof)
+    prof = profile_mod.load(name)
+    assert_reads_exactly(systemd, launch.build(prof), prof)
 
 
 def test_multinode_plan_reads_back_exactly(systemd: Systemd) -> None:
-    prof = profile.load("cg_5tok_2node")
-    p = plan.build(prof, plan.Node(rank=1, nnodes=2, dist_init_addr="[fd00::1]:5757"))
+    prof = profile_mod.load("cg_5tok_2node")
+    p = launch.build(prof, launch.Node(rank=1, nnodes=2, dist_init_addr="[fd00::1]:5757"))
     assert_reads_exactly(systemd, p, prof)
 
 
@@ -502,11 +505,11 @@ def test_real_host_options_read_back_as_systemd_means_them(systemd: Systemd, tmp
         "secret_env": {"HF_TOKEN": {"env": "HF_TOKEN"}},
     }
     prof = _load(tmp_path, doc)
-    p = plan.build(prof)
+    p = launch.build(prof)
     reading = assert_reads_exactly(systemd, p, prof)
     assert reading.environment["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     assert "HF_TOKEN" not in p.unit and "SGLANG_KEY" not in p.unit
-    assert reading.setting("EnvironmentFile") == [f"{plan.HOST_STATE_DIR}/sglang.env"]
+    assert reading.setting("EnvironmentFile") == [f"{launch.HOST_STATE_DIR}/sglang.env"]
     assert reading.setting("User") == ["sglang"]
     assert reading.setting("Restart") == ["on-failure"]
     assert reading.setting("RestartSec") == ["5s"]
@@ -601,7 +604,7 @@ def _meaning(directive: str, value: str) -> str | None:
 def _unit_with(settings: dict[str, str]) -> str:
     """cg_5tok's unit with `settings` written raw, past validation: a directive the unit has is
     replaced where it stands, any other added at the end of [Service]."""
-    unit = plan.build(profile.load("cg_5tok")).unit
+    unit = launch.build(profile_mod.load("cg_5tok")).unit
     for directive, value in settings.items():
         if f"\n{directive}=" in unit:
             unit = re.sub(rf"^{directive}=.*$", f"{directive}={value}", unit, count=1, flags=re.M)
@@ -719,7 +722,7 @@ def test_each_refused_service_value_is_one_systemd_ignores_or_changes(
 def test_restart_sec_reaches_systemd_as_a_decimal(value: float, systemd: Systemd, tmp_path: Path) -> None:
     """`restart_sec: 1.0e-05` was rendered RestartSec=1e-05: "Failed to parse sec value, ignoring"."""
     prof = _load(tmp_path, _service_doc({}, restart_sec=value))
-    p = plan.build(prof)
+    p = launch.build(prof)
     reading = assert_reads_exactly(systemd, p, prof)
     assert "e" not in re.search(r"^RestartSec=(.*)$", p.unit, re.M)[1]
     assert reading.setting("RestartSec") == [_timespan(int(Decimal(repr(float(value))) * USEC))]
@@ -890,7 +893,7 @@ def test_systemd_reads_service_settings_as_the_profile_says(
                     else:
                         refused[name] = accepted.pop(name)
     event(f"read back: {len(accepted)}, refused: {len(refused)}")
-    p = plan.build(prof)
+    p = launch.build(prof)
     reading = assert_reads_exactly(systemd, p, prof)
     for directive, value in accepted.items():
         meant = _meaning(directive, value)
@@ -957,15 +960,15 @@ def test_container_units_read_back_exactly(kind: str, value: str, systemd: Syste
     """systemd runs the engine with exactly the planned words, SGLang's argv last; the environment
     reaches the container through them, and the unit itself sets none."""
     prof = _load(tmp_path, _container_doc(kind, value))
-    p = plan.build(prof)
+    p = launch.build(prof)
     reading = systemd.read(p.unit)
     assert reading.complaints == [] and reading.load_state == "loaded", (reading.complaints, p.unit)
     assert reading.executable == container.ENGINES[kind]
     started = p.started_argv(CREDENTIALS)
     assert reading.argv == [*p.engine_argv, *started] and reading.argv[-len(p.argv) :] == started
     assert reading.environment == {}
-    assert plan.parse_unit(p.unit) == (p.argv, p.environment)
-    assert plan.parse_unit(p.unit, {"CREDENTIALS_DIRECTORY": CREDENTIALS})[0] == started
+    assert launch.parse_unit(p.unit) == (p.argv, p.environment)
+    assert launch.parse_unit(p.unit, {"CREDENTIALS_DIRECTORY": CREDENTIALS})[0] == started
     assert p.environment["A"] == value and f"--env=A={value}" in reading.argv
     name = UNIT.removesuffix(".service")
     if kind == "podman":
@@ -993,7 +996,7 @@ def test_systemd_analyze_verify_accepts_container_units(kind: str, tmp_path: Pat
     elif not Path(container.ENGINES[kind]).exists():
         pytest.skip(f"{container.ENGINES[kind]} is missing: install {kind} (scripts/setup.sh installs it)")
     path = tmp_path / UNIT
-    path.write_text(plan.build(_load(tmp_path, doc)).unit)
+    path.write_text(launch.build(_load(tmp_path, doc)).unit)
     result = subprocess.run(
         [analyze, "verify", str(path)], capture_output=True, text=True, cwd=tmp_path, timeout=60
     )
@@ -1008,10 +1011,10 @@ def test_systemd_analyze_verify_accepts_container_units(kind: str, tmp_path: Pat
 # --- values that cannot reach the process (#21) --------------------------------------------------
 
 
-def _merged(doc: dict[str, Any]) -> profile.Profile:
+def _merged(doc: dict[str, Any]) -> profile_mod.Profile:
     """cg_5tok with `doc` merged in, validated without YAML (these values are large)."""
-    base, _ = profile.load_raw("cg_5tok")
-    return profile.validate(profile.merge(base, {k: v for k, v in doc.items() if k != "extends"}))
+    base, _ = profile_mod.load_raw("cg_5tok")
+    return profile_mod.validate(profile_mod.merge(base, {k: v for k, v in doc.items() if k != "extends"}))
 
 
 def _execve(argv: list[str], env: dict[str, str]) -> OSError | None:
@@ -1029,9 +1032,9 @@ def _execve(argv: list[str], env: dict[str, str]) -> OSError | None:
     return None
 
 
-def _refusal(prof: profile.Profile) -> list[tuple[str, str]]:
+def _refusal(prof: profile_mod.Profile) -> list[tuple[str, str]]:
     with pytest.raises(ProfileError) as info:
-        plan.build(prof)
+        launch.build(prof)
     for problem in info.value.problems:
         assert "\n" not in str(problem) and problem.message.endswith(("shorten it", "largest values"))
     return [(p.loc, p.message) for p in info.value.problems]
@@ -1041,7 +1044,7 @@ def test_an_argument_over_max_arg_strlen_is_refused_as_execve_refuses_it(systemd
     """A word of 128 KiB with its NUL reaches the server; one byte more and execve() fails (E2BIG)."""
     limit = systemd_rules.MAX_ARG_STRLEN
     fits = _merged({"server": {"extra_args": ["--chat-template", "x" * (limit - 1)]}})
-    p = plan.build(fits)
+    p = launch.build(fits)
     assert _execve(p.argv, {}) is None
     assert_reads_exactly(systemd, p, fits)
     [(loc, message)] = _refusal(_merged({"server": {"extra_args": ["--chat-template", "x" * limit]}}))
@@ -1052,7 +1055,7 @@ def test_an_argument_over_max_arg_strlen_is_refused_as_execve_refuses_it(systemd
 def test_an_environment_string_over_max_arg_strlen_is_refused_as_execve_refuses_it(systemd: Systemd) -> None:
     limit = systemd_rules.MAX_ARG_STRLEN
     fits = _merged({"env": {"A": "x" * (limit - 3)}})  # A=, the value, NUL
-    p = plan.build(fits)
+    p = launch.build(fits)
     assert _execve(p.argv, p.environment) is None
     assert_reads_exactly(systemd, p, fits)
     [(loc, message)] = _refusal(_merged({"env": {"A": "x" * (limit - 2)}}))
@@ -1068,22 +1071,22 @@ def test_a_unit_line_over_long_line_max_is_refused_as_systemd_refuses_the_unit(
     doc = _container_doc("docker", "plain")
     env = {f"E{i}": "v" * 120_000 for i in range(8)}
 
-    def with_padding(n: int) -> profile.Profile:
+    def with_padding(n: int) -> profile_mod.Profile:
         return _merged({**doc, "env": {**env, "P": "p" * n}})
 
-    def exec_start(p: plan.Plan) -> int:
+    def exec_start(p: launch.Plan) -> int:
         return next(j for _, d, j, _ in systemd_rules.unit_lines(p.unit) if d == "ExecStart")
 
-    pad = 1 + systemd_rules.LONG_LINE_MAX - exec_start(plan.build(with_padding(1)))
-    fits = plan.build(with_padding(pad))
+    pad = 1 + systemd_rules.LONG_LINE_MAX - exec_start(launch.build(with_padding(1)))
+    fits = launch.build(with_padding(pad))
     assert exec_start(fits) == systemd_rules.LONG_LINE_MAX
     reading = systemd.read(fits.unit)
     assert (reading.load_state, reading.complaints) == ("loaded", [])
     assert reading.argv == [*fits.engine_argv, *fits.started_argv(CREDENTIALS)]
     [(loc, message)] = _refusal(with_padding(pad + 1))
     assert loc.startswith("env.E") and "LONG_LINE_MAX of 1048576" in message
-    monkeypatch.setattr(plan, "size_findings", lambda *_: [])  # the same unit, past the rule
-    reading = systemd.read(plan.build(with_padding(pad + 1)).unit)
+    monkeypatch.setattr(launch, "size_findings", lambda *_: [])  # the same unit, past the rule
+    reading = systemd.read(launch.build(with_padding(pad + 1)).unit)
     assert reading.load_state != "loaded"
     assert any("No buffer space available" in c for c in reading.complaints), reading.complaints
 
@@ -1092,7 +1095,7 @@ def test_arguments_and_environment_over_what_execve_takes_are_refused_as_it_refu
     """Each variable fits, all of them do not: argv and environment share a quarter of the stack."""
     value = "v" * 110_000
     fits = _merged({"env": {f"E{i}": value for i in range(18)}})
-    p = plan.build(fits)
+    p = launch.build(fits)
     assert _execve(p.argv, p.environment) is None
     over = _merged({"env": {f"E{i}": value for i in range(20)}})
     [(loc, message)] = _refusal(over)
@@ -1206,7 +1209,7 @@ def test_systemd_reads_what_the_profile_says(values: dict[str, Any], systemd: Sy
                     event(f"refused: {problem.loc.split('.')[1].split('[')[0]}")
                     values = _without(values, problem.loc)
     event(f"read back: {len(values)} generated fields")
-    assert_reads_exactly(systemd, plan.build(prof), prof)
+    assert_reads_exactly(systemd, launch.build(prof), prof)
 
 
 # --- YAML 1.2: what the file says is what systemd reads (#21) ----------------------------------
@@ -1220,8 +1223,8 @@ def test_number_like_text_reaches_systemd_as_written(systemd: Systemd, tmp_path:
         "extends: cg_5tok\nenv: {A: 1.10, B: 0x10, C: 010, D: 12:30, E: yes}\n"
         "nccl: {NCCL_BUFFSIZE: 0x400000}\nservice: {extra: {UMask: 0777}}\n"
     )
-    prof = profile.load(str(path))
-    reading = assert_reads_exactly(systemd, plan.build(prof), prof)
+    prof = profile_mod.load(str(path))
+    reading = assert_reads_exactly(systemd, launch.build(prof), prof)
     env = reading.environment
     assert [env[k] for k in "ABCDE"] == ["1.10", "0x10", "010", "12:30", "yes"]
     assert env["NCCL_BUFFSIZE"] == "0x400000"
@@ -1235,7 +1238,7 @@ def test_c1_controls_and_bidi_marks_never_reach_the_unit_raw(systemd: Systemd, t
     prof = _load(
         tmp_path, {"extends": "cg_5tok", "env": {"A": value}, "server": {"served_model_name": value}}
     )
-    p = plan.build(prof)
+    p = launch.build(prof)
     assert not any(0x80 <= ord(ch) <= 0x9F or ch in "\u202e\ufeff" for ch in p.unit), p.unit
     reading = assert_reads_exactly(systemd, p, prof)
     assert reading.environment["A"] == value

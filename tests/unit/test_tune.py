@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator import bench, ledger, space, tune
-from orchestrator import deploy as deploy_mod
+from orchestrator import ledger
 from orchestrator.errors import InputError, Interrupted, ProfileError
-from orchestrator.report import DeployReport, HostReport
+from orchestrator.hosts import deploy as deploy_mod
+from orchestrator.hosts.host_report import DeployReport, HostReport
+from orchestrator.tuning import bench, space, tune
 
-SPEED_FILE = Path(tune.__file__).parent / "lab" / "standins" / "host" / "sglang" / "_speed.py"
+SPEED_FILE = Path(tune.__file__).parents[1] / "lab" / "standins" / "host" / "sglang" / "_speed.py"
 _spec = importlib.util.spec_from_file_location("standin_speed", SPEED_FILE)
 assert _spec and _spec.loader
 speed = importlib.util.module_from_spec(_spec)
@@ -196,7 +197,7 @@ def test_a_varied_value_reaches_the_profile_as_written(tmp_path: Path) -> None:
 
 
 def test_the_winner_file_keeps_each_number_as_written() -> None:
-    from orchestrator import yaml12
+    from orchestrator.profile import yaml12
 
     text = tune._dump(
         {"env": {"A": yaml12.Float(1.1, "1.10")}, "speculative": {"num_steps": yaml12.Int(3, "3")}}
@@ -207,7 +208,7 @@ def test_the_winner_file_keeps_each_number_as_written() -> None:
 def test_the_space_schema_is_published() -> None:
     from click.testing import CliRunner
 
-    from orchestrator.__main__ import cli
+    from orchestrator.cli.main import cli
 
     result = CliRunner().invoke(cli, ["schema", "space"])
     assert result.exit_code == 0
@@ -365,9 +366,9 @@ def test_the_winner_file_extends_the_space_profile_and_never_overwrites(lab: Lab
         "num_steps": outcome.winner.params["speculative.num_steps"],
         "num_draft_tokens": outcome.winner.params["speculative.num_draft_tokens"],
     }
-    from orchestrator import profile
+    from orchestrator.profile import model as profile_mod
 
-    prof = profile.load(outcome.winner_file)
+    prof = profile_mod.load(outcome.winner_file)
     assert prof.speculative.eagle_topk == 4  # the rest comes from cg_5tok
 
 
@@ -395,7 +396,7 @@ def test_check_says_what_each_host_baseline_costs_the_search(lab: Lab, tmp_path:
     --check says so before any restart."""
     from click.testing import CliRunner
 
-    from orchestrator.__main__ import cli
+    from orchestrator.cli.main import cli
 
     path = write_space(tmp_path, budget={"restarts": 11})
     argv = ["tune", str(path), "-i", str(tmp_path / "inv.yml"), "--check"]
@@ -411,13 +412,13 @@ def test_check_says_what_each_host_baseline_costs_the_search(lab: Lab, tmp_path:
 
 
 def test_a_null_winner_is_written_as_null_and_means_the_default(lab: Lab, tmp_path: Path) -> None:
-    from orchestrator import profile
+    from orchestrator.profile import model as profile_mod
 
     path = write_space(tmp_path, {"server.cuda_graph": [None]}, budget={"restarts": 3})
     outcome = campaign(path, ["lab1"], tmp_path).run()
     data = yaml.safe_load(Path(outcome.winner_file).read_text())
     assert data["server"] == {"cuda_graph": None}
-    assert profile.load(outcome.winner_file).server.cuda_graph == outcome.winner.profile.server.cuda_graph
+    assert profile_mod.load(outcome.winner_file).server.cuda_graph == outcome.winner.profile.server.cuda_graph
 
 
 def test_values_that_read_alike_in_a_name_are_two_trials(tmp_path: Path) -> None:

@@ -18,11 +18,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from orchestrator import ansible_config, inventory, profile, runner, secrets, vault
-from orchestrator.__main__ import VAULT_COMMANDS, cli
+from orchestrator.cli.main import VAULT_COMMANDS, cli
 from orchestrator.errors import InputError
-from orchestrator.hostplan import PlayVars
+from orchestrator.hosts import ansible_config, inventory, runner, secrets, vault
+from orchestrator.hosts.playvars import PlayVars
 from orchestrator.paths import ROOT
+from orchestrator.profile import model as profile_mod
 
 PASSWORD = "vault-Pass-9d1"
 OTHER = "another-vault-pass"
@@ -188,7 +189,7 @@ def test_verify_gives_testinfra_the_decrypted_connection_variables(tmp_path: Pat
     pytest.importorskip("testinfra")
     from testinfra.utils.ansible_runner import AnsibleRunner
 
-    from orchestrator.verify import run as verify_run
+    from orchestrator.hosts.verify import run as verify_run
 
     vault.use_password_file(str(tmp_path / "pw"))
     verify_run._give_testinfra(team / "hosts.yml", ["h1"])
@@ -207,20 +208,20 @@ def test_a_vaulted_api_key_file_is_decrypted_and_may_be_readable_by_others(
     ansible_vault("encrypt", str(key), password_file=tmp_path / "pw")
     key.chmod(0o644)  # encrypted at rest, as in the team's repository
     prof = tmp_path / "keyed.yml"
-    data, _ = profile.load_raw(str(EXAMPLES / "cg_5tok.yml"))
+    data, _ = profile_mod.load_raw(str(EXAMPLES / "cg_5tok.yml"))
     data.pop("extends", None)
     prof.write_text(yaml.safe_dump({**data, "api_key": {"file": str(key)}}))
     with pytest.raises(InputError, match=r"vaulted, and no vault password was given"):
-        secrets.api_key(profile.load(str(prof)))
+        secrets.api_key(profile_mod.load(str(prof)))
     vault.use_password_file(str(tmp_path / "wrong"))
     with pytest.raises(InputError) as caught:
-        secrets.api_key(profile.load(str(prof)))
+        secrets.api_key(profile_mod.load(str(prof)))
     assert str(caught.value) == (
         f"api_key.file: {key}: the vault password does not decrypt it (Decryption failed)"
     )
     vault.reset()
     vault.use_password_file(str(tmp_path / "pw"))
-    assert secrets.api_key(profile.load(str(prof))) == "s3cr3t-key"
+    assert secrets.api_key(profile_mod.load(str(prof))) == "s3cr3t-key"
 
 
 # --- ansible-playbook ------------------------------------------------------------------------------
@@ -324,7 +325,7 @@ def test_a_wrong_password_on_the_command_line_is_one_line_and_exit_2(tmp_path: P
 def test_ask_vault_pass_asks_once_and_every_read_and_play_gets_it(
     team: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import hostops
+    from orchestrator.hosts import status_play
 
     asked, seen = [], []
     monkeypatch.setattr("getpass.getpass", lambda prompt: asked.append(prompt) or PASSWORD)
@@ -334,7 +335,7 @@ def test_ask_vault_pass_asks_once_and_every_read_and_play_gets_it(
         seen.append(vault.play_options()[0])
         return []
 
-    monkeypatch.setattr(hostops, "status", fake_status)
+    monkeypatch.setattr(status_play, "status", fake_status)
     done = CliRunner().invoke(cli, ["status", "-J", "-i", "hosts.yml"])
     assert done.exit_code == 0, done.output
     assert asked == ["Vault password: "]
@@ -345,12 +346,12 @@ def test_ask_vault_pass_asks_once_and_every_read_and_play_gets_it(
 def test_ask_vault_pass_of_ansible_cfg_and_its_prompt_ids_are_asked_too(
     team: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import hostops
+    from orchestrator.hosts import status_play
 
     (team / "ansible.cfg").write_text("[defaults]\nask_vault_pass = True\nvault_identity_list = ops@prompt\n")
     asked = []
     monkeypatch.setattr("getpass.getpass", lambda prompt: asked.append(prompt) or PASSWORD)
-    monkeypatch.setattr(hostops, "status", lambda *a, **k: [])
+    monkeypatch.setattr(status_play, "status", lambda *a, **k: [])
     done = CliRunner().invoke(cli, ["status", "-i", "hosts.yml"])
     assert done.exit_code == 0, done.output
     assert asked == ["Vault password: ", "Vault password (ops): "]

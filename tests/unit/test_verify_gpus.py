@@ -1,4 +1,4 @@
-"""`verify`'s GPU check (orchestrator/verify/test_deployment.py) on a host running two servers:
+"""`verify`'s GPU check (orchestrator/hosts/verify/test_deployment.py) on a host running two servers:
 only the plan's GPU set is looked at, and a process of another orchestrator unit on it is named."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from orchestrator.verify import test_deployment as checks
+from orchestrator.hosts.verify import test_deployment as checks
 
 UUID = "GPU-8b9e1fa8-32f8-da01-8524-833ee60332e{}"
 

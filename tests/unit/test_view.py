@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.view import gpu_ranges, holders_line
+from orchestrator.cli.view import gpu_ranges, holders_line
 
 
 def test_gpu_ranges_joins_runs():
@@ -34,8 +34,8 @@ def test_holders_line_shows_unknown_memory_as_a_question_mark():
 def test_check_table_says_which_hosts_would_fail_restart_or_stay():
     from rich.console import Console
 
-    from orchestrator.report import DeployReport, HostReport
-    from orchestrator.view import deploy_table
+    from orchestrator.cli.view import deploy_table
+    from orchestrator.hosts.host_report import DeployReport, HostReport
 
     def host(name: str, ok: bool, reasons: list[str]) -> HostReport:
         step = "preflight" if not ok else "probe"
@@ -62,10 +62,10 @@ def test_check_of_a_multinode_server_compares_each_rank_with_its_own_unit(tmp_pa
     """Each rank's installed unit against its own plan: no false `--nnodes: 2 -> (removed)`."""
     from rich.console import Console
 
-    from orchestrator import profile as profile_mod
-    from orchestrator.hostplan import placements
-    from orchestrator.report import DeployReport, HostReport
-    from orchestrator.view import check_details
+    from orchestrator.cli.view import check_details
+    from orchestrator.hosts.host_report import DeployReport, HostReport
+    from orchestrator.hosts.playvars import placements
+    from orchestrator.profile import model as profile_mod
 
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
     inv = tmp_path / "hosts.yml"

@@ -26,8 +26,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from orchestrator import plan, profile, yaml12
 from orchestrator.errors import InputError, ProfileError
+from orchestrator.profile import model as profile_mod
+from orchestrator.profile import yaml12
+from orchestrator.render import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +42,7 @@ def _write(tmp: Path, text: str) -> str:
 
 def _problems(tmp: Path, text: str) -> list[str]:
     with pytest.raises(ProfileError) as info:
-        profile.load(_write(tmp, text))
+        profile_mod.load(_write(tmp, text))
     return [f"{p.loc}: {p.message}" for p in info.value.problems]
 
 
@@ -48,10 +50,10 @@ def _problems(tmp: Path, text: str) -> list[str]:
 
 
 def test_env_values_reach_the_server_as_written(tmp_path: Path) -> None:
-    prof = profile.load(
+    prof = profile_mod.load(
         _write(tmp_path, "env: {A: 1.10, B: 0x10, C: 010, D: 12:30, E: yes, F: 1_000, G: 1e3, H: .5}\n")
     )
-    env = plan.build(prof).environment
+    env = launch.build(prof).environment
     assert {k: env[k] for k in "ABCDEFGH"} == {
         "A": "1.10",
         "B": "0x10",
@@ -65,8 +67,8 @@ def test_env_values_reach_the_server_as_written(tmp_path: Path) -> None:
 
 
 def test_nccl_values_keep_their_text_and_integers_are_read_as_nccl_reads_them(tmp_path: Path) -> None:
-    prof = profile.load(_write(tmp_path, "nccl: {NCCL_BUFFSIZE: 0x400000, NCCL_DEBUG_FILE: 1.10}\n"))
-    env = plan.build(prof).environment
+    prof = profile_mod.load(_write(tmp_path, "nccl: {NCCL_BUFFSIZE: 0x400000, NCCL_DEBUG_FILE: 1.10}\n"))
+    env = launch.build(prof).environment
     assert (env["NCCL_BUFFSIZE"], env["NCCL_DEBUG_FILE"]) == ("0x400000", "1.10")
     # NCCL reads integer variables with strtoll(base 0): 1.10 would run as 1, 010 as 8.
     found = _problems(tmp_path, "nccl: {NCCL_IB_TIMEOUT: 1.10, NCCL_BUFFSIZE: 010}\n")
@@ -87,19 +89,19 @@ def test_nccl_lists_with_spaces_are_refused(tmp_path: Path) -> None:
 
 
 def test_service_extra_keeps_an_octal_umask(tmp_path: Path) -> None:
-    prof = profile.load(_write(tmp_path, "service: {extra: {UMask: 0027}}\n"))
-    assert "\nUMask=0027\n" in plan.build(prof).unit
+    prof = profile_mod.load(_write(tmp_path, "service: {extra: {UMask: 0027}}\n"))
+    assert "\nUMask=0027\n" in launch.build(prof).unit
 
 
 def test_yaml11_booleans_are_text_and_restart_no_still_reads(tmp_path: Path) -> None:
-    prof = profile.load(_write(tmp_path, "service: {restart: no}\nenv: {A: on, B: off}\n"))
+    prof = profile_mod.load(_write(tmp_path, "service: {restart: no}\nenv: {A: on, B: off}\n"))
     assert prof.service.restart == "no"
     assert (prof.env["A"], prof.env["B"]) == ("on", "off")
 
 
 def test_extra_args_numbers_keep_their_text(tmp_path: Path) -> None:
-    prof = profile.load(_write(tmp_path, "server: {extra_args: [--max-running-requests, 064]}\n"))
-    assert plan.build(prof).argv[-2:] == ["--max-running-requests", "064"]
+    prof = profile_mod.load(_write(tmp_path, "server: {extra_args: [--max-running-requests, 064]}\n"))
+    assert launch.build(prof).argv[-2:] == ["--max-running-requests", "064"]
 
 
 # --- number fields refuse a form with two readings ---------------------------------------------
@@ -139,9 +141,9 @@ def test_a_number_with_two_readings_is_refused_naming_both(tmp_path: Path, text:
 
 def test_unambiguous_forms_are_read_as_yaml_12(tmp_path: Path) -> None:
     """Hex and 1.2 octal mean one number; `1e1` is a float in 1.2 (text to PyYAML, refused there)."""
-    prof = profile.load(_write(tmp_path, "server: {port: 0x7531, cuda_graph_max_bs: 0o20}\n"))
+    prof = profile_mod.load(_write(tmp_path, "server: {port: 0x7531, cuda_graph_max_bs: 0o20}\n"))
     assert (prof.server.port, prof.server.cuda_graph_max_bs) == (30001, 16)
-    argv = plan.build(prof).argv
+    argv = launch.build(prof).argv
     assert argv[argv.index("--port") :][:2] == ["--port", "30001"]
 
 
@@ -162,7 +164,7 @@ def test_yaml_12_scalars() -> None:
 def test_an_explicit_yaml_11_form_is_refused(tmp_path: Path) -> None:
     path = _write(tmp_path, "server: {port: !!int 0b101}\n")
     with pytest.raises(InputError, match=r"'0b101' is not a YAML 1.2 integer"):
-        profile.load(path)
+        profile_mod.load(path)
 
 
 # --- every field of the model --------------------------------------------------------------------
@@ -189,7 +191,7 @@ def _types(annotation: Any) -> list[Any]:
     return [annotation] if origin is None else []
 
 
-LEAVES = sorted(set(_leaves(profile.Profile)) - {(("name",), str), (("extends",), str)})
+LEAVES = sorted(set(_leaves(profile_mod.Profile)) - {(("name",), str), (("extends",), str)})
 #: Mappings and lists of text, by a key or form that reaches the server.
 CONTAINERS = [
     ("env", "A"),
@@ -223,7 +225,7 @@ def _nested(path: tuple[str, ...], text: str) -> str:
     return "\n".join(lines) + f" {text}\n"
 
 
-def _model_value(prof: profile.Profile, path: tuple[str, ...]) -> Any:
+def _model_value(prof: profile_mod.Profile, path: tuple[str, ...]) -> Any:
     node: Any = prof
     for key in path:
         node = node[key] if isinstance(node, dict) else getattr(node, key)
@@ -246,7 +248,7 @@ def test_a_plain_scalar_in_any_field_is_refused_or_means_what_both_yamls_say(
     if path[:2] == ("service", "restart_sec"):
         source = "service:\n  restart: on-failure\n  restart_sec: " + text + "\n"
     try:
-        prof = profile.load(_write(tmp_path, source))
+        prof = profile_mod.load(_write(tmp_path, source))
     except ProfileError as exc:
         assert all(p.message and "\n" not in p.message for p in exc.problems), exc.problems
         old = yaml12.yaml11_reading(text)
@@ -287,7 +289,7 @@ def test_an_over_large_profile_is_refused_before_it_is_read(tmp_path: Path) -> N
         f.write("'\n")
     started = time.monotonic()
     with pytest.raises(InputError, match=r"big.yml: is over 1024 KiB; no profile comes near that"):
-        profile.load(str(path))
+        profile_mod.load(str(path))
     took = time.monotonic() - started
     print(f"50 MB profile refused in {took:.3f} s")
 
@@ -298,5 +300,5 @@ def test_many_keys_are_refused_while_parsing(tmp_path: Path) -> None:
     path.write_text("env:\n" + "".join(f" K{i}: 1\n" for i in range(80_000)))
     started = time.monotonic()
     with pytest.raises(InputError, match=r"keys.yml: has over 10000 values"):
-        profile.load(str(path))
+        profile_mod.load(str(path))
     print(f"80,000 keys ({path.stat().st_size} bytes) refused in {time.monotonic() - started:.3f} s")

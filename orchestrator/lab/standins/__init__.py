@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from types import ModuleType
 
-from orchestrator import sglang_flags
+from orchestrator.profile import sglang_flags
 
 HOST_SRC = Path(__file__).resolve().parent / "host"
 DIST_PACKAGES = Path("usr/local/lib/python3.11/dist-packages")

@@ -17,7 +17,7 @@ the submodules they use, and Ansible ships with a module only those and what the
 
 Pure functions (text in, values out) are kept apart from the ones that read the host, so that
 tests/unit/modules can prove them on captured output. Paths are never defaults here: the control
-machine passes them (`paths` = {unit_dir, state_dir, lock_dir}, orchestrator/hostplan.py
+machine passes them (`paths` = {unit_dir, state_dir, lock_dir}, orchestrator/hosts/playvars.py
 HostPaths). The submodules import each other relatively, so that the control machine loads the
 ones it reads (systemd, procs, containers) under a name of its own (orchestrator/paths.py
 module_utils). This file imports nothing: shipping it ships no submodule.

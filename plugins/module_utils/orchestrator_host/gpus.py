@@ -163,7 +163,7 @@ def owned_apps(module: Any, apps: list[dict], units: Collection[str]) -> list[di
 
 
 def gpu_ranges(indexes: Iterable[int]) -> str:
-    """GPU indexes as runs: [0, 1, 2, 3, 5] -> "0-3,5" (as orchestrator/view.py shows them)."""
+    """GPU indexes as runs: [0, 1, 2, 3, 5] -> "0-3,5" (as orchestrator/cli/view.py shows them)."""
     runs: list[list[int]] = []
     for i in sorted(set(indexes)):
         if runs and i == runs[-1][-1] + 1:

@@ -1,6 +1,6 @@
 """The option specs several modules share (ansible-core's argument_spec form): the host paths, the
 deploy lock and the preflight checks, each the mirror of a record the control machine sends
-(orchestrator/hostplan.py HostPaths, LockSpec, PreflightChecks).
+(orchestrator/hosts/playvars.py HostPaths, LockSpec, PreflightChecks).
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ PATHS_SPEC: dict[str, Any] = {
     "type": "dict",
     "required": True,
     "options": PATHS_OPTIONS,
-    "description": "Where orchestrator keeps things on the host (orchestrator/hostplan.py HostPaths).",
+    "description": "Where orchestrator keeps things on the host (orchestrator/hosts/playvars.py HostPaths).",
 }
 
-#: The deploy lock a run takes (orchestrator/hostplan.py LockSpec).
+#: The deploy lock a run takes (orchestrator/hosts/playvars.py LockSpec).
 LOCK_OPTIONS: dict[str, dict[str, Any]] = {
     "holder": {"type": "str", "required": True},
     "run_id": {"type": "str", "required": True},
@@ -57,7 +57,7 @@ LOCK_OPTIONS: dict[str, dict[str, Any]] = {
     "keep": {"type": "bool", "default": False},
 }
 
-#: The read-only checks before a restart (orchestrator/hostplan.py PreflightChecks): the
+#: The read-only checks before a restart (orchestrator/hosts/playvars.py PreflightChecks): the
 #: `checks` option of sglang_preflight and the `preflight` option of sglang_probe.
 PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
     "python": {"type": "str", "required": True, "description": "The python executable of the unit."},

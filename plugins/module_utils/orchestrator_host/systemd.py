@@ -1,6 +1,6 @@
 """What systemd's own programs say: `systemctl show` parsed as ansible-core's systemd_service
 module parses it, and `systemd-analyze verify` with the lines of a unit it would drop
-(unit_complaints, which the control machine reads too: orchestrator/systemd_check.py).
+(unit_complaints, which the control machine reads too: orchestrator/render/systemd_check.py).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # never run: the same submodules, named as Mitogen's module f
 
 
 def unit_digest(data: bytes) -> str:
-    """Identifies a unit text; the same rule as orchestrator/plan.py Plan.digest."""
+    """Identifies a unit text; the same rule as orchestrator/render/launch.py Plan.digest."""
     return hashlib.sha256(data).hexdigest()[:16]
 
 
@@ -40,7 +40,7 @@ def lock_path(paths: dict, unit: str) -> str:
 
 
 #: How every unit orchestrator writes begins (templates/sglang.service.j2's `ansible_managed`
-#: line, orchestrator/plan.py MANAGED as a comment; tests/unit/modules prove they agree).
+#: line, orchestrator/render/launch.py MANAGED as a comment; tests/unit/modules prove they agree).
 MANAGED_MARK = b"# Managed by orchestrator:"
 
 #: What `systemctl show` tells of where a unit comes from (foreign_unit).

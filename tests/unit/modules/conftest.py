@@ -13,7 +13,7 @@ import pytest
 from ansible.module_utils import basic
 from hostfakes import Exit, FakeHost, exit_json, fail_json, module_args
 
-from orchestrator import results
+from orchestrator.hosts import module_results
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def run_module(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[bool, dic
         with module_args(args), pytest.raises(Exit) as done:
             module.main()
         failed, result = done.value.failed, done.value.result
-        results.parse(module.__name__, result, failed)
+        module_results.parse(module.__name__, result, failed)
         return failed, result
 
     return run

@@ -24,8 +24,8 @@ from unittest import mock
 
 from ansible.module_utils import basic
 
-from orchestrator import plan
 from orchestrator.paths import MODULES_DIR, ROOT, host_imports
+from orchestrator.render import launch
 
 host_imports()
 
@@ -152,7 +152,7 @@ def systemctl_show(**props: str) -> tuple[int, str, str]:
 
 
 #: The first line of a unit orchestrator wrote (plan.MANAGED, as templates/sglang.service.j2 puts it).
-MANAGED = f"# {plan.MANAGED}\n"
+MANAGED = f"# {launch.MANAGED}\n"
 #: `systemctl show UNIT --property=Id,LoadState,FragmentPath` of a unit systemd knows nowhere.
 NOT_FOUND = systemctl_show(Id="sglang.service", LoadState="not-found", FragmentPath="")
 

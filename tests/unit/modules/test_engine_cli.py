@@ -51,12 +51,14 @@ from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_h
 )
 from hostfakes import capture
 
-from orchestrator import container, hostplan, profile
-from orchestrator import plan as plan_mod
-from orchestrator.hostplan import unit_facts
+from orchestrator.hosts import playvars
+from orchestrator.hosts.playvars import unit_facts
+from orchestrator.hosts.verify import test_deployment as checks
+from orchestrator.hosts.verify.run import plan_json
 from orchestrator.lab import standins
-from orchestrator.verify import test_deployment as checks
-from orchestrator.verify.run import plan_json
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import container
+from orchestrator.render import launch as plan_mod
 
 ABSENT = "localhost/orchestrator-test/absent:1"
 UNIT = "sglang-b.service"
@@ -144,7 +146,7 @@ def created(podman: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
         "runtime": {"kind": "podman", "image": ABSENT, "pull": "never"},
     }
     (tmp / "p.yml").write_text(yaml.safe_dump(doc))
-    prof = profile.load(str(tmp / "p.yml"))
+    prof = profile_mod.load(str(tmp / "p.yml"))
     built = plan_mod.build(prof)
     words = [w for w in built.exec_argv if w != "-d"]  # `run -d` is `create` and `start`: only the first
     image = words.index(ABSENT)
@@ -200,7 +202,7 @@ def _probe_options(kind: str, tmp_path: Any) -> list[str]:
         "service": {"limits": {"memlock": "8192K", "nofile": 20000}},
     }
     (tmp_path / "p.yml").write_text(yaml.safe_dump(doc))
-    return container.probe_options(profile.load(str(tmp_path / "p.yml")))
+    return container.probe_options(profile_mod.load(str(tmp_path / "p.yml")))
 
 
 def test_podman_preflight_commands_parse(podman: str, tmp_path: Any) -> None:
@@ -268,8 +270,8 @@ def _create_checks(
         "runtime": {"kind": kind, "image": ABSENT, "pull": "never", "options": options, **runtime},
     }
     (tmp_path / "p.yml").write_text(yaml.safe_dump(doc))
-    prof = profile.load(str(tmp_path / "p.yml"))
-    return hostplan.preflight_checks(prof, plan_mod.build(prof), [4, 5, 6, 7], False).model_dump()
+    prof = profile_mod.load(str(tmp_path / "p.yml"))
+    return playvars.preflight_checks(prof, plan_mod.build(prof), [4, 5, 6, 7], False).model_dump()
 
 
 def _containers(podman: str) -> list[tuple[str, str]]:

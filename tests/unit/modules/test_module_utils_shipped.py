@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.ansible_config import collections_dir
+from orchestrator.hosts.ansible_config import collections_dir
 from orchestrator.paths import MODULE_UTILS_DIR, MODULES_DIR, ROOT
 
 HERE = Path(__file__).parent

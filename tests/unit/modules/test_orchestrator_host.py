@@ -72,7 +72,7 @@ from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_h
 )
 from hostfakes import CAPTURES, DATA, capture
 
-from orchestrator.plan import Plan
+from orchestrator.render.launch import Plan
 
 H200 = "GPU-1c99f63f-3983-6cc7-7349-904bbbeb995b"
 CAPTURED_GPU_FIELDS = (
@@ -448,7 +448,7 @@ def test_listeners_are_the_listening_sockets_of_the_port():
 def test_help_flags_are_the_long_options_of_the_real_help_text():
     from orchestrator.paths import ROOT
 
-    text = (ROOT / "orchestrator/sglang_help/launch_server-help-0.5.9.txt").read_text()
+    text = (ROOT / "orchestrator/profile/sglang_help/launch_server-help-0.5.9.txt").read_text()
     flags = help_flags(text)
     assert {"--model-path", "--port", "--speculative-algorithm"} <= flags
     assert not any(f.startswith("---") for f in flags)

@@ -181,9 +181,9 @@ def test_a_gateway_with_an_admin_key_wants_it_and_takes_it(tmp_path, smg, gatewa
 
 def test_the_check_before_a_deploy_names_a_missing_admin_key_and_a_host_not_listed(tmp_path, smg):
     """orchestrator/gateway.check, the same client from the control machine: nothing is stopped."""
-    from orchestrator import gateway as gateway_mod
     from orchestrator.errors import InputError
-    from orchestrator.hostplan import GatewayPlan
+    from orchestrator.hosts import rotation as gateway_mod
+    from orchestrator.hosts.playvars import GatewayPlan
 
     keyed = Fleet(tmp_path, smg, admin_key="s3cret")
     try:

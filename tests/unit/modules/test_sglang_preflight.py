@@ -29,7 +29,7 @@ from hostfakes import (
 from orchestrator.paths import ROOT
 from tests.unit.test_standin_sglang import free_port
 
-HELP = (ROOT / "orchestrator/sglang_help/launch_server-help-0.5.9.txt").read_text()
+HELP = (ROOT / "orchestrator/profile/sglang_help/launch_server-help-0.5.9.txt").read_text()
 H200 = "GPU-8b9e1fa8-32f8-da01-8524-833ee60332e7"
 IDLE = (capture("released-query-gpu.csv"), "")
 

@@ -58,16 +58,16 @@ def test_gpus_never_released_fail_with_the_gpu_idle_message(stop, host, paths, r
 
 def test_a_gpu_missing_from_the_host_fails_with_its_gpu_list(stop, host, paths, run_module):
     """wait_idle fails with nvidia-smi's list of GPUs as `gpus`, not the wait's report (RETURN
-    says so; orchestrator/results.py StopFailed reads either)."""
-    from orchestrator import facts
-    from orchestrator.runner import TaskEvent
+    says so; orchestrator/hosts/module_results.py StopFailed reads either)."""
+    from orchestrator.hosts import readback
+    from orchestrator.hosts.runner import TaskEvent
 
     host.answers["systemctl"] = systemctl(RUNNING, STOPPED)
     host.smi = [RELEASED]
     failed, result = run_module(stop, {"paths": paths, "unit_name": "sglang.service", "gpus": [7]})
     assert failed and "GPU 7 is not on this host" in result["msg"]
     assert isinstance(result["gpus"], list) and result["gpus"][0]["index"] == 0
-    assert facts.step_of(TaskEvent("h", "failed", "", "sglang_stop", result)) == "stop"
+    assert readback.step_of(TaskEvent("h", "failed", "", "sglang_stop", result)) == "stop"
 
 
 def test_a_unit_that_does_not_exist_is_already_stopped(stop, host, paths, run_module):

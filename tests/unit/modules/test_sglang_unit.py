@@ -21,7 +21,8 @@ from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_h
 )
 from hostfakes import MANAGED, NOT_FOUND, load_module, systemctl_show
 
-from orchestrator import plan, profile
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 
 pytestmark = pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="needs systemd-analyze")
 
@@ -107,11 +108,11 @@ def test_a_rollback_reinstalls_the_unit_that_ran_though_verify_now_refuses_a_lin
     """A last-good unit recorded before the stricter verify (here `Nice=50`, which systemd ignored):
     the rollback's plan vouches for its digest (HostPlan.trusted_digest), so the host gets back what
     ran instead of staying without a server."""
-    from orchestrator import hostplan
+    from orchestrator.hosts import playvars
 
     ran = UNIT + "Nice=50\n"
     record = {"profile": "llama-8b", "unit": ran, "digest": unit_digest(ran.encode()), "facts": FACTS}
-    trusted = hostplan.for_record("sglang.service", record).trusted_digest
+    trusted = playvars.for_record("sglang.service", record).trusted_digest
     assert trusted == unit_digest(ran.encode())
     failed, result = run_module(sglang_unit, {**args, "content": ran})
     assert failed and "Nice priority out of range" in result["msg"]  # a deploy of it is refused
@@ -208,11 +209,11 @@ def test_every_file_named_after_the_longest_unit_name_fits(
     verified temporary copy, the secret files plan names after its stem, its facts and their
     temporary copy, the last-good record, the lock. One character more and the facts cannot be written."""
     monkeypatch.setenv("K", "key")
-    name = "a" * (profile.UNIT_NAME_LIMIT - len(".service")) + ".service"
+    name = "a" * (profile_mod.UNIT_NAME_LIMIT - len(".service")) + ".service"
     path = tmp_path / "p.yml"
     doc = {"extends": "cg_5tok", "service": {"unit_name": name}, "api_key": {"env": "K"}}
     path.write_text(yaml.safe_dump({**doc, "secret_env": {"HF_TOKEN": {"env": "K"}}}))
-    p = plan.build(profile.load(str(path)))
+    p = launch.build(profile_mod.load(str(path)))
     secret = Path(paths["state_dir"], Path(p.secret_path).name)
     env = Path(paths["state_dir"], Path(p.env_file_path).name)
     args = {"unit_name": name, "paths": paths, "content": p.unit, "facts": FACTS, "secret_path": str(secret)}

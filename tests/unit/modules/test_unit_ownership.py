@@ -26,7 +26,8 @@ from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_h
 )
 from hostfakes import MANAGED
 
-from orchestrator import plan, profile
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 
 SYSTEMD = Path("/lib/systemd/systemd")
 STUBS = ["sysinit.target", "basic.target", "shutdown.target", "system.slice", "rescue.target"]
@@ -169,7 +170,7 @@ def test_systemd_says_how_a_unit_nobody_has_is_loaded(host):
 def test_every_unit_plan_renders_carries_the_mark_the_host_looks_for():
     """The header line is what tells a unit orchestrator wrote when its facts are gone."""
     for name in ("cg_5tok", "example:base"):
-        assert plan.build(profile.load(name)).unit.encode().startswith(MANAGED_MARK)
+        assert launch.build(profile_mod.load(name)).unit.encode().startswith(MANAGED_MARK)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,57 @@
+"""The public Python interface: what a team's scripts call, and what tune itself calls.
+
+Load a profile, render it, deploy it, bench it, roll it back:
+
+    from pathlib import Path
+    from orchestrator import api
+
+    prof = api.load("cg_5tok")
+    report = api.deploy(prof, Path("inventory/hosts.yml"), api.Options(serial=1))
+    target = api.find_target(Path("inventory/hosts.yml"), None, prof)
+    result = api.bench(target, api.Settings(concurrency=4))
+
+Each name is the engine's own object, re-exported here; the modules behind them may move, these
+names stay. Nothing here prints: results come back typed, and failures are OrchestratorError.
+"""
+
+from __future__ import annotations
+
+from orchestrator.errors import InputError, OrchestratorError, ProfileError
+from orchestrator.hosts.deploy import Options, deploy
+from orchestrator.hosts.host_report import DeployReport, HostReport
+from orchestrator.hosts.preflight_play import PreflightResult, preflight
+from orchestrator.hosts.rollback import rollback
+from orchestrator.hosts.status_play import HostStatus, status
+from orchestrator.hosts.stop_play import stop
+from orchestrator.profile.model import Profile, load
+from orchestrator.render.launch import Plan, build
+from orchestrator.tuning.bench import BenchResult, Settings, Target, Traffic, find_target
+from orchestrator.tuning.bench import run as bench
+from orchestrator.tuning.sweep import sweep
+
+__all__ = [
+    "BenchResult",
+    "DeployReport",
+    "HostReport",
+    "HostStatus",
+    "InputError",
+    "Options",
+    "OrchestratorError",
+    "Plan",
+    "PreflightResult",
+    "Profile",
+    "ProfileError",
+    "Settings",
+    "Target",
+    "Traffic",
+    "bench",
+    "build",
+    "deploy",
+    "find_target",
+    "load",
+    "preflight",
+    "rollback",
+    "status",
+    "stop",
+    "sweep",
+]

@@ -1,0 +1,291 @@
+"""`tune`: a tuning campaign from a search space file (engine: tune.py, the file: space.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.cli.console import (
+    err,
+    handle_errors,
+    inventory_option,
+    inventory_or_lab,
+    limit_option,
+    out,
+    plain,
+    shown,
+)
+from orchestrator.tuning import space as space_mod
+from orchestrator.tuning import stats
+from orchestrator.tuning import tune as tune_mod
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _interval(i: stats.Interval | None) -> str:
+    if i is None:
+        return "-"
+    if i.low is None or i.high is None:
+        return f"{i.mean:.1f} (1 run)"
+    return f"{i.mean:.1f} ({i.low:.1f}..{i.high:.1f})"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def check_output(x: space_mod.Expanded, hosts: list[str]) -> None:
+    """`--check`: the trials, the pruned points with their reasons, and a time estimate."""
+    est = tune_mod.estimate(x, len(hosts))
+    table = Table(
+        title=shown(f"{x.path}: {len(x.valid)} trials, {len(x.pruned)} pruned of {len(x.points)} points")
+    )
+    for col in ("trial profile", "point"):
+        table.add_column(col)
+    for p in x.valid:
+        table.add_row(shown(p.name), shown(p.label))
+    out.print(table)
+    for p in x.pruned:
+        out.print(Text.assemble(("pruned ", "yellow"), shown(p.label), ": ", shown(p.pruned)))
+    level = x.level()
+    out.print(
+        f"objective: {x.space.objective.maximize} at {level.level}, "
+        f"against {shown(x.baseline.name)} on each host"
+    )
+    out.print(
+        f"budget: {x.space.budget.restarts} restarts (the exhaustive grid is {len(x.valid)} trials + "
+        f"{len(hosts)} baselines); on {len(hosts)} host(s): {', '.join(shown(h) for h in hosts)}"
+    )
+    alone = tune_mod.trials_for(x, 1)
+    if len(hosts) > 1 and alone > est.trials:
+        out.print(
+            f"note: {len(hosts)} baselines take {len(hosts)} of the {x.space.budget.restarts} restarts, so "
+            f"{est.trials} points are measured (on 1 host {alone}): more hosts finish "
+            "sooner, fewer search more points; raise budget.restarts to have both"
+        )
+    out.print(
+        f"estimate: {est.restarts} restarts in {est.rounds} rounds, about {_duration(est.wall_s)} "
+        f"({est.basis})"
+    )
+    out.print("nothing was changed (--check)")
+
+
+def _trial_line(t: tune_mod.Trial) -> Text:
+    style = {"complete": "green", "stopped": "yellow", "failed": "red", "infeasible": "yellow"}.get(
+        t.state, ""
+    )
+    value = f" {t.value:.3f}x" if t.value is not None else ""
+    why = f": {t.diagnosis}" if t.diagnosis else ""
+    cost = f" (restart: {t.startup})" if t.startup else ""
+    return Text.assemble(
+        (time.strftime("%H:%M:%S"), "dim"),
+        f" {shown(t.host)} {t.kind} {shown(t.label)} ",
+        (t.state, style),
+        shown(value + why + cost),
+    )
+
+
+def _status_view(s: tune_mod.Status) -> Table:
+    grid = Table.grid(padding=(0, 1))
+    best = f"best {shown(s.best)} {s.best_value:.3f}x" if s.best and s.best_value else "best: -"
+    left = f", about {_duration(s.eta_s)} left" if s.eta_s is not None else ""
+    grid.add_row(
+        Text(
+            f"tune {s.campaign_id} {s.phase}: restarts {s.restarts_used}/{s.budget}, "
+            f"trials {s.trials_done}, {best}{left}"
+        )
+    )
+    for host, what in sorted(s.running.items()):
+        grid.add_row(Text(f"  {shown(host)}: {shown(what)}", style="dim"))
+    return grid
+
+
+@contextmanager
+def _live() -> Iterator[tuple[Any, Any]]:
+    live = Live(console=err, transient=True, refresh_per_second=4)
+
+    def on_status(s: tune_mod.Status) -> None:
+        live.update(_status_view(s))
+
+    def on_trial(t: tune_mod.Trial) -> None:
+        live.console.print(_trial_line(t))
+
+    with live:
+        yield on_status, on_trial
+
+
+def level_tables(outcome: tune_mod.Outcome) -> list[Table]:
+    tables = []
+    for level, rows in outcome.levels:
+        table = Table(title=shown(level.label()))
+        for col in ("setting", "profile", "tok/s (95% interval)", "speed-up", "accept", "p99 TTFT"):
+            table.add_column(col, justify="right" if col not in ("setting", "profile") else "left")
+        for r in rows:
+            ttft = "-" if r.p99_ttft_ms is None else f"{r.p99_ttft_ms:.0f} ms"
+            accept = "-" if r.accept_len is None else f"{r.accept_len:.2f}"
+            table.add_row(shown(r.label), shown(r.profile), _interval(r.tok_s), _pct(r.speedup), accept, ttft)
+        tables.append(table)
+    return tables
+
+
+def outcome_json(o: tune_mod.Outcome) -> dict[str, Any]:
+    def level_row(r: tune_mod.LevelBest) -> dict[str, Any]:
+        i = r.tok_s
+        return {
+            "profile": r.profile,
+            "setting": r.label,
+            "tok_s": i.mean if i else None,
+            "tok_s_low": i.low if i else None,
+            "tok_s_high": i.high if i else None,
+            "speedup": r.speedup,
+            "accept_len": r.accept_len,
+            "p99_ttft_ms": r.p99_ttft_ms,
+        }
+
+    return {
+        "campaign_id": o.campaign_id,
+        "space": o.space,
+        "hosts": o.hosts,
+        "restarts": o.restarts,
+        "grid": o.grid,
+        "wall_s": o.wall_s,
+        "verdict": o.verdict,
+        "leaders": o.leaders,
+        "winner": o.winner.profile.name if o.winner else None,
+        "winner_setting": o.winner.params if o.winner else None,
+        "winner_beats_baseline": o.winner_beats_baseline,
+        "winner_file": o.winner_file,
+        "levels": [
+            {"level": level.label(), "rows": [level_row(r) for r in rows]} for level, rows in o.levels
+        ],
+        "trials": [t.row(o.campaign_id) for t in o.trials],
+        "pruned": [{"point": p.params, "reason": p.pruned} for p in o.pruned],
+        "left": o.left,
+        "left_ok": o.left_ok,
+        "left_message": o.left_message,
+        "method": stats.METHOD,
+    }
+
+
+@click.command()
+@click.argument(
+    "space_file", metavar="SPACE.yml", type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@inventory_option("the local lab, brought up if needed")
+@limit_option("Hosts to run trials on: one trial per host at a time (default: every host).")
+@click.option(
+    "--check", is_flag=True, help="List the trials, the pruned points and a time estimate; change nothing."
+)
+@click.option(
+    "--resume", metavar="ID", help="Go on with this campaign (after Ctrl-C, a crash, a lost session)."
+)
+@click.option(
+    "--leave",
+    type=click.Choice(["best", "baseline", "none"]),
+    default="best",
+    show_default=True,
+    help="What runs on the hosts at the end: the winner where it beats the baseline (else the "
+    "baseline), the baseline, or the last trial.",
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Draw tok/s against load for the baseline and the best trials (PNG or SVG; needs matplotlib).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as one JSON object.")
+@handle_errors
+def tune(
+    space_file: Path,
+    inventory: Path | None,
+    limit: str | None,
+    check: bool,
+    resume: str | None,
+    leave: str,
+    plot: Path | None,
+    as_json: bool,
+) -> None:
+    """Search SPACE.yml's settings for the fastest on its traffic, with far fewer restarts than the grid.
+
+    Every point of the space becomes a profile checked by every rule (a refused point is pruned,
+    with the rule's reason); Optuna picks which to try; each trial is a deploy and a bench of the
+    space's traffic, one per host at a time; each host measures the baseline, and trials compare
+    as ratios to their own host's. The winner is written as a new profile file.
+    """
+    from orchestrator.hosts import inventory as inventory_mod
+
+    x = space_mod.expand(space_file)
+    inv = inventory_or_lab(inventory)
+    hosts = [h.name for h in inventory_mod.selected(inv, limit)]
+    if check:
+        check_output(x, hosts)
+        return
+    if plot is not None:
+        from orchestrator.cli.bench_commands import _check_plot_folder
+
+        _check_plot_folder(plot)
+    with _live() as (on_status, on_trial):
+        campaign = tune_mod.Campaign(
+            x,
+            inv,
+            hosts if limit or not resume else [],
+            tune_mod.Options(leave=leave, on_status=on_status, on_trial=on_trial),
+            resume=resume,
+        )
+        outcome = campaign.run()
+    if plot is not None:
+        _plot(campaign, outcome, plot)
+    if as_json:
+        click.echo(json.dumps(outcome_json(outcome), indent=2))
+    else:
+        _print(outcome)
+    sys.exit(0 if outcome.left_ok and outcome.winner is not None else 1)
+
+
+def _print(o: tune_mod.Outcome) -> None:
+    for table in level_tables(o):
+        out.print(table)
+    done = [t for t in o.trials if t.kind == "trial"]
+    states = {
+        s: sum(1 for t in done if t.state == s) for s in ("complete", "stopped", "failed", "infeasible")
+    }
+    counts = ", ".join(f"{n} {s}" for s, n in states.items() if n)
+    out.print(
+        f"campaign {o.campaign_id}: {len(done)} trials ({counts}), "
+        f"{o.restarts} restarts against {o.grid} for the grid, {len(o.pruned)} points pruned, "
+        f"{len(o.hosts)} host(s), {_duration(o.wall_s)}"
+    )
+    for t in o.failures:
+        err.print(plain(f"failed: {t.label} on {t.host}: {t.diagnosis}", "red"))
+    if o.leaders == "tie":
+        out.print("leaders: the two best are within noise of each other (a tie); either will do")
+    out.print(Text(shown(f"verdict: {o.verdict}"), style="bold"))
+    if o.winner_file:
+        out.print(f"winner written: {shown(o.winner_file)}  (deploy it with -p {shown(o.winner_file)})")
+    if o.left_ok:
+        out.print(f"left deployed: {shown(o.left)}")
+    else:
+        err.print(plain(f"not left deployed: {o.left}: {o.left_message}", "red"))
+
+
+def _plot(campaign: tune_mod.Campaign, o: tune_mod.Outcome, path: Path) -> None:
+    from orchestrator.tuning import plot as plot_mod
+    from orchestrator.tuning import sweep as sweep_mod
+
+    names = {campaign.baseline.name} | {r.profile for _, rows in o.levels for r in rows[:3]}
+    rows = [r for r in campaign.rows() if r["profile"] in names]
+    plot_mod.plot_curves(
+        sweep_mod.curves(rows, campaign.baseline.name), campaign.baseline.name, path, f"tune {o.campaign_id}"
+    )
+    err.print(f"plot: {shown(path)}")
