@@ -1,7 +1,7 @@
 """A team's own playbooks on the built collection orchestrator.sglang, run with plain
-`ansible-playbook` (issue 27): the README's site.yml (its own play, then import_playbook of
+`ansible-playbook` (issue 27): docs/playbooks.md's site.yml (its own play, then import_playbook of
 orchestrator.sglang.deploy) and check.yml (the role orchestrator.sglang.sglang_preflight), each
-taken from the README, with the extra vars `orchestrator plan` printed."""
+taken from docs/playbooks.md, with the extra vars `orchestrator plan` printed."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from orchestrator.paths import ROOT
 
 pytestmark = pytest.mark.lab
 
-README = (ROOT / "README.md").read_text()
+PAGE = (ROOT / "docs" / "playbooks.md").read_text()
 
 
 def readme_playbook(name: str) -> str:
-    """The README's ```yaml block that starts with the line `# NAME`."""
-    [found] = re.findall(rf"```yaml\n(# {re.escape(name)}\n.*?)```", README, re.S)
+    """docs/playbooks.md's ```yaml block that starts with the line `# NAME`."""
+    [found] = re.findall(rf"```yaml\n(# {re.escape(name)}\n.*?)```", PAGE, re.S)
     return found
 
 

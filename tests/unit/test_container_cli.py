@@ -36,7 +36,9 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator import plan, profile, secrets
+from orchestrator.hosts import secrets
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 
 IMAGE = "docker.io/lmsysorg/sglang:v0.5.9-cu129-amd64@sha256:" + "0123456789abcdef" * 4
 ABSENT = "localhost/orchestrator-test/absent:1"
@@ -82,15 +84,15 @@ def _secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", 'hf_a"b $c')
 
 
-def _profile(tmp_path: Path, doc: dict[str, Any], kind: str, **runtime: Any) -> profile.Profile:
+def _profile(tmp_path: Path, doc: dict[str, Any], kind: str, **runtime: Any) -> profile_mod.Profile:
     doc = yaml.safe_load(yaml.safe_dump(doc))
     doc["runtime"] = {"kind": kind, "image": IMAGE, **doc["runtime"], **runtime}
     path = tmp_path / f"{kind}.yml"
     path.write_text(yaml.safe_dump(doc))
-    return profile.load(str(path))
+    return profile_mod.load(str(path))
 
 
-def _as_systemd_runs_it(p: plan.Plan, prof: profile.Profile, tmp_path: Path) -> list[str]:
+def _as_systemd_runs_it(p: launch.Plan, prof: profile_mod.Profile, tmp_path: Path) -> list[str]:
     """ExecStart='s words after systemd's expansion, the --env-file moved to a file written here."""
     credentials = f"/run/credentials/{p.unit_name}"
     words = [w.replace("${CREDENTIALS_DIRECTORY}", credentials) for w in p.exec_argv]
@@ -127,13 +129,13 @@ def _docker_env(tmp_path: Path, socket: Path) -> dict[str, str]:
     }
 
 
-def _unit_commands(p: plan.Plan) -> list[list[str]]:
+def _unit_commands(p: launch.Plan) -> list[list[str]]:
     """ExecStartPre=, ExecStop= and ExecStopPost= of the unit, as argv lists (without `-`)."""
     out = []
     for line in p.unit.splitlines():
         directive, _, value = line.partition("=")
         if directive in ("ExecStartPre", "ExecStop", "ExecStopPost"):
-            words = plan.unquote_exec(value)
+            words = launch.unquote_exec(value)
             out.append([words[0].removeprefix("-"), *words[1:]])
     return out
 
@@ -152,7 +154,7 @@ def test_docker_without_a_daemon_fails_only_to_connect(case: str, docker: str, t
     options = doc["runtime"].get("options", [])
     doc["runtime"]["options"] = [o for o in options if not o.startswith(NEEDS_THE_DAEMONS_OS)]
     prof = _profile(tmp_path, doc, "docker")
-    p = plan.build(prof)
+    p = launch.build(prof)
     env = _docker_env(tmp_path, tmp_path / "no-daemon.sock")
     for words in (_as_systemd_runs_it(p, prof, tmp_path), *_unit_commands(p)):
         result = subprocess.run([docker, *words[1:]], capture_output=True, text=True, env=env, timeout=60)
@@ -166,7 +168,7 @@ def test_docker_without_a_daemon_fails_only_to_connect(case: str, docker: str, t
 def test_docker_checks_a_device_against_the_daemons_os(docker: str, tmp_path: Path) -> None:
     """Why the test above leaves --device out: without a daemon the client cannot check it."""
     prof = _profile(tmp_path, CASES["everything"], "docker")
-    words = _as_systemd_runs_it(plan.build(prof), prof, tmp_path)
+    words = _as_systemd_runs_it(launch.build(prof), prof, tmp_path)
     assert any(w.startswith(NEEDS_THE_DAEMONS_OS) for w in words)
     env = _docker_env(tmp_path, tmp_path / "no-daemon.sock")
     result = subprocess.run([docker, *words[1:]], capture_output=True, text=True, env=env, timeout=60)
@@ -237,7 +239,7 @@ def test_docker_asks_for_the_container_the_unit_means(
     options = [*CASES["everything"]["runtime"]["options"], "--init"]
     # pull: missing, so that the client asks for the container first (`always` pulls before).
     prof = _profile(tmp_path, CASES["everything"], "docker", options=options, pull="missing")
-    p = plan.build(prof)
+    p = launch.build(prof)
     words = _as_systemd_runs_it(p, prof, tmp_path)
     env = _docker_env(tmp_path, socket)
     result = subprocess.run([docker, *words[1:]], capture_output=True, text=True, env=env, timeout=60)
@@ -288,7 +290,7 @@ def test_docker_asks_for_cdi_devices_with_gpu_devices_cdi(
     refuses the name as a device path)."""
     seen, socket = recorder
     prof = _profile(tmp_path, CASES["everything"], "docker", gpu_devices="cdi", pull="missing")
-    words = _as_systemd_runs_it(plan.build(prof), prof, tmp_path)
+    words = _as_systemd_runs_it(launch.build(prof), prof, tmp_path)
     wanted = [f"nvidia.com/gpu={gpu}" for gpu in range(4, 8)]
     assert [w for w in words if "gpu" in w.partition("=")[0]] == []  # no --gpus
     assert [w.partition("=")[2] for w in words if w.startswith("--device=nvidia.com/")] == wanted
@@ -348,7 +350,7 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
 def test_podman_parses_every_rendered_run(case: str, podman: Podman, tmp_path: Path) -> None:
     """An image that does not exist, never pulled: every flag parses, and podman stops at the image."""
     prof = _profile(tmp_path, CASES[case], "podman", image=ABSENT, pull="never")
-    p = plan.build(prof)
+    p = launch.build(prof)
     words = _as_systemd_runs_it(p, prof, tmp_path)
     result = podman(*words[1:])
     assert (result.returncode, result.stderr.strip()) == (125, f"Error: {ABSENT}: image not known"), words
@@ -380,7 +382,7 @@ def test_podman_creates_the_container_the_unit_means(podman: Podman, tmp_path: P
         "service": {**doc.get("service", {}), "compile_cache": False},
     }
     prof = _profile(tmp_path, moved, "podman", pull="never")
-    p = plan.build(prof)
+    p = launch.build(prof)
     key_file = tmp_path / "config.yaml"
     key_file.write_text(secrets.secret_config(prof))
     words = [
@@ -419,14 +421,13 @@ def test_podman_creates_the_container_the_unit_means(podman: Podman, tmp_path: P
     assert podman("container", "exists", NAME).returncode == 1  # removed
 
 
-# --- the README's profile ------------------------------------------------------------------------
+# --- docs/containers.md's profile ------------------------------------------------------------------------
 
 
 def readme_profile() -> str:
-    """The profile README.md's "Containers" section shows for SGLang's own image."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text[text.index("\n## Containers\n") :]
-    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    """The profile docs/containers.md shows first, for SGLang's own image."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "containers.md").read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
     assert block.startswith("# profiles/cg_5tok_docker.yml\n"), block[:80]
     return block
 
@@ -436,13 +437,13 @@ def test_the_readmes_profile_for_lmsysorg_sglang_validates_and_docker_reads_its_
 ) -> None:
     path = tmp_path / "cg_5tok_docker.yml"
     path.write_text(readme_profile())
-    prof = profile.load(str(path))
+    prof = profile_mod.load(str(path))
     assert (prof.runtime.kind, str(prof.runtime.image)) == ("docker", "docker.io/lmsysorg/sglang:v0.5.9")
-    assert profile.notes(prof) == [
+    assert profile_mod.notes(prof) == [
         "runtime.image docker.io/lmsysorg/sglang:v0.5.9 is pinned by tag only: a tag can be moved, so "
         "hosts may run different images; add the digest (IMAGE:TAG@sha256:...) to pin it"
     ]
-    p = plan.build(prof)
+    p = launch.build(prof)
     assert '"--gpus=\\"device=4,5,6,7\\""' in p.unit and "LimitMEMLOCK=infinity" in p.unit
     env = _docker_env(tmp_path, tmp_path / "no-daemon.sock")
     for words in (_as_systemd_runs_it(p, prof, tmp_path), *_unit_commands(p)):
