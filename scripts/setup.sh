@@ -1,12 +1,25 @@
 #!/usr/bin/env bash
-# Installs what orchestrator and its tests need on a fresh Debian machine (run as root):
-# the lab's Debian packages and the project with its test extras, into the current Python.
+# Installs orchestrator on a fresh Debian machine (run as root), into the current Python.
+#   bash scripts/setup.sh           what the run needs: the lab's packages and the project.
+#   bash scripts/setup.sh --test    that, and what the tests need besides.
+# The run needs no container engine and no test tools, so a first deploy waits for neither.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+test_tools=false
+case "${1:-}" in
+  "") ;;
+  --test) test_tools=true ;;
+  *) echo "usage: bash scripts/setup.sh [--test]" >&2; exit 2 ;;
+esac
+
+# The lab: systemd-nspawn hosts built with debootstrap, reached over ssh in network namespaces.
+packages=(systemd-container debootstrap openssh-client iproute2 procps)
 # docker.io and podman for their command-line clients: tests/unit/test_container_cli.py hands every
 # rendered `docker run`/`podman run` to them. No daemon is wanted (see below).
-packages=(systemd-container debootstrap openssh-client iproute2 procps docker.io podman)
+if $test_tools; then
+  packages+=(docker.io podman)
+fi
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -25,6 +38,11 @@ if ((${#missing[@]})); then
   if [[ " ${missing[*]} " == *" docker.io "* && -d /run/systemd/system ]]; then
     systemctl disable docker.service docker.socket >/dev/null 2>&1 || true  # nor at the next boot
   fi
+fi
+
+if ! $test_tools; then
+  python3 -m pip install -q --disable-pip-version-check -e .
+  exit 0
 fi
 
 # The gateway: smg 1.x comes with the test extra; sglang-router 0.3.2, the release before smg left
