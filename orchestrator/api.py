@@ -5,10 +5,11 @@ Load a profile, render it, deploy it, bench it, roll it back:
     from pathlib import Path
     from orchestrator import api
 
+    hosts = Path("inventory/hosts.yml")
     prof = api.load("cg_5tok")
-    report = api.deploy(prof, Path("inventory/hosts.yml"), api.Options(serial=1))
-    target = api.find_target(Path("inventory/hosts.yml"), None, prof)
-    result = api.bench(target, api.Settings(concurrency=4))
+    print(api.build(prof).unit)  # the unit each host gets
+    report = api.deploy(prof, hosts, api.Options(serial="1"))
+    result = api.bench(api.find_target(hosts, None, prof), api.Settings(concurrency=4))
 
 Each name is the engine's own object, re-exported here; the modules behind them may move, these
 names stay. Nothing here prints: results come back typed, and failures are OrchestratorError.
