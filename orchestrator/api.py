@@ -11,8 +11,8 @@ Load a profile, render it, deploy it, bench it, roll it back:
     report = api.deploy(prof, hosts, api.Options(serial="1"))
     result = api.bench(api.find_target(hosts, None, prof), api.Settings(concurrency=4))
 
-Each name is the engine's own object, re-exported here; the modules behind them may move, these
-names stay. Nothing here prints: results come back typed, and failures are OrchestratorError.
+Each name is the engine's own object, re-exported here. The modules behind them may move, but these
+names stay. Nothing here prints. Results come back typed, and failures are OrchestratorError.
 """
 
 from __future__ import annotations

@@ -1,11 +1,15 @@
-"""The local ledger: one SQLite file under the state directory with every deploy and the
-last known good unit of each host, and every bench result (`bench_results`).
+"""The local ledger: one SQLite file under the state directory.
 
-Versioned schema (PRAGMA user_version, migrations in order), WAL and a busy timeout so
-two orchestrator processes can write at once. Commands that only read open it read-only and
-never migrate it. A ledger that cannot be used (corrupt, a directory, newer or half-migrated,
-not writable) is a StateError naming the file and what to do. A row whose value does not fit its
-column (text in a number column, edited by hand) is skipped by every read, with a note naming it.
+It holds every deploy, the last known good unit of each host, and every bench result
+(`bench_results`).
+
+The schema is versioned (PRAGMA user_version, migrations in order). WAL and a busy timeout let two
+orchestrator processes write at once. Commands that only read open it read-only, and never migrate
+it.
+
+A ledger that cannot be used is a StateError naming the file and what to do. That covers a ledger
+that is corrupt, a directory, newer or half-migrated, or not writable. A row whose value does not fit
+its column (text in a number column, edited by hand) is skipped by every read, with a note naming it.
 """
 
 from __future__ import annotations
@@ -109,7 +113,7 @@ MIGRATIONS = [
     );
     CREATE INDEX bench_profile_time ON bench_results (profile, time)
     """,
-    # 3: what a good unit means (hostplan.UnitFacts as JSON: port, bind, GPUs, health URL, rank),
+    # 3: what a good unit means (playvars.UnitFacts as JSON: port, bind, GPUs, health URL, rank),
     # kept with it so a rollback never reads them back out of the unit text. Rows recorded
     # before this keep '{}': rolling back to one of them says so.
     """

@@ -1,7 +1,7 @@
 """`bench`, `sweep`, `results`: the tuning loop's commands, the one place their output is decided.
 
-Kept out of __main__.py, which loads this module only when one of these commands runs (its
-LazyGroup): deploy need not import the bench client.
+cli/main.py loads this module only when one of these commands runs or is listed. So deploy
+need not import the bench client.
 """
 
 from __future__ import annotations

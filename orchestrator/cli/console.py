@@ -1,7 +1,7 @@
 """Where the CLI prints, and how expected errors become messages and exit codes.
 
-Shared by every command module (`__main__`, `bench_cli`, `logs_cli`), which cannot import
-`__main__` without importing each other.
+Shared by every command module of cli/. The command modules import it, never each other, so
+each loads alone when its command runs.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""The commands that run plays on hosts: deploy, plan, preflight, rollback, history, status, stop,
-verify. Each prints, and picks its exit code, here."""
+"""The commands that run plays on hosts: deploy, plan, preflight, rollback, history, status, stop, verify.
+
+Each prints, and picks its exit code, here.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`orchestrator lab ...`: the thin CLI over `orchestrator.lab.nspawn`; the only lab code that prints."""
+"""`orchestrator lab ...`: the thin CLI over `orchestrator.lab.nspawn` and `orchestrator.lab.gateway`.
+
+It is the only lab code that prints.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """`logs`: the unit's journal from each host, one line per entry, prefixed by its host.
 
-Kept out of __main__.py, which loads it only when `logs` runs (its LazyGroup). A server's journal
-is the server's text, printed as data: control characters other than tab are escaped (shown), so
-a logged ESC sequence (a colour code, a new window title) is seen as written and never drives the
-terminal.
+A server's journal is the server's text, printed as data. Control characters other than tab
+are escaped (shown). So a logged ESC sequence (a colour code, a new window title) is seen as
+written and never drives the terminal.
 """
 
 from __future__ import annotations

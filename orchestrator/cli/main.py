@@ -1,5 +1,8 @@
-"""The command line: the one place that prints and picks exit codes (0 ok, 1 a host failed, 2 bad input,
-an unusable state directory or ledger included)."""
+"""The `orchestrator` command group: its global options, and each command by the module that holds it.
+
+The command line is the one place that prints and picks exit codes. 0 is ok, 1 a host failed, and 2
+bad input. An unusable state directory or ledger counts as bad input.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`tune`: a tuning campaign from a search space file (engine: tune.py, the file: space.py)."""
+"""`tune`: a tuning campaign from a search space file.
+
+The engine is tune.py. The file is read by space.py.
+"""
 
 from __future__ import annotations
 

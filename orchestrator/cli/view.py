@@ -1,7 +1,7 @@
 """Rich output: the live per-host view while a play runs, and the tables after it.
 
 Host names, steps, messages, journal lines and process names are the inventory's and the hosts'
-words: each goes through console.shown (or plain), so none is read as markup or can drive the
+words. Each goes through console.shown (or plain). So none is read as markup, and none can drive the
 terminal.
 """
 

@@ -1,25 +1,29 @@
 """The user's Ansible configuration, read as Ansible reads it, and the settings orchestrator's plays run with.
 
-Ansible reads one ini file, `$ANSIBLE_CONFIG`, else `./ansible.cfg` (not in a world-writable
-directory), else `~/.ansible.cfg`, else `/etc/ansible/ansible.cfg`, and `ANSIBLE_*` variables override
-it. Its own ConfigManager finds and reads it here, so every setting means what it means to the user's
-own `ansible-playbook`. A play runs in the user's directory with `ANSIBLE_CONFIG` naming that same file
-(ansible-runner would start it elsewhere, where `./ansible.cfg` is not the user's), plus environment
-variables for only these (`play_environment`):
+Ansible reads one ini file. It is `$ANSIBLE_CONFIG`, else `./ansible.cfg` (not in a world-writable
+directory), else `~/.ansible.cfg`, else `/etc/ansible/ansible.cfg`. `ANSIBLE_*` variables override it.
+Ansible's own ConfigManager finds and reads it here. So every setting means what it means to the
+user's own `ansible-playbook`.
 
-- orchestrator's collection, orchestrator.sglang (its roles, modules, module_utils and strategy
-  plugin: collections_dir below), put before the user's collection paths, never in
-  their place;
-- its speed settings (pipelining, SSH ControlMaster/ControlPersist, forks, the strategy
-  `orchestrator.sglang.orchestrator_linear`) and quiet settings where the user left Ansible's
-  default; a user's `ssh_args` is kept whole
-  (a ProxyJump in it stays) and gets only the multiplexing options it does not name;
-- what orchestrator needs to drive the play: no password prompt the CLI did not ask for itself
-  (it answers -K and the vault prompts), and the user's `host_key_checking` (ansible-runner would
-  switch it off), and the user's callback plugin folders (ansible-runner adds its own to them).
+A play runs in the user's directory, with `ANSIBLE_CONFIG` naming that same file. ansible-runner
+would start it elsewhere, where `./ansible.cfg` is not the user's. On top of that, the play gets
+environment variables for only these (`play_environment`):
 
-Reading costs about 0.3 s of Ansible imports, so what was found is kept in the state directory under a
-fingerprint of the candidate config files, the `ANSIBLE_*` variables, the directory and Ansible's version.
+- orchestrator's collection, orchestrator.sglang. It holds the roles, modules, module_utils and
+  strategy plugin (see collections_dir below). It goes before the user's collection paths, never in
+  their place.
+- orchestrator's speed settings and quiet settings, where the user left Ansible's default. The speed
+  settings are pipelining, SSH ControlMaster/ControlPersist, forks, and the strategy
+  `orchestrator.sglang.orchestrator_linear`. A user's `ssh_args` is kept whole, so a ProxyJump in it
+  stays. It gets only the multiplexing options it does not name.
+- what orchestrator needs to drive the play. No password prompt comes that the CLI did not ask for
+  itself: the CLI answers -K and the vault prompts. The user's `host_key_checking` is passed on,
+  because ansible-runner would switch it off. So are the user's callback plugin folders, because
+  ansible-runner adds its own to them.
+
+Reading costs about 0.3 s of Ansible imports. So what was found is kept in the state directory, under
+a fingerprint of the candidate config files, the `ANSIBLE_*` variables, the directory and Ansible's
+version.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """deploy: a Plan carried out on hosts by playbooks/deploy.yml, each host's facts read back.
 
-Engine layer: never prints. `deploy()` returns a `DeployReport`; the CLI shows it. Vars out
-are playvars.py's, facts in readback.py's, reports host_report.py's, rollback rollback.py's.
+Engine layer: never prints. `deploy()` returns a `DeployReport`, and the CLI shows it. The vars that
+go out are playvars.py's. The facts that come in are readback.py's. Reports are host_report.py's,
+and rollback is rollback.py's.
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
-"""One-line diagnoses of a failed SGLang start, classified from its journal and unit state
-(and of a host where becoming root failed: `become`).
+"""One-line diagnoses of a failed SGLang start, classified from its journal and unit state.
 
-The patterns are the shapes real SGLang (and Python, NCCL, systemd) print. The common
-ones: a flag typo or a flag of another version is an argparse usage message and exit 2
-within seconds; CUDA runs out of memory during weight load or graph capture ("Not enough
-memory. Please try to increase --mem-fraction-static"); NCCL init with TP > 1 or several
-nodes hangs silently until the watchdog kills it (`--watchdog-timeout`, 300 s). First
-match wins, in the order of CLASSES, so a root cause beats the noise it leaves behind.
+It also diagnoses a host where becoming root failed (`become`).
+
+The patterns are the shapes that real SGLang, Python, NCCL and systemd print. The common ones:
+- A flag typo, or a flag of another version, is an argparse usage message and exit 2 within seconds.
+- CUDA runs out of memory during weight load or graph capture ("Not enough memory. Please try to
+  increase --mem-fraction-static").
+- NCCL init with TP > 1 or several nodes hangs silently, until the watchdog kills it
+  (`--watchdog-timeout`, 300 s).
+
+The first match wins, in the order of CLASSES. So a root cause beats the noise it leaves behind.
 """
 
 from __future__ import annotations

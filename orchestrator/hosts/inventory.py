@@ -2,13 +2,14 @@
 
 Patterns (`--limit`), groups, group_vars and INI/YAML all mean what they mean to Ansible.
 
-Importing Ansible and parsing costs about 0.3 s, a fifth of a no-op deploy, so what a read
-found is kept in the state directory under a fingerprint of everything it depended on: the
-inventory files, the group_vars/ and host_vars/ beside them, Ansible's config files and
-ANSIBLE_* variables, and Ansible's version. Any change there reads the inventory again.
-Dynamic inventories (scripts, plugin configs such as aws_ec2) are read every time, and so are
-inventories with vaulted files or `!vault` values: each read then checks that they decrypt, so a
-wrong vault password is one line naming the file before any play.
+Importing Ansible and parsing costs about 0.3 s, a fifth of a no-op deploy. So what a read found is
+kept in the state directory, under a fingerprint of everything it depended on. That is the inventory
+files, the group_vars/ and host_vars/ beside them, Ansible's config files and ANSIBLE_* variables,
+and Ansible's version. Any change there reads the inventory again.
+
+Some inventories are read every time. These are dynamic inventories (scripts, plugin configs such
+as aws_ec2), and inventories with vaulted files or `!vault` values. Each read of a vaulted one checks
+that it decrypts. So a wrong vault password is one line naming the file, before any play.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The unit's journal from each host, merged in time order: read by playbooks/logs.yml, parsed here.
 
-Engine layer: never prints. `read()` returns one `LogBatch`; `follow()` yields one per play,
-each host continuing after the journal cursor of the last entry it gave.
+Engine layer: never prints. `read()` returns one `LogBatch`. `follow()` yields one per play. Each
+host continues after the journal cursor of the last entry it gave.
 """
 
 from __future__ import annotations

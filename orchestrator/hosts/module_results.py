@@ -1,16 +1,17 @@
 """Results in: what each host module (plugins/modules/*.py) returns, typed.
 
-One pydantic model per module. Its fields are the keys the module's RETURN block documents, and
-their descriptions are there, in one place; tests/unit/test_results.py checks both ways that the
-two name the same fields with compatible types, and the module tests validate the results the
-real modules return against these models. A result is read only through `parse`, which names the
-module and the field when the two differ, so a renamed `restart_needed` fails here instead of
-reading as False.
+One pydantic model per module. Its fields are the keys the module's RETURN block documents. Their
+descriptions are there, in one place. tests/unit/test_results.py checks, both ways, that the two
+name the same fields with compatible types. The module tests validate the results the real modules
+return against these models.
 
-A failed module returns Ansible's `msg` with whatever it knew when it failed, from nothing (a bad
-argument, systemctl failing) to its whole result (preflight's problems): its failure model has
-every field of the success model as optional, plus what RETURN says only a failure returns (the
-health wait's journal). Unknown fields are errors either way.
+A result is read only through `parse`. It names the module and the field when the two differ. So a
+renamed `restart_needed` fails here, instead of reading as False.
+
+A failed module returns Ansible's `msg` with whatever it knew when it failed. That ranges from
+nothing (a bad argument, systemctl failing) to its whole result (preflight's problems). So its
+failure model has every field of the success model as optional. It adds what RETURN says only a
+failure returns, such as the health wait's journal. Unknown fields are errors either way.
 """
 
 from __future__ import annotations
@@ -550,7 +551,7 @@ def _said(exc: ValidationError) -> str:
 def _differ(action: str, model: type[ModuleResult]) -> str:
     module = f"plugins/modules/{action}.py"
     return (
-        f"the host's module and orchestrator differ: orchestrator/hosts/module_results.py {model.__name__} reads "
-        f"what {module} returns; did Ansible run another copy of the module, or was one changed "
-        "without the other?"
+        "the host's module and orchestrator differ: "
+        f"orchestrator/hosts/module_results.py {model.__name__} reads what {module} returns; "
+        "did Ansible run another copy of the module, or was one changed without the other?"
     )

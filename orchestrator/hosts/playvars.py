@@ -1,9 +1,9 @@
 """Vars out: the one typed record each host's play reads (`orch`), built from a Profile and its Plan.
 
-Playbooks route `_plan.*` fields to role variables and decide nothing; whatever a host must
-know (a port, a path, a timeout, a GPU set) is computed here, once. `tests/unit/test_seam.py`
-checks that every `orch.*` / `_plan.*` name a playbook reads exists here, and that every field
-here is read.
+Playbooks route `_plan.*` fields to role variables and decide nothing. Whatever a host must know (a
+port, a path, a timeout, a GPU set) is computed here, once. `tests/unit/test_seam.py` checks that
+every `orch.*` / `_plan.*` name a playbook reads exists here. It also checks that every field here
+is read.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""Facts in: each host's module results, typed (module_results.py), picked by the module an event ran
-(its action).
+"""Facts in: each host's module results, typed, and picked by the module an event ran (its action).
 
-A task's display name is for people; renaming one in YAML changes nothing here. The action
-names are the modules in plugins/modules (see docs/architecture.md). Every result of those
-modules in a play is validated on the way (of_run), read or not: a host whose module differs from
-orchestrator's is a ResultError, never a report read with defaults.
+The types are module_results.py's. A task's display name is for people, so renaming one in YAML
+changes nothing here. The action names are the modules in plugins/modules (see
+docs/architecture.md).
+
+Every result of those modules in a play is validated on the way (of_run), whether it is read or not.
+So a host whose module differs from orchestrator's is a ResultError, never a report read with
+defaults.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Rollback: a host back on a recorded healthy unit, with the facts recorded beside it.
 
-No unit text is parsed: the port, GPUs and health URL of a recorded unit are its `UnitFacts`,
-kept in the host's last-good record and in the ledger.
+No unit text is parsed. The port, GPUs and health URL of a recorded unit are its `UnitFacts`. They
+are kept in the host's last-good record and in the ledger.
 """
 
 from __future__ import annotations

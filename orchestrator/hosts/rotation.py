@@ -1,7 +1,7 @@
 """The SGLang gateway (smg) around a deploy: checked before the play, and put right after Ctrl-C.
 
-The per-batch steps (out of rotation, drain, prove, back in rotation) run in the play itself
-(roles/sglang_gateway, roles/sglang_drain); this side uses the same client, the file
+The per-batch steps run in the play itself, in roles/sglang_gateway and roles/sglang_drain. They are
+out of rotation, drain, prove, and back in rotation. This side uses the same client, the file
 plugins/module_utils/orchestrator_gateway.py, loaded here as it is shipped.
 """
 

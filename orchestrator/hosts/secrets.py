@@ -1,8 +1,10 @@
-"""Secrets, read on the control machine: the API key (for the host's 0600 `--config` file, handed
-to the server with LoadCredential=), and secret environment variables (secret_env,
-service.environment_files) for the unit's 0600 EnvironmentFile= (a container engine's --env-file
-with a container runtime). None of them is ever in the unit, on a command line, or in the play's
-variables."""
+"""Secrets, read on the control machine: the API key, and secret environment variables.
+
+None of them is ever in the unit, on a command line, or in the play's variables. The API key goes
+into the host's 0600 `--config` file, which is handed to the server with LoadCredential=. Secret
+environment variables (secret_env, service.environment_files) go into the unit's 0600
+EnvironmentFile=. With a container runtime, that file is the container engine's --env-file.
+"""
 
 from __future__ import annotations
 

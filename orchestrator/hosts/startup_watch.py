@@ -1,9 +1,11 @@
-"""A server's start-up as the controller sees it: each phase's usual length from the ledger, the
-stall limits a deploy gives the health wait, the live line, and the summary of where a start went.
+"""A server's start-up as the controller sees it.
 
-The phases themselves are read on the host, from the server's own log lines
-(plugins/module_utils/orchestrator_host/startup.py, shipped with the health wait); this module
-only names them, so the two agree on one list.
+This module holds each phase's usual length, from the ledger. It holds the stall limits a deploy
+gives the health wait. It draws the live line, and the summary of where a start went.
+
+The phases themselves are read on the host, from the server's own log lines. That happens in
+plugins/module_utils/orchestrator_host/startup.py, shipped with the health wait. This module only
+names them, so the two agree on one list.
 """
 
 from __future__ import annotations

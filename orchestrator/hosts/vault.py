@@ -1,14 +1,21 @@
-"""Ansible Vault on the control machine: the secrets Ansible would use, for orchestrator's own reads
-(the inventory and its group_vars, a vaulted API key file) and for ansible-playbook.
+"""Ansible Vault on the control machine: the secrets Ansible would use.
 
-The secrets come from where Ansible takes them, in its order: `vault_identity_list` (ansible.cfg or
-ANSIBLE_VAULT_IDENTITY_LIST), `--vault-id`, `--vault-password-file`, `vault_password_file` (ansible.cfg
-or ANSIBLE_VAULT_PASSWORD_FILE), and `--ask-vault-pass`. A password typed at a prompt (`--ask-vault-pass`,
-`--vault-id LABEL@prompt`) is asked once by the CLI and reaches ansible-playbook only as ansible-runner's
-answer to its prompt, like the become password: never argv, the environment, a file or the artifacts.
+orchestrator uses them for its own reads: the inventory and its group_vars, and a vaulted API key
+file. ansible-playbook gets them too.
 
-A file or value that does not decrypt is one line naming it (`group_vars/gpu/vault.yml: the vault
-password does not decrypt it (Decryption failed)`), an InputError, never a traceback.
+The secrets come from where Ansible takes them, in its order:
+1. `vault_identity_list` (ansible.cfg or ANSIBLE_VAULT_IDENTITY_LIST)
+2. `--vault-id`
+3. `--vault-password-file`
+4. `vault_password_file` (ansible.cfg or ANSIBLE_VAULT_PASSWORD_FILE)
+5. `--ask-vault-pass`
+
+A password typed at a prompt (`--ask-vault-pass`, `--vault-id LABEL@prompt`) is asked once, by the
+CLI. It reaches ansible-playbook only as ansible-runner's answer to its prompt, like the become
+password. It is never in argv, the environment, a file or the artifacts.
+
+A file or value that does not decrypt is one line naming it. It is an InputError, never a traceback.
+For example: `group_vars/gpu/vault.yml: the vault password does not decrypt it (Decryption failed)`.
 """
 
 from __future__ import annotations

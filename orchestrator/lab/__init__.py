@@ -1,7 +1,9 @@
 """The lab: local Debian hosts for trying and testing the tool without GPUs.
 
-Lives here: the hosts as systemd-nspawn containers (nspawn), the lab's gateway (gateway), and
-the SGLang and nvidia-smi stand-ins copied onto the hosts (standins/).
+Lives here:
+- nspawn: the hosts, as systemd-nspawn containers.
+- gateway: the lab's gateway.
+- standins/: the SGLang and nvidia-smi stand-ins copied onto the hosts.
 
 May import: profile/ (the stand-ins carry sglang_flags) and the foundation. Its command is
 cli/lab_command.py.

@@ -1,10 +1,12 @@
 """The lab's gateway: SGLang's own `smg` on the control machine's loopback, the lab hosts its workers.
 
-A fleet behind a gateway is drained there before a worker stops; this puts the real gateway in front
-of the lab so a deploy can be tried under traffic. `smg` (PyPI smg 1.x, the `gateway` extra; or
-another, --smg) runs in its own session, so it outlives the command that started it, and routes round robin to
-http://<host address>:<worker port> for every lab host. Its Prometheus exporter (which binds 29000 on
-all interfaces unless told otherwise) goes to 127.0.0.1:<port + 1>.
+A fleet behind a gateway is drained there before a worker stops. This puts the real gateway in front
+of the lab, so a deploy can be tried under traffic.
+
+`smg` is PyPI's smg 1.x (the `gateway` extra), or another one given with --smg. It runs in its own
+session, so it outlives the command that started it. It routes round robin to
+http://<host address>:<worker port> for every lab host. Its Prometheus exporter would bind 29000 on
+all interfaces unless told otherwise. Here it goes to 127.0.0.1:<port + 1>.
 
 Layout under `lab_dir()`:
 
@@ -12,7 +14,7 @@ Layout under `lab_dir()`:
     gateway.log             smg's output (--log-level warn)
     inventory-gateway.yml   inventory.yml plus all.vars.orchestrator_gateway_url, for deploys through it
 
-Engine layer: never prints; `up`, `down` and `state` return typed results or raise.
+Engine layer: never prints. `up`, `down` and `state` return typed results or raise.
 """
 
 from __future__ import annotations

@@ -1,15 +1,17 @@
 """Lab hosts: Debian containers with real systemd and sshd, on a private bridge, for real deploys.
 
-Each host `labK` is a `systemd-nspawn -b` container in its own network namespace `orchlabK`, joined by
-a veth pair to the bridge `orchlab0` (10.213.0.1/24; hosts at .11, .12, ...). The hosts have no default
-route, so the lab never talks to anything but itself and the control machine. `bastion(JUMP)` makes one
-host the jump host: the others then refuse SSH from the control machine (a routing rule in their own
-namespaces), as GPU hosts behind a bastion do, until `lift_bastion()` (or the next `up`, or `down`).
+Each host `labK` is a `systemd-nspawn -b` container in its own network namespace `orchlabK`. A veth
+pair joins it to the bridge `orchlab0` (10.213.0.1/24, hosts at .11, .12, ...). The hosts have no
+default route, so the lab never talks to anything but itself and the control machine.
 
-The control machine has no systemd as PID 1 and no D-Bus, so there is no machined: nspawn runs with
-`--register=no --keep-unit`, detached, and the lab keeps its own record (`lab.json`) of every process,
-mount, namespace and link it makes, written as soon as each exists, so `down` (or the next `up` after a
-crash) removes exactly those and nothing else.
+`bastion(JUMP)` makes one host the jump host. The others then refuse SSH from the control machine,
+as GPU hosts behind a bastion do. A routing rule in their own namespaces does that. It lasts until
+`lift_bastion()`, the next `up`, or `down`.
+
+There is no machined, because the control machine has no systemd as PID 1 and no D-Bus. So nspawn
+runs with `--register=no --keep-unit`, detached. The lab keeps its own record (`lab.json`) of every
+process, mount, namespace and link it makes. Each is written as soon as it exists. So `down`, or the
+next `up` after a crash, removes exactly those and nothing else.
 
 Layout under `state_dir()`:
 

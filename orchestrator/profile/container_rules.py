@@ -1,19 +1,23 @@
 """What `docker run` and `podman run` refuse or read otherwise, checked on the control machine.
 
-A profile with `runtime.kind: docker` or `podman` starts SGLang inside a container; the unit's
-ExecStart= is the engine's `run` command (launch.py). A value the engine refuses is only found out
-on the host, after the running server was stopped, so each value the profile puts into that
-command is checked here: the image reference, /dev/shm's size, mount paths, the further run
-options a site may add. Each rule is a pure function of plain values and returns its problem
-(None when the value is fine), worded with the fix. The rules hold for both engines as Debian
-bookworm ships them (docker.io 20.10, podman 4.3.1); tests/unit/test_container_cli.py hands
-every rendered command to the real CLIs.
+A profile with `runtime.kind: docker` or `podman` starts SGLang inside a container. The unit's
+ExecStart= is then the engine's `run` command (launch.py). A value the engine refuses is only found
+out on the host, after the running server was stopped. So each value the profile puts into that
+command is checked here: the image reference, /dev/shm's size, mount paths, and the further run
+options a site may add.
 
-Every regular expression here is ASCII (re.ASCII, explicit classes), as Go's regexp, which
-both engines parse with, is: Python's `\\w` and `\\d` take any Unicode letter or digit. Every
-match is a fullmatch (Python's `$` also matches before a trailing newline). A path is judged as
-the engines read it, by its text (Go's path.Clean, `clean_path`), and a path with `..` is
-refused: the engines resolve it by its text, the host's file system through its symbolic links.
+Each rule is a pure function of plain values. It returns its problem, worded with the fix, or None
+when the value is fine. The rules hold for both engines as Debian bookworm ships them (docker.io
+20.10, podman 4.3.1). tests/unit/test_container_cli.py hands every rendered command to the real
+CLIs.
+
+Every regular expression here is ASCII (re.ASCII, explicit classes), because Go's regexp is. Both
+engines parse with it. Python's `\\w` and `\\d` take any Unicode letter or digit. Every match is a
+fullmatch, because Python's `$` also matches before a trailing newline.
+
+A path is judged as the engines read it: by its text (Go's path.Clean, `clean_path`). A path with
+`..` is refused. The engines resolve it by its text, but the host's file system resolves it through
+its symbolic links.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The Profile model: one named SGLang deployment, validated before anything touches a host.
 
-Profiles are YAML files, one per name, in the profiles folder (`--profiles-dir`, else
-`$ORCHESTRATOR_PROFILES`, else `./profiles/`); the examples shipped with the tool are
-`example:NAME`. A variant says `extends: base` and states only what differs; mappings merge
-key by key, anything else replaces.
+Profiles are YAML files, one per name, in the profiles folder. That is `--profiles-dir`, else
+`$ORCHESTRATOR_PROFILES`, else `./profiles/`. The examples shipped with the tool are `example:NAME`.
+A variant says `extends: base` and states only what differs. Mappings merge key by key. Anything
+else replaces.
 
-Validation collects every problem at once (a profile with five mistakes reports five
-lines), each as `file: field.path: message` with the fix in the message: a mistake
-must cost a second on the control machine, not a five-minute model load.
+Validation collects every problem at once: a profile with five mistakes reports five lines. Each is
+`file: field.path: message`, with the fix in the message. A mistake must cost a second on the
+control machine, not a five-minute model load.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """SGLang's flags per version, read from the real `launch_server --help` text.
 
-The help files in `sglang_help/` are the ground truth for which flags a version
-accepts. This module is standard-library only on purpose: the lab copies it to
-its hosts, where the SGLang stand-in builds its argparse parser from the same
-text, so the stand-in accepts exactly what the real server accepts.
+The help files in `sglang_help/` are the ground truth for which flags a version accepts. This module
+is standard-library only on purpose. The lab copies it to its hosts, where the SGLang stand-in builds
+its argparse parser from the same text. So the stand-in accepts exactly what the real server accepts.
 
-`read_args` resolves a list of extra flags the way SGLang's own argparse parser does
-(unique prefixes, `=` forms, values, choices, stray words), with Python's argparse doing
-the work, so a profile can be checked on the control machine rather than fail on a host.
-The help text shows no types, so beside each help is a table of the `type=` SGLang converts
-each option's value with (`launch_server-types-<version>.json`, read from SGLang's source by
-scripts/sglang_types.py): argparse refuses `--max-running-requests x` here as it does there.
+`read_args` resolves a list of extra flags the way SGLang's own argparse parser does: unique
+prefixes, `=` forms, values, choices, stray words. Python's argparse does the work. So a profile can
+be checked on the control machine, rather than fail on a host.
+
+The help text shows no types. So beside each help is a table of the `type=` SGLang converts each
+option's value with (`launch_server-types-<version>.json`). scripts/sglang_types.py reads those
+types from SGLang's source. So argparse refuses `--max-running-requests x` here, as it does there.
 """
 
 from __future__ import annotations

@@ -1,21 +1,21 @@
 """Rules that span several fields of a profile, each naming the field and the fix.
 
 SGLang does not check these itself, or checks them badly:
-- the speculative trio (num_steps, eagle_topk, num_draft_tokens) is all or none; with
-  only some SGLang dies on a bare AssertionError;
-- with eagle_topk 1 it silently replaces num_draft_tokens by num_steps + 1, and
-  num_draft_tokens > num_steps * eagle_topk + 1 is not a meaningful draft tree;
-- EAGLE3 needs a draft model path (so do EAGLE, its alias NEXTN, and STANDALONE);
-- flags drift between versions: 0.5.23 has no --cuda-graph-max-bs, and argparse calls
-  that spelling ambiguous; a flag argparse rejects is exit 2 after start, and argparse
-  takes any unique prefix, so `--api-k KEY` is `--api-key KEY`;
-- some settings SGLang refuses only after reading the model (DP attention with a tp_size
-  it does not divide, STANDALONE or NGRAM with DP attention, top-k > 1 over pages), and
-  NGRAM silently overwrites eagle_topk;
+- The speculative trio (num_steps, eagle_topk, num_draft_tokens) is all or none. With only some,
+  SGLang dies on a bare AssertionError.
+- With eagle_topk 1, SGLang silently replaces num_draft_tokens by num_steps + 1. And
+  num_draft_tokens > num_steps * eagle_topk + 1 is not a meaningful draft tree.
+- EAGLE3 needs a draft model path. So do EAGLE, its alias NEXTN, and STANDALONE.
+- Flags drift between versions. 0.5.23 has no --cuda-graph-max-bs, and argparse calls that
+  spelling ambiguous. A flag argparse rejects is exit 2 after start. And argparse takes any unique
+  prefix, so `--api-k KEY` is `--api-key KEY`.
+- Some settings SGLang refuses only after reading the model: DP attention with a tp_size it does
+  not divide, STANDALONE or NGRAM with DP attention, top-k > 1 over pages. NGRAM also silently
+  overwrites eagle_topk.
 - NCCL ignores NCCL_* names it does not know, so a typo silently does nothing.
 
-The rules take plain values, not the profile's models, so that this module depends on
-nothing of the profile: `profile` calls them, never the other way round.
+The rules take plain values, not the profile's models. So this module depends on nothing of the
+profile. model.py calls the rules, never the other way round.
 """
 
 from __future__ import annotations

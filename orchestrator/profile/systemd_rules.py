@@ -1,17 +1,19 @@
 """What systemd 252 refuses or silently changes in a unit's values, checked on the control machine.
 
-A unit that systemd refuses is only found out on the host, after the running server was
-stopped; a value that systemd changes or ignores with only a warning starts a server other than
-the profile says. Each rule is a pure function of a profile value (or of a few service.extra
-directives together, or of the plan's words and unit text for the sizes that cannot reach the
-process) and returns its problems (none when systemd reads the value back unchanged), worded
-with the fix. Each cites the systemd 252 (or kernel) code it follows;
-tests/unit/test_systemd_oracle.py loads rendered units with the real systemd to prove both
-directions: a value these rules pass reads back exactly, and a value they refuse is one
-systemd refuses or changes. Where systemd-analyze is installed, systemd_check.py asks it about
-the whole unit as well.
+A unit that systemd refuses is only found out on the host, after the running server was stopped. A
+value that systemd changes or ignores with only a warning starts a server other than the profile
+says. That is why the rules run here.
 
-Only values that cannot be quoted need rules: `plan` quotes ExecStart= words and
+Each rule is a pure function of a profile value. Some take a few service.extra directives together.
+Some take the plan's words and unit text, for the sizes that cannot reach the process. Each returns
+its problems, worded with the fix. It returns none when systemd reads the value back unchanged. Each
+cites the systemd 252 (or kernel) code it follows.
+
+tests/unit/test_systemd_oracle.py loads rendered units with the real systemd to prove both
+directions. A value these rules pass reads back exactly. A value they refuse is one systemd refuses
+or changes. Where systemd-analyze is installed, systemd_check.py also asks it about the whole unit.
+
+Only values that cannot be quoted need rules. render/launch.py quotes ExecStart= words and
 Environment= assignments, which keeps spaces, quotes, `%`, `$` and control characters intact.
 """
 

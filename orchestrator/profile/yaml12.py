@@ -1,18 +1,18 @@
 """YAML as a profile means it: the 1.2 core schema, unique keys, bounded, and each number's text.
 
 PyYAML resolves plain scalars by YAML 1.1: `1.10` is 1.1, `010` is 8, `0x10` 16, `12:30` 750 and
-`yes` true, so an env value, an NCCL setting or a `service.extra` directive reached the server as
+`yes` true. So an env value, an NCCL setting or a `service.extra` directive reached the server as
 something other than the file says. This loader resolves them by YAML 1.2's core schema
-(yaml.org/spec/1.2.2, 10.3) and keeps what was written:
+(yaml.org/spec/1.2.2, 10.3), and keeps what was written:
 
-- a number is an `int` or `float` that also carries its text (`Int`, `Float`), which is what a
-  string field gets (`str()` of it): `env: {A: 1.10}` is "1.10", `UMask: 0777` is "0777";
-- a plain scalar that YAML 1.1 reads differently keeps that reading too (`yaml11`), so a number
-  field can refuse a form with two readings, naming both (`two_readings`): `port: 075` is 75 here
-  and 61 to Ansible and PyYAML; `12:30` is text here and 750 there.
+- A number is an `int` or `float` that also carries its text (`Int`, `Float`). A string field gets
+  that text (`str()` of it). So `env: {A: 1.10}` is "1.10", and `UMask: 0777` is "0777".
+- A plain scalar that YAML 1.1 reads differently keeps that reading too (`yaml11`). So a number
+  field can refuse a form with two readings, naming both (`two_readings`). `port: 075` is 75 here,
+  and 61 to Ansible and PyYAML. `12:30` is text here, and 750 there.
 
-Duplicate keys are refused (PyYAML keeps the last silently), and so is a file over `MAX_BYTES` or
-of over `max_nodes` nodes, before it is all parsed: PyYAML takes tens of seconds for 50 MB.
+Duplicate keys are refused, where PyYAML silently keeps the last. So is a file over `MAX_BYTES`, or
+of over `max_nodes` nodes, before it is all parsed. PyYAML takes tens of seconds for 50 MB.
 """
 
 from __future__ import annotations

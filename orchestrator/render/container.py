@@ -1,25 +1,32 @@
 """A container runtime's part of the unit: the engine's commands and the [Service] settings they need.
 
-launch.py builds SGLang's argv and environment the same way for every runtime; for
-`runtime.kind: docker` or `podman` this module wraps them in the engine's `run` command, so the
+launch.py builds SGLang's argv and environment the same way for every runtime. For
+`runtime.kind: docker` or `podman`, this module wraps them in the engine's `run` command. So the
 words after the image are exactly the host runtime's argv. Every engine option is one word
-(`--name=value`), which keeps the image the first word that does not start with '-': that is
-how plan.parse_unit finds SGLang's argv in a deployed unit again.
+(`--name=value`). That keeps the image the first word that does not start with '-'. It is how
+launch.parse_unit finds SGLang's argv in a deployed unit again.
 
-- podman: systemd supervises the container itself through Podman's own systemd integration,
-  as `podman generate systemd --new` (4.3.1) and Quadlet (4.4 on) write it: Type=notify with
-  NotifyAccess=all and `--sdnotify=conmon` (conmon becomes MainPID and says READY once the
-  container runs), `-d` so no CLI client is left to die on its own; from Quadlet,
-  `--cgroups=split` with Delegate=yes (podman-run(1): "splits the current CGroup in two
-  sub-cgroups: one for conmon and one for the container payload", so the container stays under
-  the unit's cgroup, where systemd's stop and kill reach it), KillMode=mixed (lets conmon clean
-  up) and `--log-driver=passthrough` (the container's output is the unit's, in its journal).
-  Needs podman 4.3 or later: Debian bookworm ships 4.3.1, whose podman-run(1) documents each of
-  these and whose CLI the tests run; older ones are not tried.
-- docker: the daemon, not systemd, parents the container, so the unit runs `docker run` in the
-  foreground: its output is the unit's journal, it ends with the container's exit code (a
-  container that dies fails the unit), ExecStop stops the container (systemd runs it also when
-  the client died on its own), and ExecStartPre removes one left behind.
+podman: systemd supervises the container itself, through Podman's own systemd integration. The unit
+is as `podman generate systemd --new` (4.3.1) and Quadlet (4.4 on) write it:
+- Type=notify with NotifyAccess=all and `--sdnotify=conmon`. conmon becomes MainPID, and says READY
+  once the container runs.
+- `-d`, so no CLI client is left to die on its own.
+- From Quadlet, `--cgroups=split` with Delegate=yes. It keeps the container under the unit's
+  cgroup, where systemd's stop and kill reach it. podman-run(1) says it "splits the current CGroup
+  in two sub-cgroups: one for conmon and one for the container payload".
+- From Quadlet too, KillMode=mixed, which lets conmon clean up.
+- From Quadlet too, `--log-driver=passthrough`. The container's output is then the unit's, in its
+  journal.
+
+This needs podman 4.3 or later. Debian bookworm ships 4.3.1. Its podman-run(1) documents each of
+these, and the tests run its CLI. Older ones are not tried.
+
+docker: the daemon, not systemd, parents the container. So the unit runs `docker run` in the
+foreground:
+- Its output is the unit's journal.
+- It ends with the container's exit code, so a container that dies fails the unit.
+- ExecStop stops the container. systemd runs it also when the client died on its own.
+- ExecStartPre removes a container left behind.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Profile -> Plan: the exact argv, environment and unit text a host receives.
 
-Python decides everything here (flag spellings for the SGLang version, quoting, the
-digest); the Jinja template only lays the values out. `render` and `deploy` use the
-same Plan, so what a user sees on a laptop is byte for byte what the host gets.
+Python decides everything here: flag spellings for the SGLang version, quoting, the digest. The
+Jinja template only lays the values out. `render` and `deploy` use the same Plan. So what a user
+sees on a laptop is byte for byte what the host gets.
 """
 
 from __future__ import annotations

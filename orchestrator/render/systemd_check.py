@@ -1,19 +1,22 @@
-"""systemd's own parser on the control machine: the planned units read by `systemd-analyze verify`
-before any host is touched.
+"""systemd's own parser on the control machine: `systemd-analyze verify` reads the planned units.
 
-systemd_rules.py refuses, in pure Python, what it knows systemd 252 would refuse or change; this
-asks systemd itself, where it is installed here, about the exact unit text a host will get. A
-line systemd would drop or cannot read ("ignoring", "Failed to parse", "Invalid": the unit
-still loads, verify exits 0 and the server would start without the setting) is a problem located
-at the profile field that wrote the line, else named by its directive. What only holds on this
-machine is left out: verify's complaints about the unit as a whole (the executable or the
-container engine missing here) carry no line number, and it looks up no users. The hosts verify
-the unit again before their server stops (roles/sglang_preflight, roles/sglang_unit), with the
-same reading of systemd's output (module_utils/orchestrator_host/systemd.py unit_complaints).
+It reads them before any host is touched. systemd_rules.py refuses, in pure Python, what it knows
+systemd 252 would refuse or change. This module asks systemd itself, where it is installed here,
+about the exact unit text a host will get.
 
-One `systemd-analyze verify` run per distinct unit (about 40 ms): the ranks of a multi-node
-server differ in argv, replicas share one unit. Skipped, with a note, where systemd-analyze is
-not installed (a laptop without systemd).
+Some lines systemd would drop or cannot read: "ignoring", "Failed to parse", "Invalid". The unit
+still loads, verify exits 0, and the server would start without the setting. So each such line is a
+problem. It is located at the profile field that wrote the line, else named by its directive.
+
+What only holds on this machine is left out. That is verify's complaints about the unit as a whole,
+such as the executable or the container engine missing here. They carry no line number. And verify
+looks up no users. The hosts verify the unit again before their server stops (roles/sglang_preflight,
+roles/sglang_unit). They read systemd's output the same way
+(module_utils/orchestrator_host/systemd.py unit_complaints).
+
+There is one `systemd-analyze verify` run per distinct unit, about 40 ms each. The ranks of a
+multi-node server differ in argv, and replicas share one unit. Where systemd-analyze is not
+installed (a laptop without systemd), the check is skipped, with a note.
 """
 
 from __future__ import annotations

@@ -1,31 +1,36 @@
 """bench: timed streaming requests against the deployed SGLang server, and the maths on them.
 
-Engine layer: never prints. `find_target()` says which server answers HTTP (the first host
-of the inventory or --limit, at its `ansible_host`, on the deployed unit's port); `run()`
-warms it up, streams requests at one load level and returns a `BenchResult`; `curve()` runs
-every level (concurrency or request rate) and repeat of a `Traffic`; `record()` writes a
-result to the ledger.
+Engine layer: never prints.
+- `find_target()` says which server answers HTTP. That is the first host of the inventory or
+  --limit, at its `ansible_host`, on the deployed unit's port.
+- `run()` warms it up, streams requests at one load level, and returns a `BenchResult`.
+- `curve()` runs every level (concurrency or request rate) and repeat of a `Traffic`.
+- `record()` writes a result to the ledger.
 
-Endpoints: `generate` (SGLang's native /generate, the prompt as raw text), `completions`
-(/v1/completions, raw text) and `chat` (/v1/chat/completions with messages, so the server
-applies the model's chat template, as production traffic does). Tokens are the server's own
-counts: /generate's cumulative meta_info.completion_tokens; the OpenAI endpoints' `usage`
-(per chunk with `continuous_usage_stats`, else the final usage chunk spread over the chunks
-by their share of the text).
+Endpoints:
+- `generate`: SGLang's native /generate, the prompt as raw text.
+- `completions`: /v1/completions, raw text.
+- `chat`: /v1/chat/completions with messages. So the server applies the model's chat template, as
+  production traffic does.
+
+Tokens are the server's own counts. On /generate they are the cumulative
+meta_info.completion_tokens. On the OpenAI endpoints they are `usage`: per chunk with
+`continuous_usage_stats`, else the final usage chunk, spread over the chunks by their share of the
+text.
 
 What is measured, and why this way:
-- decode speed of a request = tokens after its first chunk / time from its first chunk to
-  its last full one. It leaves out queueing and prefill (TTFT says those), so it is the
-  number the reference deployment quotes per profile (90 tok/s with no speculation);
-- total speed = all output tokens / wall time of the measured phase, TTFT included;
-- inter-token latency is per token: with speculation one chunk carries the accept length's
-  worth of tokens, so a chunk's gap is shared by its tokens (sglang's bench_serving reports
-  per-chunk gaps, which makes a speculative profile look slower per token than it is);
-- accept length: `/get_server_info` internal_states (what SGLang says: cumulative since the
-  server started), cross-checked with the `accept len` lines the server logs during the
-  level and, on /generate, with completion tokens / meta_info `spec_verify_ct` of this
-  level's requests (the only per-request speculative figure SGLang returns: the OpenAI
-  endpoints carry none, so there the level's figure is the log's).
+- Decode speed of a request = tokens after its first chunk / time from its first chunk to its last
+  full one. It leaves out queueing and prefill, which TTFT covers. So it is the number the reference
+  deployment quotes per profile (90 tok/s with no speculation).
+- Total speed = all output tokens / wall time of the measured phase, TTFT included.
+- Inter-token latency is per token. With speculation, one chunk carries the accept length's worth
+  of tokens, so a chunk's gap is shared by its tokens. sglang's bench_serving reports per-chunk
+  gaps, which makes a speculative profile look slower per token than it is.
+- Accept length comes from `/get_server_info` internal_states. That is what SGLang says, cumulative
+  since the server started. It is cross-checked with the `accept len` lines the server logs during
+  the level. On /generate it is also checked with completion tokens / meta_info `spec_verify_ct` of
+  this level's requests. That is the only per-request speculative figure SGLang returns. The OpenAI
+  endpoints carry none, so there the level's figure is the log's.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""deploy --canary: one host first, benched before and after; the rest only if it is not slower.
+"""deploy --canary: one host first, benched before and after, and the rest only if it is not slower.
 
-A profile that starts fine can still be slower (a drafter that does not help, graphs off);
-the canary catches that on one replica, and puts that replica back when it is rejected.
+A profile that starts fine can still be slower: a drafter that does not help, or graphs off. The
+canary catches that on one replica. It puts that replica back when the profile is rejected.
 """
 
 from __future__ import annotations

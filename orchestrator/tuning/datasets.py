@@ -1,43 +1,46 @@
 """datasets: the prompts `orchestrator bench --dataset FILE` sends, read from the files people have.
 
-Engine layer: never prints. `load()` reads a file, finds its format from its content and
-returns a `Dataset` of `Request`s, or raises InputError with one line,
-`--dataset FILE:LINE: what is wrong: what to write instead`. `sample()` draws the requests of a
-run, `output_tokens()` says how many tokens each may generate.
+Engine layer: never prints.
+- `load()` reads a file, finds its format from its content, and returns a `Dataset` of `Request`s.
+  Or it raises InputError with one line: `--dataset FILE:LINE: what is wrong: what to write instead`.
+- `sample()` draws the requests of a run.
+- `output_tokens()` says how many tokens each may generate.
 
-The formats, and where they come from (SGLang's bench_serving, read at 0.5.9 in
-python/sglang/bench_serving.py and at 0.5.23 in python/sglang/benchmark/datasets/, the same
-rules in both):
+The formats come from SGLang's bench_serving. It was read at 0.5.9 in
+python/sglang/bench_serving.py, and at 0.5.23 in python/sglang/benchmark/datasets/. The rules are
+the same in both.
 
-- "sharegpt": a JSON array of `{"conversations": [{"from": "human", "value": "..."}, ...]}`
-  ("conversation" is read too). As bench_serving's `sample_sharegpt_requests` does, a
-  conversation of fewer than 2 turns is left out, turn 0's "value" is the prompt and turn 1's
-  the answer whatever their "from" says, and a pair whose prompt or answer is under 2 tokens
-  is left out (bench_serving counts with the model's tokenizer, we estimate).
-- "bench-custom": the JSONL of bench_serving's `--dataset-name custom`
-  (`sample_custom_requests`, 0.5.9 and 0.5.23): one `{"conversations": [...]}` a line, each
-  turn's text in "content" or else "value"; the same two turns and filters as ShareGPT.
-- "openai": JSONL of `{"messages": [{"role": ..., "content": ...}, ...]}`, the chat request
-  itself (bench_serving's `--dataset-name openai`, `sample_openai_requests`, which sends the
-  messages as they are and takes "max_tokens" as the output length, 256 without it). Here a
-  last message from the assistant is the reference answer: its length is the output length
-  and it is not sent. "max_tokens" (or "max_completion_tokens"), where given, wins over it.
-- "lines": today's `--prompts` file. JSONL of JSON strings or `{"prompt": ...}` /
-  `{"text": ...}` objects, or plain text with one prompt per line (blank lines skipped).
+- "sharegpt": a JSON array of `{"conversations": [{"from": "human", "value": "..."}, ...]}`.
+  "conversation" is read too. It is read as bench_serving's `sample_sharegpt_requests` reads it. A
+  conversation of fewer than 2 turns is left out. Turn 0's "value" is the prompt and turn 1's the
+  answer, whatever their "from" says. A pair whose prompt or answer is under 2 tokens is left out.
+  bench_serving counts with the model's tokenizer. We estimate.
+- "bench-custom": the JSONL of bench_serving's `--dataset-name custom` (`sample_custom_requests`,
+  0.5.9 and 0.5.23). It has one `{"conversations": [...]}` a line. Each turn's text is in
+  "content", or else "value". The same two turns and filters apply as for ShareGPT.
+- "openai": JSONL of `{"messages": [{"role": ..., "content": ...}, ...]}`, the chat request itself.
+  This is bench_serving's `--dataset-name openai` (`sample_openai_requests`). It sends the messages
+  as they are, and takes "max_tokens" as the output length, 256 without it. Here a last message
+  from the assistant is the reference answer. Its length is the output length, and it is not sent.
+  "max_tokens" (or "max_completion_tokens"), where given, wins over it.
+- "lines": today's `--prompts` file. It is JSONL of JSON strings or `{"prompt": ...}` /
+  `{"text": ...}` objects. Or it is plain text, one prompt per line, with blank lines skipped.
 - "builtin": the prompts bench sends when no file is given.
 
-How the format is found: a file whose text is a JSON array is ShareGPT. Otherwise its first
-non-blank line decides: a JSON object or string makes the file JSONL, and each line's keys
-say its kind ("messages", "conversations", "prompt"/"text", or a string); one kind per file.
-A first line that is not JSON makes the file plain text, one prompt per line, unless the
-file is named .json or .jsonl, which must be JSON. Lines are counted at "\\n" only, as editors
-count them (a U+2028 inside a prompt does not start a line).
+How the format is found. A file whose text is a JSON array is ShareGPT. Otherwise its first
+non-blank line decides. A JSON object or string makes the file JSONL. Then each line's keys say its
+kind: "messages", "conversations", "prompt"/"text", or a string. A file has one kind. A first line
+that is not JSON makes the file plain text, one prompt per line. The exception is a file named
+.json or .jsonl, which must be JSON. Lines are counted at "\\n" only, as editors count them. So a
+U+2028 inside a prompt does not start a line.
 
-Where bench_serving passes something silently and we refuse it, it is because the benchmark
-would not be the one the file describes: a line that is not JSON (bench_serving skips it),
-a request parameter such as "temperature" or "tools" in an OpenAI line (bench_serving sends
-it; bench would not), a turn with no text (bench_serving reads it as ""), an "image" in a
-custom line (newer custom.py on SGLang's main sends it; bench sends text only).
+Some things bench_serving passes silently, and we refuse. The reason: the benchmark would not be
+the one the file describes. They are:
+- a line that is not JSON. bench_serving skips it.
+- a request parameter such as "temperature" or "tools" in an OpenAI line. bench_serving sends it,
+  but bench would not.
+- a turn with no text. bench_serving reads it as "".
+- an "image" in a custom line. Newer custom.py on SGLang's main sends it. bench sends text only.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""results --plot: tok/s against load, one line per profile with its 95% intervals, where the
-rows hold several loads; else tok/s per profile as bars spanning min..max over repeats, accept
-length beside.
+"""results --plot: tok/s against load, or tok/s per profile as bars.
 
-Engine layer: writes a PNG, prints nothing; returns what it drew (bars, lines) so a test can check
-it. matplotlib's Agg backend draws without a display (CI, ssh sessions).
+Where the rows hold several loads, it draws one line per profile, with its 95% intervals. Otherwise
+it draws tok/s per profile as bars spanning min..max over repeats, with accept length beside.
+
+Engine layer: writes a PNG, prints nothing. It returns what it drew (bars, lines), so a test can
+check it. matplotlib's Agg backend draws without a display (CI, ssh sessions).
 """
 
 from __future__ import annotations

@@ -1,10 +1,14 @@
 """A tuning campaign's search space: which profile fields vary, under what traffic, for which goal.
 
-Engine layer: never prints. `load(path)` reads a space file as a profile is read (YAML 1.2,
-pydantic, every problem named with its fix); `expand(space)` turns the grid of its `vary` values
-into points, each a derived profile that went through every profile rule (and systemd's reading
-of its unit), or pruned with the rule's own message. `Space.model_json_schema()` is the file's
-JSON Schema (`orchestrator schema space`).
+Engine layer: never prints.
+- `load(path)` reads a space file as a profile is read: YAML 1.2, pydantic, every problem named
+  with its fix.
+- `expand(space)` turns the grid of its `vary` values into points. Each point is a derived profile
+  that went through every profile rule, and systemd's reading of its unit. Or it is pruned, with the
+  rule's own message.
+- `Space.model_json_schema()` is the file's JSON Schema (`orchestrator schema space`).
+
+A space file:
 
     extends: cg_5tok                 # every trial is this profile with the varied fields set
     baseline: baseline               # measured on every host; speed-ups are against it

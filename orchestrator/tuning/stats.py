@@ -1,9 +1,11 @@
 """Noise: a mean with its 95% interval, and whether one profile is faster than another.
 
-The samples are per-run figures (one bench run's mean per-request decode tok/s); repeats of a
-profile at one load level are the samples of its mean. The interval is Student's t, the
-comparison Welch's t-test (unequal variances), both from scipy. scipy is imported inside the
-functions: the CLI starts without it, and only a command that compares pays for it.
+The samples are per-run figures: one bench run's mean per-request decode tok/s. Repeats of a
+profile at one load level are the samples of its mean. The interval is Student's t. The comparison
+is Welch's t-test (unequal variances). Both come from scipy.
+
+scipy is imported inside the functions. So the CLI starts without it, and only a command that
+compares pays for it.
 """
 
 from __future__ import annotations

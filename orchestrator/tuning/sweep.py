@@ -1,10 +1,11 @@
-"""sweep: deploy each profile, bench it, record it; then put the best one back.
+"""sweep: deploy each profile, bench it, record it, then put the best one back.
 
-Engine layer: never prints. `sweep()` returns a `SweepReport`; `ranking()` turns ledger-shaped
-rows into the ranked entries the CLI shows, each compared with the baseline at its own level
-(stats.compare: Welch's t-test over the runs), and `curves()` into tok/s against load. Deploys
-go through `deploy.deploy()`, so a sweep has every safety a deploy has (lock, GPU idle check,
-health wait, rollback of a failed host).
+Engine layer: never prints. `sweep()` returns a `SweepReport`. `ranking()` turns ledger-shaped rows
+into the ranked entries the CLI shows. Each is compared with the baseline at its own level
+(stats.compare: Welch's t-test over the runs). `curves()` turns the rows into tok/s against load.
+
+Deploys go through `deploy.deploy()`. So a sweep has every safety a deploy has: the lock, the GPU
+idle check, the health wait, and rollback of a failed host.
 """
 
 from __future__ import annotations

@@ -1,22 +1,25 @@
-"""tune: search a space of profile settings for the one that serves a team's traffic best, with
-few restarts, on every host at once, and survive an interruption.
+"""tune: search a space of profile settings for the one that serves a team's traffic best.
 
-Engine layer: never prints. `Campaign.run()` returns a `Outcome`; the CLI (tune_command.py) shows it.
+It does so with few restarts, on every host at once, and it survives an interruption.
 
-- The space file (space.py) expands to points, each a derived profile through every profile rule;
-  the rest are pruned with the rule's message and cost nothing.
-- Optuna's sampler (TPE by default, or grid or random) asks for the next point; one trial is one
+Engine layer: never prints. `Campaign.run()` returns an `Outcome`. The CLI (tune_command.py) shows
+it.
+
+- The space file (space.py) expands to points. Each point is a derived profile, through every
+  profile rule. Points a rule refuses are pruned with the rule's message, and cost nothing.
+- Optuna's sampler (TPE by default, or grid or random) asks for the next point. One trial is one
   restart (deploy, with all its safety) and a bench of the space's traffic. With N hosts, a round
   deploys N trials in one play (`deploy(each=...)`), then benches them side by side.
-- Hosts differ, so each host measures the baseline first, and a trial scores as the ratio of its
-  metric to its own host's baseline at the scored level.
-- Early stopping: a trial's first run is at the scored level; one clearly behind the best finished
-  trial (Optuna pruner `_Behind`) stops there, and the rest get the whole curve `repeat` times.
-- Then the two leaders get more runs until Welch's test separates them, or `search.confirm` runs or
-  the restart budget are spent: a tie is reported as one.
-- The ledger is the memory: bench rows carry the campaign's id as their sweep_id, and every
-  finished trial is a `trials` row, so `--resume ID` replays them into the sampler and measures
-  nothing twice. The campaign holds each host's deploy lock from its first deploy to its last.
+- Hosts differ. So each host measures the baseline first. A trial scores as the ratio of its metric
+  to its own host's baseline, at the scored level.
+- Early stopping: a trial's first run is at the scored level. A trial clearly behind the best
+  finished trial stops there (Optuna pruner `_Behind`). The rest get the whole curve `repeat`
+  times.
+- Then the two leaders get more runs, until Welch's test separates them. Or until the
+  `search.confirm` runs are spent, or the restart budget is. A tie is reported as one.
+- The ledger is the memory. Bench rows carry the campaign's id as their sweep_id. Every finished
+  trial is a `trials` row. So `--resume ID` replays them into the sampler, and measures nothing
+  twice. The campaign holds each host's deploy lock from its first deploy to its last.
 """
 
 from __future__ import annotations

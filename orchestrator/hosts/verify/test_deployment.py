@@ -1,6 +1,6 @@
 """What a healthy deployment looks like on a host, checked with testinfra.
 
-Run by `orchestrator verify`, which passes each host's plan as JSON in $ORCH_VERIFY_PLANS and
+`orchestrator verify` runs it. It passes each host's plan as JSON in $ORCH_VERIFY_PLANS. It passes
 the hosts through testinfra's Ansible backend (`--hosts=ansible://...`).
 """
 

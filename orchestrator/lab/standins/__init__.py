@@ -1,9 +1,9 @@
 """Stand-ins for what a lab host cannot have: H200 GPUs, nvidia-smi, SGLang and model weights.
 
-`install(rootfs)` writes them into a lab host's root filesystem before it boots, so the
-tool's real unit (`ExecStart=/usr/bin/python3 -m sglang.launch_server ...`) runs unchanged.
-Everything installed is standard-library Python 3.11 (the hosts have no pip). The sources
-live in `host/`; see docs/standins.md for the layout, the knobs and the speed model.
+`install(rootfs)` writes them into a lab host's root filesystem before it boots. So the tool's real
+unit (`ExecStart=/usr/bin/python3 -m sglang.launch_server ...`) runs unchanged. Everything installed
+is standard-library Python 3.11, because the hosts have no pip. The sources live in `host/`.
+docs/standins.md describes the layout, the knobs and the speed model.
 """
 
 from __future__ import annotations
