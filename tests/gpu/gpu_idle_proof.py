@@ -128,7 +128,8 @@ class Check:
             f"[gpu]\nlocalhost ansible_connection=local ansible_python_interpreter={python}\n"
         )
         (work / "proof.yml").write_text(PLAYBOOK)
-        # The checkout as the collection orchestrator.sglang (orchestrator/hosts/ansible_config.py collections_dir).
+        # The checkout as the collection orchestrator.sglang
+        # (orchestrator/hosts/ansible_config.py collections_dir).
         collection = work / "collections"
         (collection / "ansible_collections" / "orchestrator").mkdir(parents=True)
         (collection / "ansible_collections" / "orchestrator" / "sglang").symlink_to(REPO)
