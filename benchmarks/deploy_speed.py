@@ -29,14 +29,14 @@ from pathlib import Path
 from _timing import timed
 
 from orchestrator.hosts.runner import ansible_command, own_name
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 from orchestrator.paths import state_dir
 
 
-def standin_delay(host: lab_hosts.LabHost) -> float:
+def standin_delay(host: nspawn.LabHost) -> float:
     """The stand-in's own start-up time for the reference model: load delay plus warm-up."""
     raw = subprocess.run(
-        lab_hosts.ssh_argv(host.address, "cat", "/data/models/Kimi-K2.5/standin.json"),
+        nspawn.ssh_argv(host.address, "cat", "/data/models/Kimi-K2.5/standin.json"),
         capture_output=True,
         text=True,
         check=True,
@@ -89,14 +89,14 @@ def main() -> None:
     parser.add_argument("--host", type=int, default=1, help="which lab host (1 = lab1)")
     args = parser.parse_args()
 
-    seen = lab_hosts.status()  # a running lab of the same shape is reused as it is
+    seen = nspawn.status()  # a running lab of the same shape is reused as it is
     shape = {"hosts": len(seen.hosts), "gpus": seen.gpus, "sglang_version": seen.sglang_version}
     asked = args.podman or args.docker  # else the running lab's engine, if any
     engine = {
         "podman": args.podman or (seen.podman and not asked),
         "docker": args.docker or (seen.docker and not asked),
     }
-    state = lab_hosts.up(**(shape if seen.healthy else {}), **engine)
+    state = nspawn.up(**(shape if seen.healthy else {}), **engine)
     host = state.hosts[args.host - 1]
     inv = str(state.inventory)
     deploy = [sys.executable, "-m", "orchestrator", "deploy", "-i", inv, "--limit", host.name, "--json"]

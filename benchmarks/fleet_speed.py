@@ -48,7 +48,7 @@ from pathlib import Path
 
 from _timing import timed_cpu
 
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 
 SIZES = (1, 2, 4, 8, 16)
 PROJECT = (100, 500)
@@ -273,8 +273,8 @@ def parse_args() -> argparse.Namespace:
     args.sizes = sorted(set(args.sizes))
     if args.max_hosts is not None:
         args.sizes = [n for n in args.sizes if n <= args.max_hosts]
-    if not args.sizes or not all(1 <= n <= lab_hosts.MAX_HOSTS for n in args.sizes):
-        parser.error(f"--sizes: between 1 and {lab_hosts.MAX_HOSTS} hosts, at least one within --max-hosts")
+    if not args.sizes or not all(1 <= n <= nspawn.MAX_HOSTS for n in args.sizes):
+        parser.error(f"--sizes: between 1 and {nspawn.MAX_HOSTS} hosts, at least one within --max-hosts")
     serial = re.fullmatch(r"([1-9]\d*)(%?)", args.serial)
     if not serial or (serial[2] and int(serial[1]) > 100):
         parser.error("--serial: a host count such as 50, or a percentage such as 10%")
@@ -289,10 +289,10 @@ def _ints(text: str) -> list[int]:
 
 def main() -> None:
     args = parse_args()
-    seen = lab_hosts.status()
+    seen = nspawn.status()
     if seen.exists and len(seen.hosts) != max(args.sizes):
-        lab_hosts.down()
-    state = lab_hosts.up(hosts=max(args.sizes))
+        nspawn.down()
+    state = nspawn.up(hosts=max(args.sizes))
     # After the lab is up, so that nothing of the lab's (its containers) can become our child.
     subreaper = become_subreaper()
     names = [h.name for h in state.hosts]

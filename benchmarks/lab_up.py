@@ -15,28 +15,28 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 
 
 def timed_up(hosts: int) -> float:
     started = time.monotonic()
-    lab_hosts.up(hosts=hosts)
+    nspawn.up(hosts=hosts)
     return time.monotonic() - started
 
 
 def timed_down() -> float:
     started = time.monotonic()
-    lab_hosts.down()
+    nspawn.down()
     return time.monotonic() - started
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=lab_hosts.DEFAULT_HOSTS)
+    parser.add_argument("--hosts", type=int, default=nspawn.DEFAULT_HOSTS)
     parser.add_argument("--warm-runs", type=int, default=3)
     args = parser.parse_args()
-    if lab_hosts.BRIDGE in os.listdir("/sys/class/net"):
-        raise SystemExit(f"a lab is up ({lab_hosts.BRIDGE} exists): run `lab down` first")
+    if nspawn.BRIDGE in os.listdir("/sys/class/net"):
+        raise SystemExit(f"a lab is up ({nspawn.BRIDGE} exists): run `lab down` first")
     scratch = Path(tempfile.mkdtemp(prefix="orch-lab-bench-"))
     os.environ["ORCHESTRATOR_STATE_DIR"] = str(scratch)
     try:
@@ -47,8 +47,8 @@ def main() -> None:
             warm.append(timed_up(args.hosts))
             downs.append(timed_down())
     finally:
-        if lab_hosts.status().exists:
-            lab_hosts.down()
+        if nspawn.status().exists:
+            nspawn.down()
         shutil.rmtree(scratch)
     rows = [
         (f"lab up --hosts {args.hosts}, no cache (debootstrap)", cold, "goal <= 120 s"),

@@ -34,7 +34,7 @@ from _timing import timed as run
 from deploy_speed import newest_deploy, timeline
 
 from orchestrator.hosts.runner import ansible_command, own_name
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 
 PLAIN = Path(__file__).parent / "peer" / "plain.yml"
 
@@ -90,9 +90,9 @@ def main() -> None:
         if "/" not in args.profile and not args.profile.endswith(".yml"):
             args.profile = str(Path("profiles", f"{args.profile}.yml").resolve())
 
-    seen = lab_hosts.status()  # a running lab of the same shape is reused as it is
+    seen = nspawn.status()  # a running lab of the same shape is reused as it is
     shape = {"hosts": len(seen.hosts), "gpus": seen.gpus, "sglang_version": seen.sglang_version}
-    state = lab_hosts.up(**(shape if seen.healthy else {}), podman=seen.podman)
+    state = nspawn.up(**(shape if seen.healthy else {}), podman=seen.podman)
     host = state.hosts[args.host - 1]
     inv = str(state.inventory)
     deploy = [sys.executable, "-m", "orchestrator", "deploy", "-i", inv, "--limit", host.name, "--json"]
@@ -109,7 +109,7 @@ def main() -> None:
         plain = [ansible_command("ansible-playbook"), "-i", inv, "--limit", host.name, str(PLAIN)]
         plain += ["-e", f"unit_name={unit_name} unit_src={unit_src} health_url={health}"]
         poll = f"until curl -sf -o /dev/null {health}; do sleep 0.1; done"
-        floor = lab_hosts.ssh_argv(host.address, f"systemctl restart {unit_name} && {poll}")
+        floor = nspawn.ssh_argv(host.address, f"systemctl restart {unit_name} && {poll}")
         rows: dict[str, list[float]] = {k: [] for k in ("floor", "plain", "ours", "plain_noop", "ours_noop")}
         for _ in range(args.repeat):
             rows["floor"].append(run(floor))

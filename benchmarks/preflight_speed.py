@@ -12,7 +12,7 @@ import sys
 
 from _timing import timed
 
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 
 
 def main() -> None:
@@ -20,7 +20,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", default="cg_5tok")
     args = parser.parse_args()
-    state = lab_hosts.up()
+    state = nspawn.up()
     names = [h.name for h in state.hosts]
     base = [sys.executable, "-m", "orchestrator", "preflight", "-i", str(state.inventory), "-p", args.profile]
     one = [timed([*base, "--limit", names[0]]) for _ in range(args.repeat)]

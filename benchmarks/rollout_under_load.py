@@ -33,7 +33,7 @@ import httpx
 from _timing import timed
 
 from orchestrator.lab import gateway as lab_gateway
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 from orchestrator.tuning.bench import Stats
 
 HOSTS = 4
@@ -185,10 +185,10 @@ def _deploy_argv(inventory: Path, profile: str, *extra: str) -> list[str]:
 
 def _lab_with_gateway(profile: str) -> Path:
     """The lab of HOSTS hosts with `profile` deployed and the gateway in front; its gateway inventory."""
-    seen = lab_hosts.status()
+    seen = nspawn.status()
     if seen.exists and len(seen.hosts) != HOSTS:
-        lab_hosts.down()
-    state = lab_hosts.up(hosts=HOSTS)
+        nspawn.down()
+    state = nspawn.up(hosts=HOSTS)
     took = timed(_deploy_argv(state.inventory, profile))
     print(f"lab: {HOSTS} hosts, {profile} deployed ({took:.1f} s)", file=sys.stderr)
     return lab_gateway.up(timeout_s=GATEWAY_TIMEOUT_S).inventory

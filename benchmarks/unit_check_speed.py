@@ -43,7 +43,7 @@ def main() -> None:
     os.environ["PATH"] = os.pathsep.join(d for d in folders if not os.path.exists(f"{d}/systemd-analyze"))
     without = [timed(render) for _ in range(args.repeat)]
     print(f"profile {args.profile}, median of {args.repeat} runs")
-    print(f"  plan.build              {statistics.median(build) * 1000:6.1f} ms")
+    print(f"  launch.build            {statistics.median(build) * 1000:6.1f} ms")
     print(f"  systemd_check, 1 unit   {statistics.median(check) * 1000:6.1f} ms")
     print(f"  render (whole command)  {statistics.median(with_check):6.2f} s with the check")
     print(f"  render, no systemd-analyze on PATH  {statistics.median(without):6.2f} s")

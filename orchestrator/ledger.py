@@ -539,7 +539,7 @@ class DeployRow:
     duration_s: float
     diagnosis: str = ""
     model: str = ""
-    #: The start's phases, [{phase, s}] (startup.PHASES), when the server was started.
+    #: The start's phases, [{phase, s}] (startup_watch.PHASES), when the server was started.
     phases: list[dict[str, Any]] = field(default_factory=list)
 
 

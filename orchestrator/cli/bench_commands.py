@@ -26,6 +26,7 @@ from rich.text import Text
 from orchestrator import ledger
 from orchestrator.cli import console
 from orchestrator.cli.console import (
+    check_plot_folder,
     err,
     handle_errors,
     inventory_or_lab,
@@ -737,15 +738,6 @@ def _with_comparison(rows: list[dict[str, Any]], baseline: str) -> list[dict[str
     return out_rows
 
 
-def _check_plot_folder(plot: Path) -> None:
-    try:
-        there = plot.parent.is_dir()
-    except OSError as exc:  # a name over 255 bytes
-        raise InputError(f"--plot {shown(plot)}: {exc.strerror or exc}") from None
-    if not there:
-        raise InputError(f"--plot {shown(plot)}: no folder {shown(plot.parent)} to write it in")
-
-
 @click.command()
 @click.option("--profile", "-p", "profile", metavar="NAME", help="Only this profile.")
 @click.option("--since", metavar="WHEN", help="30m, 2h, 7d, or a date/time such as 2026-11-29 14:00.")
@@ -797,7 +789,7 @@ def results(
             "(under pipx: pipx inject orchestrator matplotlib)"
         )
     if plot is not None:
-        _check_plot_folder(plot)  # before printing anything
+        check_plot_folder(plot)  # before printing anything
     found = ledger.bench_results(
         profile,
         parse_since(since) if since else None,

@@ -1,7 +1,8 @@
 """Where the CLI prints, and how expected errors become messages and exit codes.
 
-Shared by every command module of cli/. The command modules import it, never each other, so
-each loads alone when its command runs.
+It also holds what several commands share: their common options, the inventory a command uses
+(inventory_or_lab brings the lab up when none is given), and checks such as check_plot_folder.
+The command modules import it, never each other, so each loads alone when its command runs.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rich.console import Console
 from rich.text import Text
 
 from orchestrator.errors import (
+    InputError,
     OrchestratorError,
     ProfileError,
     StateError,
@@ -226,10 +228,10 @@ def inventory_or_lab(path: Path | None) -> Path:
     chosen = _given_or_configured(path)
     if chosen is not None:
         return chosen
-    from orchestrator.lab import nspawn as lab_hosts
+    from orchestrator.lab import nspawn
 
-    _say_inventory(f"the lab's, {lab_hosts.lab_dir() / 'inventory.yml'}", NO_INVENTORY)
-    return lab_hosts.up(progress=lambda line: err.print(shown(line), style="dim")).inventory
+    _say_inventory(f"the lab's, {nspawn.lab_dir() / 'inventory.yml'}", NO_INVENTORY)
+    return nspawn.up(progress=lambda line: err.print(shown(line), style="dim")).inventory
 
 
 def inventory_or_running_lab(path: Path | None) -> Path:
@@ -238,11 +240,10 @@ def inventory_or_running_lab(path: Path | None) -> Path:
     chosen = _given_or_configured(path)
     if chosen is not None:
         return chosen
-    from orchestrator.errors import InputError
-    from orchestrator.lab import nspawn as lab_hosts
+    from orchestrator.lab import nspawn
 
-    _say_inventory(f"the lab's, {lab_hosts.lab_dir() / 'inventory.yml'}", NO_INVENTORY)
-    seen = lab_hosts.status()
+    _say_inventory(f"the lab's, {nspawn.lab_dir() / 'inventory.yml'}", NO_INVENTORY)
+    seen = nspawn.status()
     if not seen.healthy or seen.inventory is None:
         raise InputError("no inventory given and no lab is up: pass -i INVENTORY")
     return seen.inventory
@@ -256,7 +257,6 @@ def _given_or_configured(path: Path | None) -> Path | None:
     """`-i`, else the inventory the user's Ansible configuration names (ANSIBLE_INVENTORY, `inventory =`
     in ansible.cfg), said on stderr as the command's first line; checked (a broken file is bad input,
     exit 2, before any play). None: neither, so the lab's."""
-    from orchestrator.errors import InputError
     from orchestrator.hosts import ansible_config, inventory
 
     if path is None:
@@ -273,3 +273,13 @@ def _given_or_configured(path: Path | None) -> Path | None:
 
 def _say_inventory(which: str, why: str) -> None:
     err.print(f"inventory: {shown(which)} ({why})", style="dim")
+
+
+def check_plot_folder(plot: Path) -> None:
+    """--plot's folder exists, checked before anything runs or prints (results, tune)."""
+    try:
+        there = plot.parent.is_dir()
+    except OSError as exc:  # a name over 255 bytes
+        raise InputError(f"--plot {shown(plot)}: {exc.strerror or exc}") from None
+    if not there:
+        raise InputError(f"--plot {shown(plot)}: no folder {shown(plot.parent)} to write it in")

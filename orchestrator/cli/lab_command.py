@@ -17,7 +17,7 @@ from rich.text import Text
 from orchestrator.cli.console import state_dir_problem
 from orchestrator.errors import OrchestratorError
 from orchestrator.lab import gateway as lab_gateway
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -54,7 +54,7 @@ def lab() -> None:
 
 @lab.command()
 @click.option(
-    "--hosts", default=lab_hosts.DEFAULT_HOSTS, show_default=True, type=click.IntRange(1, lab_hosts.MAX_HOSTS)
+    "--hosts", default=nspawn.DEFAULT_HOSTS, show_default=True, type=click.IntRange(1, nspawn.MAX_HOSTS)
 )
 @click.option(
     "--gpus", default=8, show_default=True, type=click.IntRange(1, 64), help="Stand-in GPUs per host."
@@ -77,7 +77,7 @@ def lab() -> None:
 @_errors_to_exit
 def up(hosts: int, gpus: int, sglang_version: str, podman: bool, docker: bool) -> None:
     """Start the lab hosts (a no-op when the same lab is already up)."""
-    state = lab_hosts.up(
+    state = nspawn.up(
         hosts=hosts,
         gpus=gpus,
         sglang_version=sglang_version,
@@ -103,7 +103,7 @@ def up(hosts: int, gpus: int, sglang_version: str, podman: bool, docker: bool) -
 @_errors_to_exit
 def status() -> None:
     """Show each lab host: process, systemd state, SSH. Exit 1 unless all are healthy."""
-    seen = lab_hosts.status()
+    seen = nspawn.status()
     if not seen.exists:
         out.print("no lab; start one with `lab up`")
         raise SystemExit(1)
@@ -137,11 +137,11 @@ def bastion(jump: str | None, off: bool) -> None:
     """Make host JUMP the jump host: the other hosts refuse ssh from this machine (reach them with
     ssh -J root@JUMP, or ProxyJump in ansible.cfg's ssh_args) until `lab bastion --off` or `lab up`."""
     if off:
-        out.print("every host answers ssh again" if lab_hosts.lift_bastion() else "no bastion was set")
+        out.print("every host answers ssh again" if nspawn.lift_bastion() else "no bastion was set")
         return
     if not jump:
         raise click.UsageError("name the jump host (lab1, ...), or give --off")
-    behind = lab_hosts.bastion(jump)
+    behind = nspawn.bastion(jump)
     out.print(f"{jump} is the jump host; {', '.join(behind) or 'no other host'} refuse ssh from this machine")
 
 
@@ -149,7 +149,7 @@ def bastion(jump: str | None, off: bool) -> None:
 @_errors_to_exit
 def down() -> None:
     """Stop the lab hosts and remove everything `lab up` made (the base root cache stays)."""
-    lab_hosts.down(progress=_progress)
+    nspawn.down(progress=_progress)
 
 
 @lab.group()

@@ -23,7 +23,7 @@ from orchestrator.cli.console import (
     shown,
     unit_option,
 )
-from orchestrator.hosts import journal as logs_mod
+from orchestrator.hosts import logs_play
 from orchestrator.hosts.runner import PlayCanceled
 
 # Log text is printed as data: no markup, no emoji codes, no highlighting, no wrapping at 80 columns.
@@ -31,7 +31,7 @@ out = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
 
-def format_line(line: logs_mod.LogLine, width: int) -> Iterable[Text]:
+def format_line(line: logs_play.LogLine, width: int) -> Iterable[Text]:
     """`host  HH:MM:SS.mmm | message` in local time; a multi-line message keeps the prefix on each line."""
     stamp = line.time.astimezone().strftime("%H:%M:%S.%f")[:-3]
     for part in line.message.splitlines() or [""]:
@@ -49,7 +49,7 @@ class _Printer:
         self.reported: dict[str, str] = {}
         self.failed = False
 
-    def show(self, batch: logs_mod.LogBatch) -> None:
+    def show(self, batch: logs_play.LogBatch) -> None:
         self.width = max([self.width, *(len(shown(h)) for h in batch.hosts)])
         for line in batch.lines:
             for text in format_line(line, self.width):
@@ -80,13 +80,13 @@ def logs(
     printer = _Printer()
     inv = inventory_or_running_lab(inventory)
     if follow:
-        batches = logs_mod.follow(inv, unit_name=unit_name, lines=lines, since=since, limit=limit)
+        batches = logs_play.follow(inv, unit_name=unit_name, lines=lines, since=since, limit=limit)
         _follow(printer, batches)
-    printer.show(logs_mod.read(inv, unit_name=unit_name, lines=lines, since=since, limit=limit))
+    printer.show(logs_play.read(inv, unit_name=unit_name, lines=lines, since=since, limit=limit))
     sys.exit(1 if printer.failed else 0)
 
 
-def _follow(printer: _Printer, batches: Iterable[logs_mod.LogBatch]) -> None:
+def _follow(printer: _Printer, batches: Iterable[logs_play.LogBatch]) -> None:
     """Print batches until Ctrl-C, which is how a user ends --follow, so it exits 0.
 
     Ctrl-C between plays is a KeyboardInterrupt; during one, ansible-runner cancels the play.

@@ -17,8 +17,7 @@ from orchestrator.errors import InputError, Problem, ProfileError
 from orchestrator.paths import EXAMPLES_DIR
 from orchestrator.profile import model as profile_mod
 from orchestrator.profile import sglang_flags
-from orchestrator.render import launch as plan_mod
-from orchestrator.render import systemd_check
+from orchestrator.render import launch, systemd_check
 
 profile_option = click.option(
     "--profile",
@@ -40,7 +39,7 @@ def validate(profile_ref: str | None) -> None:
     for ref in refs:
         try:
             prof = profile_mod.load(ref)
-            plan = plan_mod.build(prof)
+            plan = launch.build(prof)
             verdict = systemd_check.require(prof, [plan])  # systemd's own reading, where it is here
         except InputError as exc:  # ProfileError, or a file that does not load (bad YAML)
             problems += exc.problems if isinstance(exc, ProfileError) else [Problem("error", "", str(exc))]
@@ -73,15 +72,15 @@ def render(profile_ref: str, as_json: bool, against: str | None) -> None:
     """Print the systemd unit the profile renders to, byte for byte what a host gets."""
     prof = profile_mod.load(profile_ref)
     notes = [sglang_flags.help_note(prof.server.sglang_version), *profile_mod.notes(prof)]
-    plan = plan_mod.build(prof)
+    plan = launch.build(prof)
     verdict = systemd_check.require(prof, [plan])
     if verdict.skipped:
         notes.append(verdict.skipped)
     for note in filter(None, notes):  # on stderr: stdout stays the unit's exact bytes
         click.echo(f"note: {shown(note)}", err=True)
     if against:
-        other = plan_mod.build(profile_mod.load(against))
-        changes = plan_mod.flag_changes(other.unit, plan.unit)
+        other = launch.build(profile_mod.load(against))
+        changes = launch.flag_changes(other.unit, plan.unit)
         if as_json:
             click.echo(json.dumps({"from": other.profile, "to": plan.profile, "changes": changes}, indent=2))
             return
@@ -90,7 +89,7 @@ def render(profile_ref: str, as_json: bool, against: str | None) -> None:
             click.echo(f"  {shown(line)}")
         return
     if as_json:
-        click.echo(plan_mod.dumps(plan))
+        click.echo(launch.dumps(plan))
     else:
         click.echo(plan.unit, nl=False)
 

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.cli.console import (
+    check_plot_folder,
     err,
     handle_errors,
     inventory_option,
@@ -235,9 +236,7 @@ def tune(
         check_output(x, hosts)
         return
     if plot is not None:
-        from orchestrator.cli.bench_commands import _check_plot_folder
-
-        _check_plot_folder(plot)
+        check_plot_folder(plot)
     with _live() as (on_status, on_trial):
         campaign = tune_mod.Campaign(
             x,

@@ -16,9 +16,7 @@ from typing import Any
 
 from orchestrator.errors import InputError
 from orchestrator.hosts import inventory as inventory_mod
-from orchestrator.hosts import playvars, startup_watch
-from orchestrator.hosts import readback as facts_mod
-from orchestrator.hosts import rotation as gateway_mod
+from orchestrator.hosts import playvars, readback, rotation, startup_watch
 from orchestrator.hosts.host_report import DeployReport, HostReport, host_report
 from orchestrator.hosts.playvars import GatewayPlan, HostPlan, Placement, PlayVars, placements
 from orchestrator.hosts.rollback import record, rollback_hosts
@@ -167,11 +165,11 @@ def deploy(
     limit = options.limit if each is None else ",".join(each)
     multinode = len(where) > 1 and any(p.facts.nnodes > 1 for p in where.values())
     drained = {h: p.gateway for h, p in orch.hosts.items() if p.gateway is not None}
-    keys = gateway_mod.api_keys(inventory, drained)
+    keys = rotation.api_keys(inventory, drained)
     # Before anything is stopped: each gateway answers and lists its hosts (a canary's caller took
     # it out of rotation itself, having checked it: canary.py).
     if drained and options.rejoin:
-        gateway_mod.check(drained, keys)
+        rotation.check(drained, keys)
     interrupted = False
     try:
         play = run_playbook(
@@ -213,7 +211,7 @@ def deploy(
         _roll_back(report, inventory, orch.hosts, plan.unit_name, on_event, api_key(prof) or "", options)
     if drained:  # a worker this run took out goes back, or the report says why it stays out
         owed = reports if options.rejoin else [r for r in reports if not r.ok]
-        gateway_mod.restore(owed, drained, keys, api_key(prof) or "")
+        rotation.restore(owed, drained, keys, api_key(prof) or "")
     return report
 
 
@@ -335,7 +333,7 @@ def _by_profile(
 def _reports(play: PlayResult, where: dict[str, Placement], check: bool) -> list[HostReport]:
     reports = []
     for run in play.hosts.values():
-        f = facts_mod.of_run(run)
+        f = readback.of_run(run)
         plan = where[run.host].plan
         reports.append(host_report(f, plan.digest, plan.unit, check))
         if f.probe.preflight and not f.problems:
@@ -396,8 +394,8 @@ def _mark_interrupted(
         if r.ok or r.diagnosis:
             continue
         events = reversed(play.hosts[r.host].events)
-        started = next((e for e in events if e.kind == "start" and facts_mod.step_of(e)), None)
-        r.step = facts_mod.step_of(started) if started else r.step
+        started = next((e for e in events if e.kind == "start" and readback.step_of(e)), None)
+        r.step = readback.step_of(started) if started else r.step
         r.diagnosis = f"interrupted (Ctrl-C) during {r.step}"
         if on_event and (r.stopped or r.locked):
             on_event(TaskEvent(r.host, "interrupted", "", "", {"msg": "rolling back"}))
@@ -417,7 +415,7 @@ def _group_diagnosis(reports: list[HostReport], where: dict[str, Placement]) -> 
     causes = [r for r in dead if not _PEER_GONE.search(r.diagnosis)] or dead
     # Otherwise the rank that failed a step itself: not one Ansible stopped because another failed
     # (any_errors_fatal: no failed task, no diagnosis), nor one refused at the ranks gate.
-    own = [r for r in failed if r.diagnosis and r.step != facts_mod.STEPS[facts_mod.RANKS_GATE]]
+    own = [r for r in failed if r.diagnosis and r.step != readback.STEPS[readback.RANKS_GATE]]
     first = min(causes, key=lambda r: r.exited_at) if causes else (own or failed)[0]
     rank = where[first.host].facts.rank
     why = first.diagnosis or f"failed at {first.step}"

@@ -8,7 +8,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.hosts import startup_watch as startup
+from orchestrator.hosts import startup_watch
 from orchestrator.hosts.diagnose import classify
 from orchestrator.hosts.module_results import HealthFailed, HealthResult, UnitDiff
 from orchestrator.hosts.readback import STEPS, HostFacts, step_of
@@ -126,7 +126,7 @@ def host_report(f: HostFacts, digest: str, planned_unit: str, check: bool) -> Ho
     if f.health is not None and f.health.phases:
         report.phases = [p.model_dump() for p in f.health.phases]
         if report.ok and restarted and f.health.elapsed_s is not None:
-            report.startup = startup.summary(f.health.elapsed_s, f.health.phases)
+            report.startup = startup_watch.summary(f.health.elapsed_s, f.health.phases)
     if f.failed:
         report.diagnosis = _diagnosis(report, f.health)
     return report
@@ -148,8 +148,10 @@ def _diagnosis(report: HostReport, health: HealthResult | HealthFailed | None) -
         )
     if report.step == "health" and isinstance(health, HealthFailed) and health.stalled is not None:
         st = health.stalled
-        nccl = startup.nccl_of(_environment(report.planned_unit))
-        return startup.stall_diagnosis(st.phase, st.quiet_s, st.limit_s, nccl, _nnodes(report.planned_unit))
+        nccl = startup_watch.nccl_of(_environment(report.planned_unit))
+        return startup_watch.stall_diagnosis(
+            st.phase, st.quiet_s, st.limit_s, nccl, _nnodes(report.planned_unit)
+        )
     if report.step == "health" and health is not None:
         return str(classify(report.journal, health.unit_state, health.reason or ""))
     first = report.message.strip().splitlines()[0] if report.message.strip() else "no message"

@@ -244,7 +244,7 @@ HealthReason = Literal["healthy", "exited", "restarted", "stalled", "timeout", "
 
 
 class Phase(ModuleResult):
-    """One start-up phase and its seconds so far (startup.PHASES names them)."""
+    """One start-up phase and its seconds so far (startup_watch.PHASES names them)."""
 
     phase: str
     s: float
@@ -273,7 +273,7 @@ class HealthResult(ModuleResult):
     status: int | None
     unit_state: dict[str, str]
     reason: HealthReason
-    #: Start-up, read from the server's log (startup.PHASES).
+    #: Start-up, read from the server's log (startup_watch.PHASES).
     done: bool
     phase: str
     progress: Progress | None

@@ -21,8 +21,7 @@ from orchestrator.errors import InputError
 from orchestrator.hosts import inventory as inventory_mod
 from orchestrator.profile import sglang_flags, sglang_rules
 from orchestrator.profile.model import Profile
-from orchestrator.render import container
-from orchestrator.render import launch as plan_mod
+from orchestrator.render import container_unit, launch
 from orchestrator.render.launch import Plan
 
 #: SGLang's own default HTTP port, for a unit whose facts were never recorded.
@@ -38,7 +37,7 @@ class HostPaths(_Record):
 
     unit_dir: str = Field("/etc/systemd/system", description="Where the unit file is written.")
     state_dir: str = Field(
-        plan_mod.HOST_STATE_DIR,
+        launch.HOST_STATE_DIR,
         description="Root-only: the secret --config, units/<unit>.json facts, last-good/<unit>.json.",
     )
     lock_dir: str = Field("/run/orchestrator", description="Deploy locks (tmpfs: a reboot ends them).")
@@ -270,16 +269,16 @@ def placements(prof: Profile, inventory: Path, limit: str | None) -> dict[str, P
     selected = inventory_mod.hosts(inventory, limit)  # read once: it is the cache file, or Ansible
     ranks = _ranks(prof, selected)
     if not ranks:
-        plan, facts = plan_mod.build(prof), unit_facts(prof)
+        plan, facts = launch.build(prof), unit_facts(prof)
         return {h.name: Placement(plan, facts, gateway_plan(h, facts)) for h in selected}
     addr = f"{ranks[0].address}:{prof.deployment.dist_init_port}"
     out = {}
     for rank, host in enumerate(ranks):
-        node = plan_mod.Node(rank, len(ranks), addr)
+        node = launch.Node(rank, len(ranks), addr)
         facts = unit_facts(prof, rank=rank, nnodes=len(ranks), rank0_address=ranks[0].address)
         # The server is one worker of the gateway: rank 0's URL, the only one serving HTTP.
         gateway = gateway_plan(host, facts) if rank == 0 else None
-        out[host.name] = Placement(plan_mod.build(prof, node), facts, gateway)
+        out[host.name] = Placement(launch.build(prof, node), facts, gateway)
     return out
 
 
@@ -312,7 +311,7 @@ def unit_facts(prof: Profile, *, rank: int = 0, nnodes: int = 1, rank0_address: 
         profile=prof.name,
         port=s.port,
         bind=s.host,
-        gpus=plan_mod.gpu_set(prof, nnodes),
+        gpus=launch.gpu_set(prof, nnodes),
         health_url=health_url(s.port, rank0_address if nnodes > 1 else s.host),
         rank=rank,
         nnodes=nnodes,
@@ -338,8 +337,8 @@ def preflight_checks(prof: Profile, plan: Plan, gpus: list[int], kill_holders: b
         allow_gpu_holders=kill_holders,
         unit_content=plan.unit,
         user=prof.service.user,
-        cache_dir=f"{plan_mod.CACHE_ROOT}/{plan_mod.cache_directory(prof)}"
-        if plan_mod.cache_directory(prof)
+        cache_dir=f"{launch.CACHE_ROOT}/{launch.cache_directory(prof)}"
+        if launch.cache_directory(prof)
         else "",
         **_runtime_checks(prof, plan),
     )
@@ -356,7 +355,7 @@ def _runtime_checks(prof: Profile, plan: Plan) -> dict[str, Any]:
         "image": str(rt.image),
         "pull": rt.pull,
         "mounts": [m.source for m in rt.mounts],
-        "run_options": container.probe_options(prof),
+        "run_options": container_unit.probe_options(prof),
         "run_words": run_words(plan),
         "secret_files": [path for path in (plan.secret_path, plan.env_file_path) if path],
     }
@@ -364,9 +363,9 @@ def _runtime_checks(prof: Profile, plan: Plan) -> dict[str, Any]:
 
 def run_words(plan: Plan) -> list[str]:
     """The words of the unit's `ENGINE run` after the verb, as systemd hands them over: the one
-    word it expands, ${CREDENTIALS_DIRECTORY}/..., expanded (plan.credentials_dir)."""
-    expanded = f"{plan_mod.credentials_dir(plan.unit_name)}/{plan_mod.CREDENTIAL}"
-    return [expanded if w == plan_mod.CREDENTIAL_ARG else w for w in plan.exec_argv[2:]]
+    word it expands, ${CREDENTIALS_DIRECTORY}/..., expanded (launch.credentials_dir)."""
+    expanded = f"{launch.credentials_dir(plan.unit_name)}/{launch.CREDENTIAL}"
+    return [expanded if w == launch.CREDENTIAL_ARG else w for w in plan.exec_argv[2:]]
 
 
 def lock(

@@ -80,7 +80,7 @@ STEPS = {
 
 
 def typed(e: TaskEvent) -> ModuleResult | None:
-    """The result of a finished task of one of orchestrator's modules, typed (results.parse):
+    """The result of a finished task of one of orchestrator's modules, typed (module_results.parse):
     its success model, or its failure model (empty for an unreachable host, where it never ran).
     A progress report (a task still running, as the health wait's) reads as its success model.
     None for a start, a skip, or another action."""
@@ -142,7 +142,7 @@ class Gpus:
 @dataclass
 class Probe:
     """What the host ran before this play (roles/sglang_probe), as far as its probe said: the
-    fields of results.ProbeResult, each with a default where it said nothing (it failed early,
+    fields of module_results.ProbeResult, each with a default where it said nothing (it failed early,
     or never ran)."""
 
     installed: bool = False
@@ -162,7 +162,7 @@ class Probe:
     last_good: dict[str, Any] = field(default_factory=dict)
     locked: bool = False
     preflight: PreflightResult | None = None
-    #: What the play did next on the host, as the probe decided (results.ProbeResult).
+    #: What the play did next on the host, as the probe decided (module_results.ProbeResult).
     end_play: bool = False
     wait_health: bool = False
     record: bool = False

@@ -14,8 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator import ledger
-from orchestrator.hosts import playvars
-from orchestrator.hosts import readback as facts_mod
+from orchestrator.hosts import playvars, readback
 from orchestrator.hosts.host_report import DeployReport, HostReport, host_report
 from orchestrator.hosts.playvars import GatewayPlan, HostPlan, PlayVars
 from orchestrator.hosts.runner import TaskEvent, run_playbook
@@ -130,7 +129,7 @@ def rollback_hosts(
         if run is None:
             r.rollback_error = "host not reached"
             continue
-        done = runs[r.host] = host_report(facts_mod.of_run(run), hp.digest, hp.unit, False)
+        done = runs[r.host] = host_report(readback.of_run(run), hp.digest, hp.unit, False)
         record(run_id, done, hp, "rollback")
         if done.ok:
             r.rolled_back_to = f"{hp.profile} ({hp.digest})"

@@ -343,7 +343,7 @@ def split_steps(task: TaskEvent) -> list[TaskEvent]:
     as if each had been a task of its own: every reader of results (facts, the live view, the
     report, rollback) reads a step as it reads that module's task. Its start, and an end that
     says nothing of its steps (unreachable, or it died), stay the restart's own: a host that
-    failed there may have been stopped (facts.HostFacts.stopped). Any other event is itself."""
+    failed there may have been stopped (readback.HostFacts.stopped). Any other event is itself."""
     if task.action != RESTART or task.kind == "skipped":
         return [task]
     steps = task.result.get("steps")

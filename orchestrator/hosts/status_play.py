@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.hosts import readback
-from orchestrator.hosts.journal import accept_from_log
+from orchestrator.hosts.logs_play import accept_from_log
 from orchestrator.hosts.playvars import PlayVars, Target
 from orchestrator.hosts.runner import run_playbook
 

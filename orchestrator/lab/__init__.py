@@ -5,6 +5,7 @@ Lives here:
 - gateway: the lab's gateway.
 - standins/: the SGLang and nvidia-smi stand-ins copied onto the hosts.
 
-May import: profile/ (the stand-ins carry sglang_flags) and the foundation. Its command is
-cli/lab_command.py.
+Its command is cli/lab_command.py.
+
+May import: profile/ (the stand-ins carry sglang_flags) and the foundation.
 """

@@ -36,7 +36,7 @@ import httpx
 import yaml
 
 from orchestrator.errors import InputError, OrchestratorError
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 from orchestrator.paths import module_utils
 
 #: The same client as the roles' (plugins/module_utils/orchestrator_gateway.py).
@@ -82,22 +82,22 @@ class GatewayWorker:
 
 
 def _record_path() -> Path:
-    return lab_hosts.lab_dir() / "gateway.json"
+    return nspawn.lab_dir() / "gateway.json"
 
 
 def inventory_path() -> Path:
-    return lab_hosts.lab_dir() / "inventory-gateway.yml"
+    return nspawn.lab_dir() / "inventory-gateway.yml"
 
 
 def _log_path() -> Path:
-    return lab_hosts.lab_dir() / "gateway.log"
+    return nspawn.lab_dir() / "gateway.log"
 
 
 @contextlib.contextmanager
 def _locked() -> Iterator[None]:
     """One gateway up/down at a time: two would both find no gateway and start two."""
-    lab_hosts.lab_dir().mkdir(parents=True, exist_ok=True)
-    with open(lab_hosts.lab_dir() / ".gateway.lock", "w") as lock:
+    nspawn.lab_dir().mkdir(parents=True, exist_ok=True)
+    with open(nspawn.lab_dir() / ".gateway.lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as err:
@@ -136,13 +136,13 @@ def _as_state(record: dict, reused: bool = False) -> GatewayState:
 def state() -> GatewayState | None:
     """The recorded gateway if its smg is still running, else None."""
     record = _load()
-    if record is None or not lab_hosts._alive(record.get("pid"), record.get("pid_start")):
+    if record is None or not nspawn._alive(record.get("pid"), record.get("pid_start")):
         return None
     return _as_state(record)
 
 
 def _lab_inventory() -> dict:
-    path = lab_hosts.lab_dir() / "inventory.yml"
+    path = nspawn.lab_dir() / "inventory.yml"
     try:
         inventory = yaml.safe_load(path.read_text())
     except FileNotFoundError:
@@ -216,7 +216,7 @@ def up(
     workers = _worker_urls(inventory, worker_port)
     with _locked():
         record = _load()
-        running = record is not None and lab_hosts._alive(record.get("pid"), record.get("pid_start"))
+        running = record is not None and nspawn._alive(record.get("pid"), record.get("pid_start"))
         same = (list(workers), port, program)
         if running and record and (record["workers"], record["port"], record.get("smg")) == same:
             _write_inventory(inventory, record["url"])
@@ -248,7 +248,7 @@ def _start(smg: str, port: int, workers: tuple[str, ...]) -> dict:
         )
     record = {
         "pid": proc.pid,
-        "pid_start": lab_hosts._proc_start(proc.pid),
+        "pid_start": nspawn._proc_start(proc.pid),
         "url": f"http://127.0.0.1:{port}",
         "port": port,
         "workers": list(workers),
@@ -264,10 +264,10 @@ def _wait_serving(record: dict, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     with httpx.Client(base_url=record["url"], timeout=5) as client:
         while True:
-            if not lab_hosts._alive(record["pid"], record["pid_start"]):
+            if not nspawn._alive(record["pid"], record["pid_start"]):
                 raise OrchestratorError(
                     f"smg (pid {record['pid']}) exited; end of {record['log']}:\n"
-                    f"{lab_hosts._tail(record['log'])}"
+                    f"{nspawn._tail(record['log'])}"
                 )
             waiting = [w.url for w in _listed(client, record["workers"]) if not w.healthy]
             if not waiting and _ready(client):
@@ -276,7 +276,7 @@ def _wait_serving(record: dict, timeout_s: float) -> None:
                 raise OrchestratorError(
                     f"the gateway's workers {', '.join(waiting) or '(all)'} are not serving after "
                     f"{timeout_s:.0f} s: deploy first: python -m orchestrator deploy -i "
-                    f"{lab_hosts.lab_dir() / 'inventory.yml'} --profile NAME (smg's log: {record['log']})"
+                    f"{nspawn.lab_dir() / 'inventory.yml'} --profile NAME (smg's log: {record['log']})"
                 )
             time.sleep(0.3)
 
@@ -320,15 +320,15 @@ def down() -> bool:
 def _stop(record: dict) -> bool:
     """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; the record goes once the process has. True if it ran."""
     pid, start = record.get("pid"), record.get("pid_start")
-    if running := lab_hosts._alive(pid, start):
+    if running := nspawn._alive(pid, start):
         os.kill(pid, signal.SIGTERM)
-        if not lab_hosts._wait_gone(pid, start, STOP_TIMEOUT_S):
+        if not nspawn._wait_gone(pid, start, STOP_TIMEOUT_S):
             os.kill(pid, signal.SIGKILL)
-            if not lab_hosts._wait_gone(pid, start, STOP_TIMEOUT_S):
+            if not nspawn._wait_gone(pid, start, STOP_TIMEOUT_S):
                 raise OrchestratorError(f"smg (pid {pid}) survives SIGKILL; gateway record kept")
     _record_path().unlink(missing_ok=True)
     return running
 
 
 # `lab down` stops the gateway before the hosts it routes to go.
-lab_hosts.ON_DOWN.append(down)
+nspawn.ON_DOWN.append(down)

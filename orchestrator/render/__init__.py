@@ -2,7 +2,7 @@
 
 Lives here:
 - launch: the server's launch plan and unit text.
-- container: a container engine's part.
+- container_unit: a container engine's part of the unit.
 - systemd_check: systemd's own verdict on the planned units.
 
 May import: profile/ and the foundation. Nothing here runs Ansible or touches a host.

@@ -20,7 +20,7 @@ from orchestrator.errors import Problem, ProfileError
 from orchestrator.paths import TEMPLATES_DIR
 from orchestrator.profile import container_rules, sglang_flags, systemd_rules
 from orchestrator.profile.model import Profile, model_mounts
-from orchestrator.render import container
+from orchestrator.render import container_unit
 
 UNIT_TEMPLATE = "sglang.service.j2"
 MANAGED = "Managed by orchestrator: local edits are overwritten by the next deploy."
@@ -409,14 +409,14 @@ def render_unit(
     profile: Profile,
     argv: list[str],
     environment: dict[str, str],
-    engine: container.Service | None = None,
+    engine: container_unit.Service | None = None,
     credential_at: int | None = None,
 ) -> str:
     """The unit text: SGLang's argv on the host, or inside `engine`'s container; the word at
     `credential_at` is left for systemd to expand (Plan.credential_at)."""
     svc = profile.service
     env_file = env_file_path(profile)
-    settings = engine or container.Service()
+    settings = engine or container_unit.Service()
     return (
         _env()
         .get_template(UNIT_TEMPLATE)
@@ -551,7 +551,7 @@ def _owner(values: list[tuple[str, str]], words: list[str]) -> str:
     return max(held)[1] if held else ""
 
 
-def _engine(profile: Profile, environment: dict[str, str], nnodes: int) -> container.Service | None:
+def _engine(profile: Profile, environment: dict[str, str], nnodes: int) -> container_unit.Service | None:
     """A container runtime's commands. Model and drafter are mounted read-only at their own paths;
     the API key's root-only --config file read-only where ${CREDENTIALS_DIRECTORY} points (the unit
     still loads the credential so that systemd expands that word, as it does on the host), so the
@@ -570,7 +570,7 @@ def _engine(profile: Profile, environment: dict[str, str], nnodes: int) -> conta
         mounts.append(
             (secret_path(profile), f"{credentials_dir(profile.service.unit_name)}/{CREDENTIAL}", True)
         )
-    return container.service(
+    return container_unit.service(
         profile,
         gpus=gpu_set(profile, nnodes),
         environment=environment,
@@ -594,7 +594,7 @@ def parse_unit(unit: str, environ: Mapping[str, str] | None = None) -> tuple[lis
         for assignment in _unquote(value):  # Environment= expands no `$`
             name, _, val = assignment.partition("=")
             env[name] = val
-    if argv[:1] and argv[0] in container.ENGINES.values():
+    if argv[:1] and argv[0] in container_unit.ENGINES.values():
         # Every engine option is one word: the image is the first word after `run` without a '-'.
         image = next(i for i, word in enumerate(argv) if i > 1 and not word.startswith("-"))
         for word in argv[2:image]:

@@ -55,11 +55,11 @@ import httpx
 
 from orchestrator import ledger
 from orchestrator.errors import InputError, OrchestratorError
-from orchestrator.hosts.journal import accept_from_log
+from orchestrator.hosts.logs_play import accept_from_log
 from orchestrator.hosts.secrets import api_key
 from orchestrator.paths import CHECKOUT
 from orchestrator.profile import model as profile_mod
-from orchestrator.render import launch as plan_mod
+from orchestrator.render import launch
 from orchestrator.tuning import datasets
 
 #: Prompts when no --prompts file is given: varied lengths, no meaning needed for a speed test.
@@ -776,7 +776,7 @@ def find_target(
 
     first = selected(inventory, limit)[0]
     host = first.name
-    plan = plan_mod.build(prof) if prof else None
+    plan = launch.build(prof) if prof else None
     row = next(iter(status(inventory, unit_name=unit_name, limit=host)), None)
     if row is None or not row.reachable:
         raise BenchError(f"{host}: unreachable, cannot read what it runs")
@@ -806,7 +806,7 @@ def deployed_target(inventory: Path, limit: str | None, prof: profile_mod.Profil
     from orchestrator.hosts.inventory import selected
 
     first = selected(inventory, limit)[0]
-    plan = plan_mod.build(prof)
+    plan = launch.build(prof)
     return Target(first.name, first.address, plan.port, prof.name, plan.digest, plan.digest, api_key(prof))
 
 
@@ -816,10 +816,10 @@ def journal_messages(
     """A reader of the host's unit journal since a time, with the logs engine."""
 
     def read(since_epoch: float) -> list[str]:
-        from orchestrator.hosts import journal
+        from orchestrator.hosts import logs_play
 
         since = datetime.fromtimestamp(since_epoch, UTC)
-        batch = journal.read(inventory, unit_name=unit_name, lines=LOG_LINES, limit=host)
+        batch = logs_play.read(inventory, unit_name=unit_name, lines=LOG_LINES, limit=host)
         return [line.message for line in batch.lines if line.time >= since]
 
     return read

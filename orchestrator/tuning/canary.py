@@ -13,7 +13,7 @@ from typing import Any
 
 from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.hosts import deploy as deploy_mod
-from orchestrator.hosts import rotation as gateway_mod
+from orchestrator.hosts import rotation
 from orchestrator.hosts.host_report import DeployReport
 from orchestrator.hosts.inventory import selected
 from orchestrator.hosts.playvars import GatewayPlan, multinode_hosts, placements
@@ -53,13 +53,13 @@ def _out_of_rotation(
     gw = deploy_mod.gateways(where, options).get(host)
     if gw is None or options.check:
         return None
-    key = gateway_mod.api_keys(inventory, [host]).get(host, "")
-    gateway_mod.check({host: gw}, {host: key})
+    key = rotation.api_keys(inventory, [host]).get(host, "")
+    rotation.check({host: gw}, {host: key})
     try:
-        if gateway_mod.client.remove(gw.url, gw.worker_url, key, gw.add_timeout_s) is not None:
+        if rotation.client.remove(gw.url, gw.worker_url, key, gw.add_timeout_s) is not None:
             target = bench_mod.find_target(inventory, host, prof)
-            gateway_mod.client.drain(target.url, target.api_key, gw.drain_timeout_s)
-    except gateway_mod.client.GatewayError as exc:
+            rotation.client.drain(target.url, target.api_key, gw.drain_timeout_s)
+    except rotation.client.GatewayError as exc:
         raise OrchestratorError(f"{host}: taking the canary out of rotation: {exc}") from None
     return gw, key
 
@@ -67,8 +67,8 @@ def _out_of_rotation(
 def _rejoin(prof: Profile, host: str, gw: GatewayPlan, key: str) -> str:
     """The canary back in its gateway's rotation; "" once listed healthy, else why it stays out."""
     try:
-        gateway_mod.client.add(gw.url, gw.worker_url, key, api_key(prof) or "", gw.add_timeout_s)
-    except gateway_mod.client.GatewayError as exc:
+        rotation.client.add(gw.url, gw.worker_url, key, api_key(prof) or "", gw.add_timeout_s)
+    except rotation.client.GatewayError as exc:
         return f"the canary is LEFT OUT of the gateway's rotation: {exc}"
     return ""
 

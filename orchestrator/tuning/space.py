@@ -44,8 +44,7 @@ from pydantic import (
 from orchestrator.errors import InputError, Problem, ProfileError
 from orchestrator.profile import model as profile_mod
 from orchestrator.profile import yaml12
-from orchestrator.render import launch as plan_mod
-from orchestrator.render import systemd_check
+from orchestrator.render import launch, systemd_check
 from orchestrator.tuning import bench as bench_mod
 
 #: Counts and numbers as a profile takes them (strict; a number YAML 1.1 reads otherwise refused).
@@ -460,7 +459,7 @@ def _point(
     source = f"{path.name} {label(params)}"
     try:
         prof = profile_mod.validate(data, source=source)
-        systemd_check.require(prof, [plan_mod.build(prof)])
+        systemd_check.require(prof, [launch.build(prof)])
     except ProfileError as exc:
         reasons = "; ".join(f"{p.loc}: {p.message}" if p.loc else p.message for p in exc.problems)
         return Point(params, name, pruned=reasons)

@@ -24,8 +24,7 @@ from orchestrator.hosts import deploy as deploy_mod
 from orchestrator.hosts.host_report import DeployReport
 from orchestrator.hosts.runner import TaskEvent
 from orchestrator.profile import model as profile_mod
-from orchestrator.render import launch as plan_mod
-from orchestrator.render import systemd_check
+from orchestrator.render import launch, systemd_check
 from orchestrator.tuning import bench as bench_mod
 from orchestrator.tuning import stats
 
@@ -271,7 +270,7 @@ def load_profiles(refs: Sequence[str]) -> dict[str, profile_mod.Profile]:
     for ref in refs:
         if ref not in loaded:
             loaded[ref] = profile_mod.load(ref)
-            systemd_check.require(loaded[ref], [plan_mod.build(loaded[ref])])
+            systemd_check.require(loaded[ref], [launch.build(loaded[ref])])
     if not loaded:
         raise InputError("give at least one profile to sweep")
     return loaded

@@ -10,7 +10,7 @@ import pytest
 
 import labutil
 from orchestrator.errors import OrchestratorError
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 
 #: Tests that take the lab down; they restore it, and run after every other test all the same.
 DESTRUCTIVE = "lab_destructive"
@@ -50,7 +50,7 @@ def _engine(item: pytest.Item) -> str | None:
 def _why_no_lab() -> str | None:
     if os.geteuid() != 0:
         return "the lab needs root"
-    missing = [tool for tool in lab_hosts.REQUIRED_TOOLS if shutil.which(tool) is None]
+    missing = [tool for tool in nspawn.REQUIRED_TOOLS if shutil.which(tool) is None]
     return f"the lab needs {', '.join(missing)}" if missing else None
 
 
@@ -61,24 +61,24 @@ def _podman_installable() -> bool:
     if not labutil.SESSION["wants_podman"]:
         return False
     try:
-        lab_hosts.ensure_base(podman=True)
+        nspawn.ensure_base(podman=True)
     except OrchestratorError:
         return False
     return True
 
 
 @pytest.fixture(scope="session")
-def lab() -> Iterator[lab_hosts.LabState]:
+def lab() -> Iterator[nspawn.LabState]:
     """The running lab: `ORCH_LAB_HOSTS` hosts (default: the lab's own, 4), with podman when podman
     tests are collected; a healthy lab of that size is reused as is. A --docker lab is refused
     (trixie hosts: the tests are of bookworm's), as one of another size is."""
     reason = _why_no_lab()
     if reason:
         pytest.skip(reason)
-    wanted = int(os.environ.get("ORCH_LAB_HOSTS", lab_hosts.DEFAULT_HOSTS))
+    wanted = int(os.environ.get("ORCH_LAB_HOSTS", nspawn.DEFAULT_HOSTS))
     if labutil.SESSION["wants_docker"]:
         labutil.docker_base()
-    seen = lab_hosts.status()
+    seen = nspawn.status()
     if seen.docker:
         pytest.fail("a --docker lab is up (trixie hosts; these tests are of bookworm's): `lab down` it first")
     if seen.healthy and len(seen.hosts) != wanted:
@@ -87,15 +87,15 @@ def lab() -> Iterator[lab_hosts.LabState]:
         )
     reuse = seen.healthy and len(seen.hosts) == wanted
     if reuse:
-        state = lab_hosts.up(
+        state = nspawn.up(
             hosts=wanted,
             gpus=seen.gpus or 8,
             sglang_version=seen.sglang_version or "0.5.9",
             podman=seen.podman,
         )
     else:
-        state = lab_hosts.up(hosts=wanted, podman=_podman_installable())
+        state = nspawn.up(hosts=wanted, podman=_podman_installable())
     labutil.SESSION["owns_lab"] = not reuse
     yield state
     if not reuse:
-        lab_hosts.down()
+        nspawn.down()

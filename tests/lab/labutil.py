@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 
 #: What the session learnt: owns_lab, the `lab` fixture started the lab and takes it down at the
 #: end; wants_podman, wants_docker, podman (docker) tests were collected; docker_base, the future
@@ -51,7 +51,7 @@ def deploy_json(lab, *args: str) -> tuple[int, dict]:
 def ssh(host, *command: str) -> str:
     """Run a command on a lab host: one string is a shell line, several are an argv (quoted for it)."""
     line = command[0] if len(command) == 1 else shlex.join(command)
-    done = subprocess.run(lab_hosts.ssh_argv(host.address, line), capture_output=True, text=True, timeout=30)
+    done = subprocess.run(nspawn.ssh_argv(host.address, line), capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, f"{command}: {done.stderr}"
     return done.stdout
 
@@ -65,7 +65,7 @@ def service(host) -> dict[str, str]:
 
 def cmdline(host, pid: str) -> list[str]:
     raw = subprocess.run(
-        lab_hosts.ssh_argv(host.address, "cat", f"/proc/{pid}/cmdline"), capture_output=True, timeout=30
+        nspawn.ssh_argv(host.address, "cat", f"/proc/{pid}/cmdline"), capture_output=True, timeout=30
     ).stdout
     return [a.decode() for a in raw.split(b"\0")[:-1]]
 
@@ -125,7 +125,7 @@ def docker_base() -> concurrent.futures.Future:
 
         def build() -> None:
             try:
-                future.set_result(lab_hosts.ensure_base(docker=True))
+                future.set_result(nspawn.ensure_base(docker=True))
             except BaseException as err:  # handed to whoever waits for it
                 future.set_exception(err)
 

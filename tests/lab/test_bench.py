@@ -17,7 +17,7 @@ from labutil import orchestrator, ssh, write_profile
 from orchestrator import ledger
 from orchestrator.paths import ROOT
 from orchestrator.profile import model as profile_mod
-from orchestrator.render import launch as plan_mod
+from orchestrator.render import launch
 
 pytestmark = pytest.mark.lab
 
@@ -80,7 +80,7 @@ def test_bench_reports_the_standins_speed_and_accept_length(lab, tmp_path) -> No
     assert row["tok_s"] == pytest.approx(tok_s, rel=AGREE)
     assert row["accept_len"] == pytest.approx(accept, abs=1e-3)
     assert row["accept_len_log"] == pytest.approx(accept, abs=0.01)
-    plan_digest = plan_mod.build(profile_mod.load(cg_5tok)).digest
+    plan_digest = launch.build(profile_mod.load(cg_5tok)).digest
     assert (row["profile"], row["digest"], row["plan_digest"]) == ("cg_5tok_exact", plan_digest, plan_digest)
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     assert (row["sglang_version"], row["git_commit"], row["errors"]) == ("0.5.9", head.stdout.strip(), 0)

@@ -41,7 +41,7 @@ from test_real_hosts import gpu_memory, gpu_pids, healthy, server, units_of
 import labutil
 from labutil import cmdline, ssh
 from orchestrator.errors import OrchestratorError
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 from orchestrator.profile import model as profile_mod
 from orchestrator.render import launch
 
@@ -69,21 +69,21 @@ def engine_lab(request: pytest.FixtureRequest):
         if engine == "docker":
             labutil.docker_base().result()  # built beside the earlier tests, or now
         else:
-            lab_hosts.ensure_base(podman=True)
+            nspawn.ensure_base(podman=True)
     except OrchestratorError as err:
         pytest.skip(f"{engine} is not installable in a lab host here: {str(err)[:400]}")
-    seen = lab_hosts.status()
+    seen = nspawn.status()
     shape = {"hosts": len(seen.hosts), "gpus": seen.gpus, "sglang_version": seen.sglang_version}
     if seen.healthy and getattr(seen, engine):
-        yield lab_hosts.up(**shape, **{engine: True})
+        yield nspawn.up(**shape, **{engine: True})
         return
     if seen.exists:
-        lab_hosts.down()
-    wanted = int(os.environ.get("ORCH_LAB_HOSTS", lab_hosts.DEFAULT_HOSTS))
-    yield lab_hosts.up(hosts=DOCKER_HOSTS if engine == "docker" else wanted, **{engine: True})
-    lab_hosts.down()
+        nspawn.down()
+    wanted = int(os.environ.get("ORCH_LAB_HOSTS", nspawn.DEFAULT_HOSTS))
+    yield nspawn.up(hosts=DOCKER_HOSTS if engine == "docker" else wanted, **{engine: True})
+    nspawn.down()
     if seen.healthy and not labutil.SESSION["owns_lab"]:
-        lab_hosts.up(**shape, podman=seen.podman, docker=seen.docker)
+        nspawn.up(**shape, podman=seen.podman, docker=seen.docker)
 
 
 def engine(lab) -> str:
@@ -209,10 +209,10 @@ def test_an_engine_lab_serves_a_plain_request_too(engine_lab):
         "gpus": engine_lab.gpus,
         "sglang_version": engine_lab.sglang_version,
     }
-    assert lab_hosts.up(**shape, **{engine(engine_lab): True}).reused
-    plain = lab_hosts.up(**shape)
+    assert nspawn.up(**shape, **{engine(engine_lab): True}).reused
+    plain = nspawn.up(**shape)
     assert plain.reused and (plain.podman, plain.docker) == (engine_lab.podman, engine_lab.docker)
-    assert getattr(lab_hosts.status(), engine(engine_lab))
+    assert getattr(nspawn.status(), engine(engine_lab))
 
 
 def test_deploy_noop_and_restart(engine_lab, pod):

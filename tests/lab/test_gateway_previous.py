@@ -1,5 +1,5 @@
 """The rolling restart of test_gateway.py behind the gateway release before smg 1.x: sglang-router
-0.3.2's `smg` (its own venv, scripts/setup.sh), which drops a removed worker from its list instead of
+0.3.2's `smg` (its own venv, scripts/setup.sh --test), which drops a removed worker from its list instead of
 listing it draining, and lists no worker status."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.lab
 
 @pytest.fixture(scope="module")
 def gw(lab):
-    assert os.access(PREVIOUS, os.X_OK), f"{PREVIOUS}: no smg 0.3.2 there: run scripts/setup.sh"
+    assert os.access(PREVIOUS, os.X_OK), f"{PREVIOUS}: no smg 0.3.2 there: run scripts/setup.sh --test"
     names = ",".join(h.name for h in lab.hosts)
     rc, report = deploy_json(lab, "--profile", GOOD, "--limit", names)
     assert rc == 0, report

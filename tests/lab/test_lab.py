@@ -15,13 +15,13 @@ from click.testing import CliRunner
 
 from orchestrator.cli.lab_command import lab as lab_cli
 from orchestrator.errors import InputError
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 
 pytestmark = pytest.mark.lab
 
 
 def ssh(address: str, *command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(lab_hosts.ssh_argv(address, *command), capture_output=True, text=True, timeout=30)
+    return subprocess.run(nspawn.ssh_argv(address, *command), capture_output=True, text=True, timeout=30)
 
 
 def test_ssh_reaches_each_host_by_name(lab):
@@ -84,7 +84,7 @@ def test_inventory_names_every_host_with_its_connection(lab):
 
 
 def _as(host, user: str, line: str, key: Path | None = None) -> subprocess.CompletedProcess[str]:
-    argv = lab_hosts.ssh_argv(host.address, line, user=user, key=key)
+    argv = nspawn.ssh_argv(host.address, line, user=user, key=key)
     return subprocess.run(argv, capture_output=True, text=True, timeout=30)
 
 
@@ -150,14 +150,14 @@ def test_sudo_inventory_logs_in_as_deploy_and_becomes_root(lab, tmp_path):
 
 def test_a_lab_of_an_older_format_is_rebuilt_not_reused(lab, monkeypatch):
     """A lab up from before the login users must not pass for one that has them."""
-    monkeypatch.setattr(lab_hosts, "FORMAT", lab_hosts.FORMAT + 1)
-    record = lab_hosts._Record.load()
+    monkeypatch.setattr(nspawn, "FORMAT", nspawn.FORMAT + 1)
+    record = nspawn._Record.load()
     assert record is not None
-    assert lab_hosts._reuse(record, len(lab.hosts), lab.gpus, lab.sglang_version, lab.podman) is None
+    assert nspawn._reuse(record, len(lab.hosts), lab.gpus, lab.sglang_version, lab.podman) is None
 
 
 def test_up_on_a_running_lab_changes_nothing(lab):
-    again = lab_hosts.up(
+    again = nspawn.up(
         hosts=len(lab.hosts), gpus=lab.gpus, sglang_version=lab.sglang_version, podman=lab.podman
     )
     assert again.reused
@@ -166,7 +166,7 @@ def test_up_on_a_running_lab_changes_nothing(lab):
 
 def test_up_with_another_host_count_asks_for_down_first(lab):
     with pytest.raises(InputError, match="lab down"):
-        lab_hosts.up(
+        nspawn.up(
             hosts=len(lab.hosts) + 1, gpus=lab.gpus, sglang_version=lab.sglang_version, podman=lab.podman
         )
 
@@ -188,7 +188,7 @@ def _leftovers(record: dict) -> list[str]:
         found.append(record["bridge"])
     for name, entry in record["hosts"].items():
         for key in ("pid", "leader"):
-            if lab_hosts._alive(entry.get(key), entry.get(key + "_start")):
+            if nspawn._alive(entry.get(key), entry.get(key + "_start")):
                 found.append(f"{name} {key} {entry[key]}")
         if entry["veth"] in links:
             found.append(entry["veth"])
@@ -202,7 +202,7 @@ def _leftovers(record: dict) -> list[str]:
 
 
 def _record() -> dict:
-    return json.loads(lab_hosts._Record.path().read_text())
+    return json.loads(nspawn._Record.path().read_text())
 
 
 @pytest.mark.lab_destructive
@@ -210,26 +210,26 @@ def test_up_after_a_crash_cleans_up_and_rebuilds(lab):
     before = _record()
     victim = before["hosts"][lab.hosts[-1].name]
     os.kill(victim["pid"], signal.SIGKILL)  # nspawn dies; its container would be orphaned
-    assert not lab_hosts.status().healthy
-    rebuilt = lab_hosts.up(
+    assert not nspawn.status().healthy
+    rebuilt = nspawn.up(
         hosts=len(lab.hosts), gpus=lab.gpus, sglang_version=lab.sglang_version, podman=lab.podman
     )
     assert not rebuilt.reused
     for key in ("pid", "leader"):  # the orphaned container went with the old nspawn
-        assert not lab_hosts._alive(victim[key], victim[key + "_start"])
-    assert lab_hosts.status().healthy
+        assert not nspawn._alive(victim[key], victim[key + "_start"])
+    assert nspawn.status().healthy
 
 
 @pytest.mark.lab_destructive
 def test_down_leaves_nothing_behind_and_up_restores(lab):
     before = _record()
-    assert lab_hosts.down() is True
+    assert nspawn.down() is True
     assert _leftovers(before) == []
-    assert not lab_hosts._Record.path().exists()
+    assert not nspawn._Record.path().exists()
     assert not lab.inventory.exists() and not lab.sudo_inventory.exists()
     assert not lab.become_password_file.exists()
-    assert lab_hosts.down() is False  # nothing recorded, nothing to do
-    restored = lab_hosts.up(
+    assert nspawn.down() is False  # nothing recorded, nothing to do
+    restored = nspawn.up(
         hosts=len(lab.hosts), gpus=lab.gpus, sglang_version=lab.sglang_version, podman=lab.podman
     )
-    assert lab_hosts.status().healthy and restored.inventory == lab.inventory
+    assert nspawn.status().healthy and restored.inventory == lab.inventory

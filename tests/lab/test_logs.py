@@ -17,8 +17,8 @@ from typing import IO
 import pytest
 import yaml
 
-from orchestrator.hosts import journal
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.hosts import logs_play
+from orchestrator.lab import nspawn
 
 pytestmark = pytest.mark.lab
 
@@ -44,7 +44,7 @@ def parsed(stdout: str) -> list[tuple[str, str, str]]:
     return [m.groups() for m in rows if m]
 
 
-def lab3(lab) -> lab_hosts.LabHost:
+def lab3(lab) -> nspawn.LabHost:
     return next(h for h in lab.hosts if h.name == HOST)
 
 
@@ -52,7 +52,7 @@ def run_unit_on_lab3(lab, unit: str, *argv: str) -> None:
     """A transient unit on lab3 whose output lands in the journal under `unit`, as a server's does."""
     remote = ["systemd-run", f"--unit={unit}", "--wait", "--quiet", *argv]
     done = subprocess.run(
-        lab_hosts.ssh_argv(lab3(lab).address, *map(shlex.quote, remote)),
+        nspawn.ssh_argv(lab3(lab).address, *map(shlex.quote, remote)),
         capture_output=True,
         text=True,
         timeout=60,
@@ -90,7 +90,7 @@ def test_printed_lines_are_in_time_order(deployed):
 
 def test_hosts_are_merged_in_time_order(lab):
     """Reading any host is allowed: every lab host's sshd journal, merged."""
-    batch = journal.read(lab.inventory, unit_name="ssh.service", lines=30)
+    batch = logs_play.read(lab.inventory, unit_name="ssh.service", lines=30)
     assert batch.hosts == sorted(h.name for h in lab.hosts) and not batch.failures
     assert len({line.host for line in batch.lines}) > 1
     assert [line.time for line in batch.lines] == sorted(line.time for line in batch.lines)

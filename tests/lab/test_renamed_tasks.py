@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from labutil import GOOD, service, variant
-from orchestrator.hosts import ansible_config, deploy, journal, preflight_play, runner, status_play
+from orchestrator.hosts import ansible_config, deploy, logs_play, preflight_play, runner, status_play
 from orchestrator.paths import ROOT
 from orchestrator.profile import model as profile_mod
 
@@ -71,7 +71,7 @@ def test_renaming_every_task_changes_nothing(lab, renamed, tmp_path):
     assert (row.profile, row.digest, row.health, row.port) == (GOOD, h.digest, 200, good.server.port)
     assert row.gpu_used_mib > 0 and row.active_state == "active" and row.main_pid == int(pid)
 
-    batch = journal.read(lab.inventory, limit=host.name, lines=5)
+    batch = logs_play.read(lab.inventory, limit=host.name, lines=5)
     assert batch.lines and not batch.failures
 
     (pf,) = preflight_play.preflight(good, lab.inventory, host.name)

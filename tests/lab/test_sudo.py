@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from labutil import GOOD, orchestrator, service, ssh
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 from orchestrator.paths import state_dir
 
 pytestmark = pytest.mark.lab
@@ -84,7 +84,7 @@ def on_a_terminal(args: list[str], typed: str, timeout: float = 120) -> tuple[in
     child.sendline(typed)
     child.expect(pexpect.EOF)
     child.close()
-    said = lab_hosts.ANSI_ESCAPE.sub("", child.before or "").replace("\r", "")  # a terminal's output
+    said = nspawn.ANSI_ESCAPE.sub("", child.before or "").replace("\r", "")  # a terminal's output
     elapsed = time.monotonic() - started
     print(f"\n{args[0]} -K: rc {child.exitstatus} in {elapsed:.1f} s")
     return child.exitstatus, said, elapsed
@@ -151,7 +151,7 @@ class PsWatch:
         while not self.done.is_set():
             local = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
             remote = subprocess.run(
-                lab_hosts.ssh_argv(self.host.address, "ps -eww -o args"), capture_output=True, text=True
+                nspawn.ssh_argv(self.host.address, "ps -eww -o args"), capture_output=True, text=True
             ).stdout
             self.seen.update(local.splitlines() + remote.splitlines())
             self.samples += 1
@@ -180,7 +180,7 @@ def test_k_with_the_right_password_deploys_and_the_password_is_kept_nowhere(lab,
         for path in state_dir().rglob("*")
         if path.is_file()
         and path != lab.become_password_file
-        and lab_hosts.lab_dir() / "hosts" not in path.parents  # the hosts' roots: their journal is next
+        and nspawn.lab_dir() / "hosts" not in path.parents  # the hosts' roots: their journal is next
         and password.encode() in path.read_bytes()
     ]
     assert leaks == []

@@ -4,7 +4,7 @@ API key in a vaulted file. `deploy`, `status`, `verify` and `logs` work through 
 directory, and a wrong vault password is one line naming the file.
 
 The lab's first host is the jump host; the last one refuses SSH from the control machine in its own
-network namespace (`lab_hosts.bastion`), so only the ProxyJump reaches it. It logs in as `deploy-pw`,
+network namespace (`nspawn.bastion`), so only the ProxyJump reaches it. It logs in as `deploy-pw`,
 whose sudo asks the lab's become password: only the vault holds it (no -K). verify runs as `deploy`
 (testinfra cannot answer sudo's prompt) from a second inventory beside the first, with the same
 vaulted group_vars. One deploy; the vault password comes in every way Ansible takes it.
@@ -27,7 +27,7 @@ import yaml
 import orchestrator
 from labutil import ssh
 from orchestrator.hosts.runner import ansible_command
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 from orchestrator.paths import ROOT, state_dir
 from orchestrator.profile import model as profile_mod
 
@@ -41,8 +41,8 @@ WRONG = "group_vars/gpu/vault.yml: the vault password does not decrypt it (Decry
 @dataclass(frozen=True)
 class Team:
     repo: Path
-    jump: lab_hosts.LabHost
-    host: lab_hosts.LabHost
+    jump: nspawn.LabHost
+    host: nspawn.LabHost
     profile: Path
     vault_pass: Path
     wrong_pass: Path
@@ -101,8 +101,8 @@ def team(lab, tmp_path_factory):
         # reusing it would hang at sudo's prompt.
         f"control_path_dir = {repo / 'cp'}\n"
     )
-    (repo / "hosts.yml").write_text(_inventory(lab, host, lab_hosts.PASSWORD_SUDO_USER))
-    (repo / "hosts-verify.yml").write_text(_inventory(lab, host, lab_hosts.SUDO_USER))
+    (repo / "hosts.yml").write_text(_inventory(lab, host, nspawn.PASSWORD_SUDO_USER))
+    (repo / "hosts-verify.yml").write_text(_inventory(lab, host, nspawn.SUDO_USER))
     secret = repo / "group_vars" / "gpu" / "vault.yml"
     secret.write_text(yaml.safe_dump({"ansible_become_password": become_password}))
     _encrypt(secret, vault_pass)
@@ -114,11 +114,11 @@ def team(lab, tmp_path_factory):
     data.pop("extends", None)
     prof = repo / "team.yml"
     prof.write_text(yaml.safe_dump({**data, "api_key": {"file": str(key)}}))
-    lab_hosts.bastion(jump.name)
+    nspawn.bastion(jump.name)
     try:
         yield Team(repo, jump, host, prof, vault_pass, wrong_pass, become_password)
     finally:
-        lab_hosts.lift_bastion()
+        nspawn.lift_bastion()
         done = subprocess.run(
             [
                 sys.executable,
@@ -178,14 +178,14 @@ def deployed(team):
 
 def test_the_hosts_refuse_ssh_from_here_but_not_through_the_jump_host(team):
     direct = subprocess.run(
-        lab_hosts.ssh_argv(team.host.address, "true", connect_timeout=3), capture_output=True, text=True
+        nspawn.ssh_argv(team.host.address, "true", connect_timeout=3), capture_output=True, text=True
     )
     assert direct.returncode == 255 and "timed out" in direct.stderr, direct.stderr
-    through = lab_hosts.ssh_argv(team.host.address, "true", connect_timeout=10)
+    through = nspawn.ssh_argv(team.host.address, "true", connect_timeout=10)
     through[1:1] = ["-F", str(team.repo / "ssh_config"), "-J", f"root@{team.jump.address}"]
     done = subprocess.run(through, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
-    assert subprocess.run(lab_hosts.ssh_argv(team.jump.address, "true"), capture_output=True).returncode == 0
+    assert subprocess.run(nspawn.ssh_argv(team.jump.address, "true"), capture_output=True).returncode == 0
 
 
 def test_deploy_through_the_bastion_with_the_vaulted_become_password_and_key(team, deployed):
@@ -200,7 +200,7 @@ def test_deploy_through_the_bastion_with_the_vaulted_become_password_and_key(tea
     assert ssh(team.jump, asked + f"-H 'Authorization: Bearer {API_KEY}' " + url) == "200"
     # The vault password, the key and the become password stay out of every file orchestrator keeps
     # (not the hosts' own file systems, which hold the key by design, nor the lab's password file).
-    skipped = (state_dir() / "lab/hosts", state_dir() / "lab-cache", lab_hosts.become_password_file())
+    skipped = (state_dir() / "lab/hosts", state_dir() / "lab-cache", nspawn.become_password_file())
     for folder, subdirs, files in os.walk(state_dir()):
         subdirs[:] = [d for d in subdirs if Path(folder, d) not in skipped]
         for path in (Path(folder, name) for name in files if Path(folder, name) not in skipped):
@@ -238,7 +238,7 @@ def test_verify_with_the_vault_password_typed_at_its_prompt(team, deployed):
     child.sendline(VAULT_PASSWORD)
     child.expect(pexpect.EOF)
     child.close()
-    said = lab_hosts.ANSI_ESCAPE.sub("", child.before or "")
+    said = nspawn.ANSI_ESCAPE.sub("", child.before or "")
     assert child.exitstatus == 0 and "FAIL" not in said and "pass" in said, said
 
 

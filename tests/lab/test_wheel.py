@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 from orchestrator.paths import CHECKOUT, EXAMPLES_DIR
 from orchestrator.profile import model as profile_mod
-from orchestrator.render import launch as plan_mod
+from orchestrator.render import launch
 
 pytestmark = pytest.mark.wheel
 
@@ -115,7 +115,7 @@ def test_validate_and_render_from_an_empty_directory(run) -> None:
     ]
     done = run("render", "-p", "example:cg_5tok")
     assert done.returncode == 0, done.stderr
-    assert done.stdout == plan_mod.build(profile_mod.load(str(EXAMPLES_DIR / "cg_5tok.yml"))).unit
+    assert done.stdout == launch.build(profile_mod.load(str(EXAMPLES_DIR / "cg_5tok.yml"))).unit
     done = run("render", "-p", "cg_5tok")
     assert done.returncode == 2
     assert done.stderr.startswith("error: unknown profile 'cg_5tok' (the shipped example is example:cg_5tok)")
@@ -142,7 +142,7 @@ def test_preflight_runs_the_shipped_roles_and_modules(run, tmp_path: Path) -> No
 
 @pytest.mark.lab
 def test_deploy_verify_and_bench_on_the_lab_from_an_empty_directory(lab, run) -> None:
-    defaults = inspect.signature(lab_hosts.up).parameters
+    defaults = inspect.signature(nspawn.up).parameters
     default_lab = tuple(defaults[name].default for name in ("hosts", "gpus", "sglang_version"))
     if (len(lab.hosts), lab.gpus, lab.sglang_version) != default_lab:
         pytest.skip("without -i, deploy uses the default lab, and the one up is not (ORCH_LAB_HOSTS?)")

@@ -31,8 +31,7 @@ import pytest
 import yaml
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.hosts import rotation as gateway_mod
-from orchestrator.hosts import runner
+from orchestrator.hosts import rotation, runner
 from orchestrator.hosts.playvars import HostPlan, PlayVars
 from orchestrator.hosts.runner import HostRun, PlayCanceled, PlayResult, TaskEvent
 from orchestrator.profile import model as profile_mod
@@ -221,7 +220,7 @@ class Script:
         """Answer every play of the engine: each orchestrator module that imported run_playbook."""
         # Every importer of run_playbook, loaded before the patch.
         import orchestrator.hosts.deploy
-        import orchestrator.hosts.journal
+        import orchestrator.hosts.logs_play
         import orchestrator.hosts.preflight_play
         import orchestrator.hosts.stop_play
         import orchestrator.tuning.canary
@@ -326,7 +325,7 @@ class Gateway:
         self.calls: list[tuple[str, str]] = []
 
     def install(self, monkeypatch: pytest.MonkeyPatch, script: Script) -> Gateway:
-        monkeypatch.setattr(gateway_mod.client, "_call", self.call)
+        monkeypatch.setattr(rotation.client, "_call", self.call)
         script.followers.append(self.follow)
         return self
 

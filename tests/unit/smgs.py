@@ -1,5 +1,5 @@
 """The gateways the tests run: smg 1.x (the `gateway` extra, `smg` on PATH) and sglang-router
-0.3.2, the release before smg left that package, from its own venv (scripts/setup.sh makes it at
+0.3.2, the release before smg left that package, from its own venv (scripts/setup.sh --test makes it at
 PREVIOUS; ORCHESTRATOR_SMG_PREVIOUS points elsewhere). Both install a program named `smg`."""
 
 from __future__ import annotations
@@ -38,6 +38,6 @@ def params() -> list:
         if program and os.access(program, os.X_OK):
             found.append(pytest.param(Smg(program, _version(program)), id=name))
         else:
-            why = "pip install 'orchestrator[gateway]'" if name == "smg1" else "run scripts/setup.sh"
+            why = "pip install 'orchestrator[gateway]'" if name == "smg1" else "run scripts/setup.sh --test"
             found.append(pytest.param(None, id=name, marks=pytest.mark.skip(reason=f"{name}: {why}")))
     return found

@@ -271,19 +271,19 @@ def test_a_configured_inventory_that_is_missing_is_bad_input(team: Path) -> None
 
 
 def test_without_any_inventory_the_lab_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator.lab import nspawn as lab_hosts
+    from orchestrator.lab import nspawn
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(
-        lab_hosts,
+        nspawn,
         "status",
-        lambda: lab_hosts.LabStatus(exists=False, complete=False, inventory=None, hosts=()),
+        lambda: nspawn.LabStatus(exists=False, complete=False, inventory=None, hosts=()),
     )
     done = CliRunner().invoke(cli, ["logs"])
     assert done.exit_code == 2
     first, *_, last = done.stderr.splitlines()
     assert first == (
-        f"inventory: the lab's, {lab_hosts.lab_dir() / 'inventory.yml'} "
+        f"inventory: the lab's, {nspawn.lab_dir() / 'inventory.yml'} "
         "(no -i, ANSIBLE_INVENTORY or inventory in ansible.cfg)"
     )
     assert last == "error: no inventory given and no lab is up: pass -i INVENTORY"

@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.cli.bench_commands import parse_since
 from orchestrator.errors import InputError
-from orchestrator.hosts import journal
+from orchestrator.hosts import logs_play
 from orchestrator.tuning import bench
 from orchestrator.tuning.bench import DRAFTER_WARNING
 from orchestrator.tuning.sweep import ranking
@@ -71,8 +71,8 @@ def test_accept_length_from_the_log_and_from_server_info() -> None:
         "[2026-11-29 13:00:01 TP0] Decode batch, #running-req: 1, accept len: 2.20, accept rate: 0.30",
         "[2026-11-29 13:00:01 TP0] Prefill batch, #new-seq: 1, #new-token: 12",
     ]
-    assert journal.accept_from_log(lines) == pytest.approx(2.16)
-    assert journal.accept_from_log(lines[2:]) is None
+    assert logs_play.accept_from_log(lines) == pytest.approx(2.16)
+    assert logs_play.accept_from_log(lines[2:]) is None
     info = {"internal_states": [{"avg_spec_accept_length": 2.0}, {"avg_spec_accept_length": 2.5}]}
     assert bench.accept_from_server_info(info) == 2.25
     assert bench.accept_from_server_info({"internal_states": [{"last_gen_throughput": 1.0}]}) is None

@@ -2,7 +2,7 @@
 
 A unit the engine refuses is found out on the host only after the running server was stopped, so
 each rendered `run` (and the unit's ExecStartPre=/ExecStop= commands) goes to the CLIs Debian
-ships (docker.io, podman; scripts/setup.sh installs both), as systemd would hand it over: the
+ships (docker.io, podman; scripts/setup.sh --test installs both), as systemd would hand it over: the
 ExecStart= words with ${CREDENTIALS_DIRECTORY} expanded. Host paths that a parse opens are moved
 into a temporary directory: the --env-file (written by secrets.py, so its syntax is checked too),
 and for podman's create the mount sources.
@@ -116,7 +116,7 @@ DOCKERS = _cli("docker")
 @pytest.fixture(params=DOCKERS or [None], ids=lambda b: b or "no-docker")
 def docker(request: pytest.FixtureRequest) -> str:
     if request.param is None:
-        pytest.skip("no docker CLI here: apt-get install docker.io (scripts/setup.sh does)")
+        pytest.skip("no docker CLI here: apt-get install docker.io (scripts/setup.sh --test does)")
     return request.param
 
 
@@ -335,7 +335,7 @@ class Podman:
 def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
     binary = shutil.which("podman")
     if binary is None:
-        pytest.skip("no podman CLI here: apt-get install podman (scripts/setup.sh does)")
+        pytest.skip("no podman CLI here: apt-get install podman (scripts/setup.sh --test does)")
     engine = Podman(binary, tmp_path_factory.mktemp("podman"))
     info = engine("info", "--format", "{{.Version.Version}}")
     if info.returncode != 0:

@@ -337,7 +337,7 @@ def test_the_engines_read_what_the_profile_says(
 ) -> None:
     """podman once, then each docker client here (Debian's 20.10, a newer one on PATH)."""
     if not DOCKERS:
-        pytest.skip("no docker CLI here: apt-get install docker.io (scripts/setup.sh does)")
+        pytest.skip("no docker CLI here: apt-get install docker.io (scripts/setup.sh --test does)")
     root = tmp_path_factory.mktemp("oracle")
     for name in ("model", "drafter", "rootfs"):
         (root / name).mkdir()

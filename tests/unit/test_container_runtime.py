@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from orchestrator.cli.main import cli
 from orchestrator.hosts import secrets
 from orchestrator.profile import model as profile_mod
-from orchestrator.render import container, launch
+from orchestrator.render import container_unit, launch
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 IMAGE = f"docker.io/lmsysorg/sglang:v0.5.9-cu129-amd64@{DIGEST}"
@@ -51,7 +51,7 @@ def test_the_argv_in_the_container_is_the_host_runtimes(kind: str, tmp_path: Pat
     host, ctr = launch.build(host_prof), launch.build(ctr_prof)
     assert ctr.argv == host.argv
     assert ctr.exec_argv == [*ctr.engine_argv, *host.argv]
-    assert ctr.engine_argv[:2] == [container.ENGINES[kind], "run"] and ctr.engine_argv[-1] == IMAGE
+    assert ctr.engine_argv[:2] == [container_unit.ENGINES[kind], "run"] and ctr.engine_argv[-1] == IMAGE
     assert launch.parse_unit(ctr.unit) == (host.argv, ctr.environment)
     # A multi-node rank: its own flags, in the same place as on the host.
     node = launch.Node(rank=1, nnodes=2, dist_init_addr="10.0.0.1:5757")
@@ -77,7 +77,7 @@ def test_podman_unit_is_podmans_systemd_integration(tmp_path: Path) -> None:
     assert "--name=sglang" in p.engine_argv and "--label=orchestrator.unit=sglang.service" in p.engine_argv
     assert _line(unit, "ExecStop") == ["/usr/bin/podman stop --ignore -t 60 sglang"]
     assert _line(unit, "ExecStopPost") == ["-/usr/bin/podman rm -f --ignore sglang"]
-    assert _line(unit, "TimeoutStopSec") == [str(60 + container.STOP_MARGIN_S)]
+    assert _line(unit, "TimeoutStopSec") == [str(60 + container_unit.STOP_MARGIN_S)]
     assert _line(unit, "SuccessExitStatus") == ["143"] and _line(unit, "SyslogIdentifier") == ["sglang"]
     assert _line(unit, "ExecStartPre") == []
 

@@ -16,7 +16,7 @@ from orchestrator.hosts.host_report import HostReport
 from orchestrator.hosts.playvars import PlayVars
 from orchestrator.hosts.runner import HostRun, PlayResult, TaskEvent
 from orchestrator.profile import model as profile_mod
-from orchestrator.render import launch as plan_mod
+from orchestrator.render import launch
 
 
 class Played(Exception):
@@ -64,8 +64,8 @@ def test_each_host_gets_its_own_profiles_unit_in_one_play(inventory: Path, plays
     [play] = plays
     hosts = play["orch"].hosts
     assert play["name"] == "deploy.yml" and play["limit"] == "gpu2,gpu1"
-    assert hosts["gpu1"].unit == plan_mod.build(five).unit and hosts["gpu1"].profile == "cg_5tok"
-    assert hosts["gpu2"].unit == plan_mod.build(sixteen).unit and hosts["gpu2"].profile == "cg_16tok"
+    assert hosts["gpu1"].unit == launch.build(five).unit and hosts["gpu1"].profile == "cg_5tok"
+    assert hosts["gpu2"].unit == launch.build(sixteen).unit and hosts["gpu2"].profile == "cg_16tok"
     assert hosts["gpu1"].digest != hosts["gpu2"].digest
     assert "--speculative-num-draft-tokens 16" in hosts["gpu2"].unit
     assert "--speculative-num-draft-tokens 5" in hosts["gpu1"].unit
@@ -100,7 +100,7 @@ def test_with_each_the_report_carries_no_single_digest(
     monkeypatch.setattr(deploy, "run_playbook", run_playbook)
     five = load("cg_5tok")
     checked = deploy.Options(check=True)
-    assert deploy.deploy(five, inventory, checked).digest == plan_mod.build(five).digest
+    assert deploy.deploy(five, inventory, checked).digest == launch.build(five).digest
     assert deploy.deploy(five, inventory, checked, each={"gpu1": five, "gpu2": load("cg_16tok")}).digest == ""
     assert played == [None, "gpu1,gpu2"]
 
@@ -228,7 +228,7 @@ def test_a_failed_trial_is_rolled_back_under_the_campaigns_lock_which_it_keeps(
     inventory: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     before = load("cg_2step")
-    good = plan_mod.build(before)
+    good = launch.build(before)
     last_good = {
         "profile": before.name,
         "digest": good.digest,
@@ -265,7 +265,7 @@ def test_rollback_hosts_takes_the_runs_own_lock_unless_told_otherwise(
 ) -> None:
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
     prof = load("cg_5tok")
-    good = plan_mod.build(prof)
+    good = launch.build(prof)
     record = {"profile": prof.name, "digest": good.digest, "unit": good.unit}
     record["facts"] = playvars.unit_facts(prof).model_dump()
     seen: list[PlayVars] = []

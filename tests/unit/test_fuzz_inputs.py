@@ -523,7 +523,7 @@ def test_profile_argument(command: str, ref: str, extra: list[str], cli_runner: 
 @pytest.fixture(scope="module")
 def no_plays() -> Iterator[list[Any]]:
     """Tripwires: a play or a lab start during these tests is recorded (and fails the test)."""
-    from orchestrator.lab import nspawn as lab_hosts
+    from orchestrator.lab import nspawn
 
     calls: list[Any] = []
 
@@ -533,7 +533,7 @@ def no_plays() -> Iterator[list[Any]]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(runner.ansible_runner, "run", tripwire)
-        mp.setattr(lab_hosts, "up", tripwire)
+        mp.setattr(nspawn, "up", tripwire)
         yield calls
 
 

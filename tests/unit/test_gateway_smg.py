@@ -28,7 +28,7 @@ from test_standin_sglang import Lab, Server, free_port
 from orchestrator.cli.lab_command import lab as lab_cli
 from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.lab import gateway as lab_gateway
-from orchestrator.lab import nspawn as lab_hosts
+from orchestrator.lab import nspawn
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 BENCHMARKS = CHECKOUT / "benchmarks"
@@ -145,8 +145,8 @@ def test_the_installed_smg_is_the_release_the_gateway_extra_asks_for() -> None:
 
 
 def test_the_release_before_is_installed_beside_it() -> None:
-    """scripts/setup.sh's venv of sglang-router 0.3.2 (its `smg` would overwrite 1.x's)."""
-    assert os.access(PREVIOUS, os.X_OK), f"{PREVIOUS}: no smg there: run scripts/setup.sh"
+    """scripts/setup.sh --test's venv of sglang-router 0.3.2 (its `smg` would overwrite 1.x's)."""
+    assert os.access(PREVIOUS, os.X_OK), f"{PREVIOUS}: no smg there: run scripts/setup.sh --test"
     assert lab_gateway.SMG_PREVIOUS == "sglang-router==0.3.2"
     said = subprocess.run([PREVIOUS, "--version"], capture_output=True, text=True, timeout=30)
     assert said.stdout.strip() == "sgl-model-gateway 0.3.2"
@@ -226,7 +226,7 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def write_lab_inventory(addresses: list[str]) -> Path:
     """inventory.yml as `lab up` writes it, for hosts at `addresses`."""
     hosts = {f"lab{i}": {"ansible_host": a, "ansible_user": "root"} for i, a in enumerate(addresses, 1)}
-    path = lab_hosts.lab_dir() / "inventory.yml"
+    path = nspawn.lab_dir() / "inventory.yml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         "# Written by `orchestrator lab up`.\n"
@@ -253,7 +253,7 @@ def test_lab_gateway_up_status_and_down(stack: Stack, state_dir: Path) -> None:
         assert (again.pid, again.reused) == (state.pid, True)
         first, port = state, free_gateway_port()
         state = lab_gateway.up(port=port, worker_port=server.port, smg=stack.version.program)  # a new smg
-        assert not state.reused and lab_hosts._proc_start(first.pid) is None
+        assert not state.reused and nspawn._proc_start(first.pid) is None
         url = f"http://127.0.0.1:{port}"
         assert yaml.safe_load(state.inventory.read_text())["all"]["vars"] == {"orchestrator_gateway_url": url}
 
@@ -265,12 +265,12 @@ def test_lab_gateway_up_status_and_down(stack: Stack, state_dir: Path) -> None:
     finally:
         assert lab_gateway.down() is True
     assert lab_gateway.state() is None and not state.inventory.exists()
-    assert not (lab_hosts.lab_dir() / "gateway.json").exists()
-    assert lab_hosts._proc_start(state.pid) is None  # smg is gone, not only forgotten
+    assert not (nspawn.lab_dir() / "gateway.json").exists()
+    assert nspawn._proc_start(state.pid) is None  # smg is gone, not only forgotten
     gone = CliRunner().invoke(lab_cli, ["gateway", "status"])
     assert (gone.exit_code, gone.stdout) == (1, "no gateway; start one with `lab gateway up`\n")
     assert lab_gateway.down() is False
-    assert lab_gateway.down in lab_hosts.ON_DOWN  # `lab down` stops it first
+    assert lab_gateway.down in nspawn.ON_DOWN  # `lab down` stops it first
 
 
 def test_lab_gateway_up_names_the_workers_that_do_not_serve_and_stops_smg(
@@ -287,7 +287,7 @@ def test_lab_gateway_up_names_the_workers_that_do_not_serve_and_stops_smg(
     )
     assert "deploy first: python -m orchestrator deploy -i " in str(failed.value)
     assert lab_gateway.state() is None and not lab_gateway.inventory_path().exists()
-    assert not (lab_hosts.lab_dir() / "gateway.json").exists()
+    assert not (nspawn.lab_dir() / "gateway.json").exists()
 
 
 def test_lab_gateway_without_smg_or_a_lab_says_what_to_do(

@@ -24,8 +24,7 @@ from orchestrator import ledger
 from orchestrator.cli.console import handle_errors, shown
 from orchestrator.cli.main import cli
 from orchestrator.errors import InputError
-from orchestrator.hosts import journal as logs_mod
-from orchestrator.hosts import status_play
+from orchestrator.hosts import logs_play, status_play
 from orchestrator.hosts.runner import HostRun, PlayResult, TaskEvent
 from orchestrator.profile import model as profile_mod
 
@@ -185,12 +184,15 @@ def test_logs_escape_a_journal_line_but_keep_its_tabs(
     from orchestrator.cli import logs_command
 
     when = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-    batch = logs_mod.LogBatch(
+    batch = logs_play.LogBatch(
         hosts=["gpu1"],
-        lines=[logs_mod.LogLine("gpu1", when, 1, f"a\tb {HOSTILE}"), logs_mod.LogLine("gpu1", when, 1, "ok")],
-        failures=[logs_mod.HostFailure("gpu2", f"sudo: {HOSTILE}", unreachable=False)],
+        lines=[
+            logs_play.LogLine("gpu1", when, 1, f"a\tb {HOSTILE}"),
+            logs_play.LogLine("gpu1", when, 1, "ok"),
+        ],
+        failures=[logs_play.HostFailure("gpu2", f"sudo: {HOSTILE}", unreachable=False)],
     )
-    monkeypatch.setattr(logs_command.logs_mod, "read", lambda *args, **kwargs: batch)
+    monkeypatch.setattr(logs_command.logs_play, "read", lambda *args, **kwargs: batch)
     inventory = tmp_path / "hosts.yml"
     inventory.write_text("all:\n  hosts:\n    gpu1:\n")
     done = CliRunner().invoke(cli, ["logs", "-i", str(inventory)])

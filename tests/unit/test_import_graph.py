@@ -9,6 +9,7 @@ under `if TYPE_CHECKING:`.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "orchestrator"
@@ -212,4 +213,32 @@ def test_every_package_says_what_it_may_import() -> None:
         if not path.is_file() or name == "orchestrator":
             continue
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
-        assert "May import" in doc, f"{path.relative_to(PACKAGE.parent)}: say what it may import"
+        where = path.relative_to(PACKAGE.parent)
+        assert "May import:" in doc, f"{where}: say what it may import"
+        said = doc[doc.index("May import:") :].split("\n\n")[0]
+        named = set(re.findall(r"\b(\w+)/", said))
+        allowed = {layer.split(".")[1] for layer in LAYERS[name] if layer != "orchestrator"}
+        assert named == allowed, f"{where} says it may import {sorted(named)}; LAYERS says {sorted(allowed)}"
+        assert "foundation" in said, f"{where}: every layer may import the foundation; say so"
+
+
+def test_command_modules_import_no_other_command_module() -> None:
+    """Each command module of cli/ loads alone when its command runs: what two share lives in
+    cli/console.py or cli/view.py."""
+    graph = _graph()
+    commands = {
+        m for m in graph if m.startswith("orchestrator.cli.") and m.endswith(("_command", "_commands"))
+    }
+    wrong = [f"{m} imports {dep}" for m in sorted(commands) for dep in sorted(graph[m] & commands)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_command_is_loaded_from_cli() -> None:
+    """LazyGroup loads commands by name (importlib), which the graph above cannot see: each one's
+    module is in cli/ and exists."""
+    from orchestrator.cli.main import LazyGroup
+
+    modules = _modules()
+    for name, target in LazyGroup.LAZY.items():
+        module = target.partition(":")[0]
+        assert module.startswith("orchestrator.cli.") and module in modules, f"{name}: {target}"

@@ -18,10 +18,10 @@ from plays import LAB, Gateway, Recording, Script, lab_inventory, scripted, vari
 from orchestrator.cli.main import cli
 from orchestrator.hosts import deploy
 from orchestrator.profile import model as profile_mod
-from orchestrator.render import launch as plan_mod
+from orchestrator.render import launch
 from orchestrator.tuning import bench, canary
 
-GOOD = plan_mod.build(profile_mod.load("cg_5tok")).digest
+GOOD = launch.build(profile_mod.load("cg_5tok")).digest
 
 
 @pytest.fixture
@@ -108,8 +108,8 @@ def test_a_slower_canary_is_rolled_back_and_the_fleet_stays_on_the_old_profile(
     assert host["host"] == "lab2" and host["diagnosis"] == f"canary rejected: {why}"
     assert deploys(plays) == [("lab2", "lab3", "lab4"), ("lab2",), ("lab2",)]
     canary_play, back = plays.asks[2], plays.asks[5]
-    assert canary_play.plan("lab2").digest == plan_mod.build(profile_mod.load("eagle3_16tok_nocg")).digest
-    baseline = plan_mod.build(profile_mod.load("baseline")).digest
+    assert canary_play.plan("lab2").digest == launch.build(profile_mod.load("eagle3_16tok_nocg")).digest
+    baseline = launch.build(profile_mod.load("baseline")).digest
     assert back.rollback and back.plan("lab2").digest == baseline and back.plan("lab2").profile == "baseline"
     # Benched on what status read there: baseline before, the canary's unit after.
     assert [(t.host, t.profile) for t in benches.targets] == [

@@ -16,10 +16,10 @@ from plays import LAB, Gateway, Recording, Script, lab_inventory, scripted, toge
 from orchestrator.hosts import deploy
 from orchestrator.hosts.runner import TaskEvent
 from orchestrator.profile import model as profile_mod
-from orchestrator.render import launch as plan_mod
+from orchestrator.render import launch
 
 #: cg_5tok's unit: what the lab hosts ran healthy before each failing deploy.
-GOOD = plan_mod.build(profile_mod.load("cg_5tok")).digest
+GOOD = launch.build(profile_mod.load("cg_5tok")).digest
 
 
 @pytest.fixture

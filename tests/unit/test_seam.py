@@ -1,5 +1,5 @@
 """The seam between Python and the playbooks: every `orch.*` / `_plan.*` name a playbook reads exists
-in hostplan.PlayVars / HostPlan, every field there is read, and every role variable a playbook
+in playvars.PlayVars / HostPlan, every field there is read, and every role variable a playbook
 sets is one the role declares. Renaming or dropping a field on either side fails here, not on a
 host."""
 

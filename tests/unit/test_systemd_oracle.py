@@ -46,7 +46,7 @@ from orchestrator.errors import ProfileError
 from orchestrator.hosts import secrets
 from orchestrator.profile import model as profile_mod
 from orchestrator.profile import systemd_rules
-from orchestrator.render import container, launch
+from orchestrator.render import container_unit, launch
 
 SYSTEMD = Path("/lib/systemd/systemd")
 UNIT = "sglang.service"
@@ -963,7 +963,7 @@ def test_container_units_read_back_exactly(kind: str, value: str, systemd: Syste
     p = launch.build(prof)
     reading = systemd.read(p.unit)
     assert reading.complaints == [] and reading.load_state == "loaded", (reading.complaints, p.unit)
-    assert reading.executable == container.ENGINES[kind]
+    assert reading.executable == container_unit.ENGINES[kind]
     started = p.started_argv(CREDENTIALS)
     assert reading.argv == [*p.engine_argv, *started] and reading.argv[-len(p.argv) :] == started
     assert reading.environment == {}
@@ -993,8 +993,10 @@ def test_systemd_analyze_verify_accepts_container_units(kind: str, tmp_path: Pat
     doc = _container_doc(kind, "plain") if kind != "host" else {"extends": "cg_5tok"}
     if kind == "host":
         doc["service"] = {"unit_name": UNIT}
-    elif not Path(container.ENGINES[kind]).exists():
-        pytest.skip(f"{container.ENGINES[kind]} is missing: install {kind} (scripts/setup.sh installs it)")
+    elif not Path(container_unit.ENGINES[kind]).exists():
+        pytest.skip(
+            f"{container_unit.ENGINES[kind]} is missing: install {kind} (scripts/setup.sh --test installs it)"
+        )
     path = tmp_path / UNIT
     path.write_text(launch.build(_load(tmp_path, doc)).unit)
     result = subprocess.run(

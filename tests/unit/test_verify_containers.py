@@ -16,7 +16,7 @@ from orchestrator.hosts.playvars import unit_facts
 from orchestrator.hosts.verify import test_deployment as checks
 from orchestrator.hosts.verify.run import plan_json
 from orchestrator.profile import model as profile_mod
-from orchestrator.render import launch as plan_mod
+from orchestrator.render import launch
 
 IMAGE_ID = "1ac87e3132daf12f7f0bd0eeb60d931a3d00b7785cc4ab4201ad834af54a9cfb"
 IMAGE = "docker.io/lmsysorg/sglang:v0.5.9@sha256:" + "0123456789abcdef" * 4
@@ -31,7 +31,7 @@ def _plan(tmp_path: Path, kind: str = "podman") -> dict[str, Any]:
     }
     (tmp_path / "ctr.yml").write_text(yaml.safe_dump(doc))
     prof = profile_mod.load(str(tmp_path / "ctr.yml"))
-    return plan_json(plan_mod.build(prof), unit_facts(prof))
+    return plan_json(launch.build(prof), unit_facts(prof))
 
 
 class Host:
@@ -146,7 +146,7 @@ def test_a_stopped_or_missing_container_or_a_foreign_label_fails(plan):
 def test_the_host_runtime_has_no_container_to_inspect(tmp_path):
     (tmp_path / "h.yml").write_text(yaml.safe_dump({"extends": "cg_5tok"}))
     prof = profile_mod.load(str(tmp_path / "h.yml"))
-    host_plan = plan_json(plan_mod.build(prof), unit_facts(prof))
+    host_plan = plan_json(launch.build(prof), unit_facts(prof))
     assert host_plan["runtime"] == "host" and "engine" not in host_plan
     host = Host({**host_plan, "container": "x"})
     with pytest.raises(pytest.skip.Exception, match="the host runtime runs no container"):

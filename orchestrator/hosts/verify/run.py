@@ -17,7 +17,7 @@ from orchestrator.hosts import ansible_config, vault
 from orchestrator.hosts import inventory as inventory_mod
 from orchestrator.hosts.playvars import HostPaths, UnitFacts, placements
 from orchestrator.profile import model as profile_mod
-from orchestrator.render import launch as plan_mod
+from orchestrator.render import launch
 
 TESTS = Path(__file__).with_name("test_deployment.py")
 
@@ -54,7 +54,7 @@ class _Collector:
         self.checks.append(Check(host, check, report.passed, message))
 
 
-def plan_json(plan: plan_mod.Plan, facts: UnitFacts) -> dict[str, object]:
+def plan_json(plan: launch.Plan, facts: UnitFacts) -> dict[str, object]:
     """What test_deployment.py checks one host against. A multi-node rank other than 0 serves
     no HTTP (`serves_http`: false); its server's /health is rank 0's. `gpus` is the unit's GPU
     set, `state_dir` where the host keeps every orchestrator unit's facts (its neighbours). A

@@ -20,7 +20,7 @@ from orchestrator.hosts import module_results
 def run_module(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[bool, dict]]:
     """run_module(module, args, check_mode=False, diff=False) -> (failed, result).
 
-    Each result is also read as orchestrator reads it (results.parse), so the models there are
+    Each result is also read as orchestrator reads it (module_results.parse), so the models there are
     checked against what the real modules return, on success and on failure, not only against
     their RETURN blocks."""
     monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)

@@ -151,7 +151,7 @@ def systemctl_show(**props: str) -> tuple[int, str, str]:
     return 0, "".join(f"{k}={v}\n" for k, v in props.items()), ""
 
 
-#: The first line of a unit orchestrator wrote (plan.MANAGED, as templates/sglang.service.j2 puts it).
+#: The first line of a unit orchestrator wrote (launch.MANAGED, as templates/sglang.service.j2 puts it).
 MANAGED = f"# {launch.MANAGED}\n"
 #: `systemctl show UNIT --property=Id,LoadState,FragmentPath` of a unit systemd knows nowhere.
 NOT_FOUND = systemctl_show(Id="sglang.service", LoadState="not-found", FragmentPath="")

@@ -1,5 +1,5 @@
 """The commands the host modules and `verify` give docker and podman, handed to the real CLIs
-(Debian's docker.io and podman; scripts/setup.sh installs both, without starting dockerd).
+(Debian's docker.io and podman; scripts/setup.sh --test installs both, without starting dockerd).
 
 podman runs over a storage root of its own (as tests/unit/test_container_cli.py does it): a
 container is created from a rendered unit's `run` words over an empty root file system, never
@@ -57,8 +57,7 @@ from orchestrator.hosts.verify import test_deployment as checks
 from orchestrator.hosts.verify.run import plan_json
 from orchestrator.lab import standins
 from orchestrator.profile import model as profile_mod
-from orchestrator.render import container
-from orchestrator.render import launch as plan_mod
+from orchestrator.render import container_unit, launch
 
 ABSENT = "localhost/orchestrator-test/absent:1"
 UNIT = "sglang-b.service"
@@ -88,7 +87,7 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A `podman` that is the real one over a storage root of its own."""
     binary = shutil.which("podman")
     if binary is None:
-        pytest.skip("no podman CLI here: apt-get install podman (scripts/setup.sh does)")
+        pytest.skip("no podman CLI here: apt-get install podman (scripts/setup.sh --test does)")
     root = tmp_path_factory.mktemp("podman")
     wrapper = root / "podman"
     options = (
@@ -122,7 +121,7 @@ DOCKERS = list(
 def docker(request: pytest.FixtureRequest) -> str:
     binary = request.param
     if binary is None:
-        pytest.skip("no docker CLI here: apt-get install docker.io (scripts/setup.sh does)")
+        pytest.skip("no docker CLI here: apt-get install docker.io (scripts/setup.sh --test does)")
     if subprocess.run([binary, "version"], capture_output=True).returncode == 0:
         pytest.skip("a docker daemon answers here: these tests are of the client alone")
     return binary
@@ -147,7 +146,7 @@ def created(podman: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     }
     (tmp / "p.yml").write_text(yaml.safe_dump(doc))
     prof = profile_mod.load(str(tmp / "p.yml"))
-    built = plan_mod.build(prof)
+    built = launch.build(prof)
     words = [w for w in built.exec_argv if w != "-d"]  # `run -d` is `create` and `start`: only the first
     image = words.index(ABSENT)
     made = subprocess.run(
@@ -202,7 +201,7 @@ def _probe_options(kind: str, tmp_path: Any) -> list[str]:
         "service": {"limits": {"memlock": "8192K", "nofile": 20000}},
     }
     (tmp_path / "p.yml").write_text(yaml.safe_dump(doc))
-    return container.probe_options(profile_mod.load(str(tmp_path / "p.yml")))
+    return container_unit.probe_options(profile_mod.load(str(tmp_path / "p.yml")))
 
 
 def test_podman_preflight_commands_parse(podman: str, tmp_path: Any) -> None:
@@ -254,7 +253,7 @@ def test_docker_without_its_daemon_has_no_containers_and_is_named_by_preflight(
 def _create_checks(
     tmp_path: Path, options: list[str], kind: str = "podman", **runtime: Any
 ) -> dict[str, Any]:
-    """hostplan's PreflightChecks of a `kind` profile of UNIT (the `created` fixture's, whose
+    """playvars' PreflightChecks of a `kind` profile of UNIT (the `created` fixture's, whose
     container stands for the running server's), with an API key's --config mount and a secret
     --env-file, neither written yet."""
     for name in ("model", "drafter"):
@@ -271,7 +270,7 @@ def _create_checks(
     }
     (tmp_path / "p.yml").write_text(yaml.safe_dump(doc))
     prof = profile_mod.load(str(tmp_path / "p.yml"))
-    return playvars.preflight_checks(prof, plan_mod.build(prof), [4, 5, 6, 7], False).model_dump()
+    return playvars.preflight_checks(prof, launch.build(prof), [4, 5, 6, 7], False).model_dump()
 
 
 def _containers(podman: str) -> list[tuple[str, str]]:

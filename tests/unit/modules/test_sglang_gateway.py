@@ -180,9 +180,9 @@ def test_a_gateway_with_an_admin_key_wants_it_and_takes_it(tmp_path, smg, gatewa
 
 
 def test_the_check_before_a_deploy_names_a_missing_admin_key_and_a_host_not_listed(tmp_path, smg):
-    """orchestrator/gateway.check, the same client from the control machine: nothing is stopped."""
+    """hosts/rotation.py's check, the same client from the control machine: nothing is stopped."""
     from orchestrator.errors import InputError
-    from orchestrator.hosts import rotation as gateway_mod
+    from orchestrator.hosts import rotation
     from orchestrator.hosts.playvars import GatewayPlan
 
     keyed = Fleet(tmp_path, smg, admin_key="s3cret")
@@ -194,11 +194,11 @@ def test_the_check_before_a_deploy_names_a_missing_admin_key_and_a_host_not_list
         with pytest.raises(
             InputError, match=r"refused the list of workers: .*401: the gateway wants its admin"
         ):
-            gateway_mod.check(plans, {})
+            rotation.check(plans, {})
         with pytest.raises(InputError) as refused:
-            gateway_mod.check(plans, {"gpu1": "s3cret", "gpu2": "s3cret"})
+            rotation.check(plans, {"gpu1": "s3cret", "gpu2": "s3cret"})
         assert str(refused.value).startswith("nothing was stopped: gpu2: http://127.0.0.1:1 is not a worker")
         assert "gpu1" not in str(refused.value)
-        gateway_mod.check({"gpu1": plans["gpu1"]}, {"gpu1": "s3cret"})
+        rotation.check({"gpu1": plans["gpu1"]}, {"gpu1": "s3cret"})
     finally:
         keyed.close()

@@ -205,7 +205,7 @@ def test_a_file_of_someone_elses_in_the_unit_dir_is_left_as_it_is(sglang_unit, a
 def test_every_file_named_after_the_longest_unit_name_fits(
     sglang_unit, paths, run_module, tmp_path, monkeypatch
 ):
-    """#21: profile.UNIT_NAME_LIMIT is what a host's file names hold (NAME_MAX): the unit and its
+    """#21: model.UNIT_NAME_LIMIT is what a host's file names hold (NAME_MAX): the unit and its
     verified temporary copy, the secret files plan names after its stem, its facts and their
     temporary copy, the last-good record, the lock. One character more and the facts cannot be written."""
     monkeypatch.setenv("K", "key")

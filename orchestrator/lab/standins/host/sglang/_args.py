@@ -1,7 +1,7 @@
 """Command line of the stand-in: exactly the flags of the installed version, plus `--config`.
 
 The parser is built from the real `--help` text of the version in sglang/version.py and the
-types SGLang converts values with (the copied orchestrator.sglang_flags does that), so a flag
+types SGLang converts values with (the copied orchestrator.profile.sglang_flags does that), so a flag
 of another version, or `--max-running-requests x`, fails here as it fails on a real host:
 argparse usage and exit 2.
 """

@@ -240,7 +240,7 @@ def test_a_real_play_hands_over_results_the_models_read(
 ) -> None:
     """Real Ansible, on this machine: the keys it adds to a module's result (invocation, exception,
     _ansible_no_log, a delegated task's _ansible_delegated_vars) on success and on failure, and the
-    results of modules that run here without root or a GPU, read through facts.of_run."""
+    results of modules that run here without root or a GPU, read through readback.of_run."""
     from orchestrator.hosts import runner
 
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
