@@ -138,6 +138,33 @@ def test_the_readme_links_every_docs_page() -> None:
     assert not missing, f"README.md links no [text](docs/PAGE.md) to: {', '.join(missing)}"
 
 
+#: A table cell is a phrase, not a paragraph: what more it has to say goes in prose below the table.
+CELL_MAX = 160
+CELL_SPLIT = re.compile(r"(?<!\\)\|")
+
+
+def long_cells(page: Path) -> list[str]:
+    """`file:line: N characters` for each table cell, outside code blocks, longer than CELL_MAX."""
+    found = []
+    for number, line in _prose_lines(page.read_text()):
+        if line.lstrip().startswith("|"):
+            for cell in CELL_SPLIT.split(line.strip())[1:-1]:
+                if len(cell.strip()) > CELL_MAX:
+                    found.append(f"{_name(page)}:{number}: {len(cell.strip())} characters")
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_table_cells_are_phrases(page: Path) -> None:
+    assert not long_cells(page), f"cells over {CELL_MAX} characters: move the detail below the table"
+
+
+def test_a_paragraph_in_a_cell_is_found(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(f"| a | b |\n|---|---|\n| short | {'x' * 161} |\n\n```\n| {'y' * 200} |\n```\n")
+    assert long_cells(page) == [f"{page}:3: 161 characters"]
+
+
 def test_anchors_follow_githubs_rules(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(
