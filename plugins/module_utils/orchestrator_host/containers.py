@@ -9,7 +9,8 @@ import os
 from collections.abc import Callable, Collection
 from typing import Any
 
-#: The label a container unit puts on its container, naming the unit (orchestrator/render/container_unit.py LABEL).
+#: The label a container unit puts on its container, naming the unit
+#: (orchestrator/render/container_unit.py LABEL).
 CONTAINER_LABEL = "orchestrator.unit"
 
 #: The engines a unit may run SGLang with (orchestrator/render/container_unit.py ENGINES).
