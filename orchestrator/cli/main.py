@@ -13,9 +13,7 @@ from typing import Any
 
 import click
 
-from orchestrator.cli.console import (
-    handle_errors,
-)
+from orchestrator.cli.console import handle_errors
 from orchestrator.errors import InputError
 from orchestrator.profile import model as profile_mod
 

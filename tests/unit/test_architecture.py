@@ -27,8 +27,8 @@ def test_every_layer_is_a_folder_the_page_names() -> None:
     """The layers of test_import_graph are the package's folders, and the page names each one
     before its module tables."""
     folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
-    layers = {name.split(".")[1] for name in LAYERS if name.count(".") == 1 and name.split(".")[1] in folders}
-    assert layers == folders, "every subpackage is a layer in test_import_graph.LAYERS"
+    layers = {name.split(".")[1] for name in LAYERS if name.count(".") == 1}
+    assert folders <= layers, "every subpackage is a layer in test_import_graph.LAYERS"
     head = TEXT[: TEXT.index("## Every module")]
     assert {f for f in folders if f"`{f}/`" not in head} == set(), "name each layer folder as `NAME/`"
 
