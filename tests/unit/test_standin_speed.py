@@ -9,11 +9,13 @@ from __future__ import annotations
 import importlib.util
 import statistics
 import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from orchestrator.lab.standins import HOST_SRC, KIMI_CHAT_TEMPLATE, LLAMA3_CHAT_TEMPLATE
+from orchestrator.tuning import datasets
 from orchestrator.tuning.bench import DEFAULT_PROMPTS
 
 
@@ -33,6 +35,7 @@ CG_16TOK = speed.SpecSettings(5, 4, 16)
 CODE = "```python\ndef add(a, b):\n    return a + b\n```\nWrite tests for this function."
 MATH = "Solve the equation 3x + 5 = 20 and explain each step."
 CHAT = "Write a short story about a lighthouse keeper who collects maps."
+CODE_DATASET = Path(__file__).parents[1] / "data" / "datasets" / "code.jsonl"
 
 
 def tok_s(spec, batch: int = 1, a: float | None = None) -> float:
@@ -83,6 +86,56 @@ def test_acceptance_follows_the_prompt_the_template_and_the_temperature() -> Non
     assert speed.request_accept(0.44, CHAT, chat_template=True, trained_on="raw") == chat
     assert speed.request_accept(0.44, CODE, temperature=1.0) < code
     assert speed.accept_length(CG_5TOK, code) > speed.accept_length(CG_5TOK, chat)
+
+
+def through_template(messages: list[dict[str, str]]) -> str:
+    """The text /v1/chat/completions decodes from: the messages through the Llama 3 template."""
+    context = {"messages": messages, "bos_token": "<|begin_of_text|>", "add_generation_prompt": True}
+    return template.render_subset(LLAMA3_CHAT_TEMPLATE, context)
+
+
+ASK_CODE = "Write a Python function that merges two sorted lists."
+ASK_MATH = "A train leaves at 3 pm at 60 km/h. How many km has it gone by 5 pm?"
+ASK_CHAT = "What should I see in Lisbon in two days?"
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["raw", "chat-template"])
+def test_a_request_for_code_accepts_more_than_chat_though_its_prompt_holds_no_code(chat: bool) -> None:
+    # The drafter predicts the answer, and the answer to "write a function" is code.
+    assert speed.prompt_domain(ASK_CODE) == speed.prompt_domain(ASK_CHAT) == (0.0, 0.0)
+    asks = (ASK_CODE, ASK_MATH, ASK_CHAT)
+    texts = [through_template([{"role": "user", "content": p}]) if chat else p for p in asks]
+    code, math, plain = (speed.request_accept(0.44, t, chat_template=chat) for t in texts)
+    assert code == pytest.approx(0.65 if chat else 0.60)  # as much as code.jsonl, code in its prompts
+    assert code > math > plain == pytest.approx(0.49 if chat else 0.44)
+    length = {p: speed.accept_length(CG_5TOK, a) for p, a in (("code", code), ("chat", plain))}
+    assert length["code"] > 1.2 * length["chat"]
+    print(
+        f"\ncg_5tok accept length, {'chat template' if chat else 'raw'}: "
+        + ", ".join(f"{p} {v:.2f}" for p, v in length.items())
+    )
+
+
+def test_only_an_ask_for_code_or_for_a_sum_counts() -> None:
+    for prompt in (
+        "Write a cover letter for a job in Python development.",
+        "Write a speech for my class reunion.",
+        "How much does a flight to Lisbon cost in 2024?",
+        "Give me a recipe for pancakes.",
+    ):
+        assert speed.request_accept(0.44, prompt) == 0.44, prompt
+    for prompt in ("Implement binary search in Rust.", "Give me a regex that matches ISO dates."):
+        assert speed.request_accept(0.44, prompt) == pytest.approx(0.60), prompt
+    assert speed.request_accept(0.44, "What is 17 times 23?") == pytest.approx(0.54)
+
+
+def test_the_code_dataset_through_the_template_accepts_what_the_tuning_tests_assume() -> None:
+    # tests/unit/test_tune.py models code.jsonl at a top-1 acceptance of 0.65.
+    requests = datasets.load(CODE_DATASET).requests
+    accepts = [
+        speed.request_accept(0.44, through_template(list(r.messages)), chat_template=True) for r in requests
+    ]
+    assert accepts == pytest.approx([0.65] * len(requests))
 
 
 def test_run_noise_is_seeded_about_one_and_a_half_percent_and_hosts_differ_by_name() -> None:

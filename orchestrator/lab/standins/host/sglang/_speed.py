@@ -28,12 +28,12 @@ request's top-1 acceptance, a level of width w accepts with alpha_w = 1 - (1 - a
     accept_len = 1 + sum_{i=1..n} prod_{j<=i} alpha_{w_j}
 
 `a` is the drafter's `accept_top1` (default 0.44) moved by the request (`request_accept`):
-up for code and math prompts, up through the chat template for a drafter trained on chat
-data, down at temperature > 0. Plain English raw text at temperature 0 keeps `accept_top1`,
-so the reference figures stay: no speculation 90.0; EAGLE3 3/4/5 with CUDA graphs 82.3;
-5/4/16 with CUDA graphs 74.9; 5/4/16 without 53.2 (base 90 tok/s, one stream). An EAGLE-3
-drafter run under `EAGLE` gets accept_len 1.00 (it sees one layer's hidden state instead of
-three) at full round cost.
+up when the answer will be code or math (the request asks for it, or its prompt holds it), up
+through the chat template for a drafter trained on chat data, down at temperature > 0. Plain
+English raw text at temperature 0 keeps `accept_top1`, so the reference figures stay: no
+speculation 90.0; EAGLE3 3/4/5 with CUDA graphs 82.3; 5/4/16 with CUDA graphs 74.9; 5/4/16
+without 53.2 (base 90 tok/s, one stream). An EAGLE-3 drafter run under `EAGLE` gets accept_len
+1.00 (it sees one layer's hidden state instead of three) at full round cost.
 
 Run-to-run noise and a per-host speed factor (`host_speed`, `RunNoise`) scale base_tok_s;
 both are 1 in exact mode.
@@ -57,7 +57,7 @@ C_LAUNCH = 0.29213
 #: accept length 2.82) beats plain decode up to a batch of 8 and loses from 9 on.
 C_BATCH = 0.03
 
-#: Top-1 acceptance added for a prompt that is all code / all math (scaled by the cue score).
+#: Top-1 acceptance added for a request whose answer is code / math (scaled by its domain score).
 CODE_BONUS = 0.16
 MATH_BONUS = 0.10
 #: Added for a request rendered through the chat template when the drafter was trained on chat.
@@ -178,6 +178,54 @@ def prompt_domain(text: str) -> tuple[float, float]:
     return min(1.0, code / 3), min(1.0, math / 2)
 
 
+# What a request asks for decides what the answer is, and a drafter predicts the answer. So an
+# instruction to write code counts as code, though the prompt holds none. The stand-in's own
+# output is filler words, so it cannot tell; the ask stands for the answer.
+_LANGUAGE = r"(?:python|rust|go|golang|java|javascript|typescript|c\+\+|c#|ruby|kotlin|swift|bash|sql|php)"
+_CODE_NOUN = (
+    r"(?:functions?|methods?|class(?:es)?|programs?|scripts?|snippets?|code|quer(?:y|ies)|regex(?:es)?"
+    r"|regular expressions?|decorators?|unit tests?|one-liners?)"
+)
+_CODE_ASKS = (
+    # "write a Python function", "give me a regex", "fix this script": a verb, at most two words, a noun
+    re.compile(
+        r"\b(?:write|implement|create|code|fix|refactor|debug|give me|show me)\s+"
+        rf"(?:(?:a|an|the|this|some|me)\s+)?(?:[\w+#-]+\s+){{0,2}}?{_CODE_NOUN}\b",
+        re.I,
+    ),
+    # "implement binary search in Rust", "write quicksort in Go"
+    re.compile(
+        rf"\b(?:write|implement)\s+(?:(?:a|an|the|some)\s+)?(?:[\w-]+\s+){{0,3}}?in {_LANGUAGE}\b", re.I
+    ),
+    # things that are code by name
+    re.compile(r"\b(?:sql query|regex|regular expression|(?:bash|shell|python) script)\b", re.I),
+)
+#: An ask to work something out on numbers: two of them at least ("a flight in 2024" is chat).
+_MATH_ASK = re.compile(
+    r"\b(?:solve|compute|calculate|evaluate|simplify|prove|how (?:many|much)"
+    r"|what is the (?:probability|sum|product|value|area|volume|average)"
+    r"|find the (?:value|sum|area|probability|roots?|derivative|integral)"
+    r"|\d+ (?:times|plus|minus|divided by|percent of) \d+)\b",
+    re.I,
+)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def ask_domain(text: str) -> tuple[float, float]:
+    """(code, math) scores in [0, 1] from what the text asks for: 1 for an ask to write code, or
+    to work a problem out on numbers; 0 otherwise."""
+    code = 1.0 if any(ask.search(text) for ask in _CODE_ASKS) else 0.0
+    math = 1.0 if _MATH_ASK.search(text) and len(_NUMBER.findall(text)) >= 2 else 0.0
+    return code, math
+
+
+def request_domain(text: str) -> tuple[float, float]:
+    """(code, math) scores of a request: what it asks for, or what its prompt holds, the higher."""
+    ask_code, ask_math = ask_domain(text)
+    cue_code, cue_math = prompt_domain(text)
+    return max(ask_code, cue_code), max(ask_math, cue_math)
+
+
 def request_accept(
     accept_top1: float,
     text: str,
@@ -187,7 +235,7 @@ def request_accept(
     temperature: float = 0.0,
 ) -> float:
     """A request's top-1 acceptance: the drafter's, moved by domain, template and temperature."""
-    code, math = prompt_domain(text)
+    code, math = request_domain(text)
     a = accept_top1 + max(CODE_BONUS * code, MATH_BONUS * math)
     if chat_template and trained_on == "chat":
         a += TEMPLATE_BONUS
