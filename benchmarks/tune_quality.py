@@ -23,6 +23,12 @@ SGLANG_STANDIN_NOISE_SEED to its seed, so each run draws another series.
 Usage: python3 benchmarks/tune_quality.py [--seeds 10] [--start cg_16tok] [--hosts 4] [--skip-grid ID]
        [--skip-hosts]
 Needs the lab (four hosts; brought up if it is not). Takes about 40 minutes on a 2-core machine.
+
+`--simulate` needs no lab. It runs the same search in memory (tests/unit/tunesim.py: the stand-in's
+speed model, 1.5% run noise, four host factors) over three drafters (top-1 acceptance 0.44, 0.3,
+0.7) and two objectives (tok/s at c=1 and at c=8). For each: the exact grid once (the reference
+winner), then `--seeds` campaigns from the valid point farthest from the winner, with a quarter of
+the grid's restarts. A winner within 1.5% (one run's noise) of the reference counts as found.
 """
 
 from __future__ import annotations
@@ -102,6 +108,88 @@ def runs(campaign: str, profile: str) -> list[float]:
     return [tok / means[host] for host, name, tok in rows if name == profile and host in means]
 
 
+def simulate(seeds: int) -> None:
+    """The search in memory over three landscapes and two objectives (see the module docstring)."""
+    import os
+    import statistics
+    from unittest import mock
+
+    sys.path.insert(0, str(ROOT / "tests" / "unit"))
+    import tunesim  # type: ignore[import-not-found]
+
+    from orchestrator.hosts import deploy as deploy_mod
+    from orchestrator.tuning import bench, search, space, tune
+
+    factors = {"lab1": 1.0, "lab2": 0.985, "lab3": 0.97, "lab4": 0.96}
+    grid = "vary:\n" + GRID
+    work = Path(tempfile.mkdtemp(prefix="tune-sim-"))
+    os.environ["SGLANG_STANDIN_EXACT"] = "1"
+    print("landscape      level  winner (true gain)      found  restarts  model error  start")
+    for accept in (0.44, 0.3, 0.7):
+        for level in (1, 8):
+            folder = work / f"a{accept}-c{level}"
+            folder.mkdir()
+            head = f"baseline: example:baseline\n{grid}"
+            tail = (
+                f"traffic: {{concurrency: [1, 8], requests: 4, max_tokens: 16, repeat: 2}}\n"
+                f"objective: {{maximize: tok_s, at_concurrency: {level}}}\n"
+            )
+            probe = folder / "probe.yml"
+            probe.write_text(f"extends: example:cg_5tok\n{head}{tail}")
+            x = space.expand(probe)
+            base = tunesim.model_of(x.baseline, level, accept).tok_s
+            true = {p.key: tunesim.model_of(p.profile, level, accept).tok_s / base for p in x.valid}
+            best = max(true, key=lambda k: true[k])
+            ranks = search.rank_scales(x.space.vary)
+            winner = next(p for p in x.valid if p.key == best)
+            far = max(
+                x.valid,
+                key=lambda p: sum(
+                    (ranks[k](p.params[k]) - ranks[k](winner.params[k])) ** 2 for k in p.params
+                ),
+            )
+            start = folder / "start.yml"
+            spec = {k.split(".")[1]: int(v) for k, v in far.params.items()}
+            start.write_text(f"extends: example:cg_5tok\nspeculative: {json.dumps(spec)}\n")
+            budget = -(-(len(x.valid) + 1) // 4)  # a quarter of the grid's restarts
+            found, used, errors = 0, [], []
+            for seed in range(seeds):
+                path = folder / f"space{seed}.yml"
+                path.write_text(
+                    f"extends: {start}\n{head}{tail}"
+                    f"budget: {{restarts: {budget}}}\nsearch: {{seed: {seed}}}\n"
+                )
+                lab = tunesim.Lab(dict(factors), seed=seed)
+                lab.accept = accept
+                state = folder / f"state{seed}"
+                with (
+                    mock.patch.dict(os.environ, {"ORCHESTRATOR_STATE_DIR": str(state)}),
+                    mock.patch.object(deploy_mod, "deploy", lab.deploy),
+                    mock.patch.object(bench, "run", lab.run),
+                    mock.patch.object(
+                        bench,
+                        "deployed_target",
+                        lambda inv, host, prof: bench.Target(host, "a", 1, prof.name),
+                    ),
+                    mock.patch.object(bench, "journal_messages", lambda inv, host, unit="": lambda since: []),
+                ):
+                    options = tune.Options(leave="none", profiles_dir=folder / "out")
+                    o = tune.Campaign(space.expand(path), Path("inv"), list(factors), options).run()
+                key = space.point_key(o.winner.params) if o.winner else ""
+                ok = key in true and true[key] >= true[best] * (1 - 0.015)
+                found += ok
+                used.append(o.restarts)
+                if o.model is not None and o.model.error is not None:
+                    errors.append(o.model.error)
+            err = f"{statistics.fmean(errors):.1%}" if errors else "-"
+            print(
+                f"accept {accept:<5}  c={level:<3}  {winner.label.replace('num_', '').replace('eagle_', '')} "
+                f"({true[best]:.3f}x)  {found}/{seeds}   {statistics.fmean(used):.1f}/{budget}    {err:>6}"
+                f"       {far.label}"
+            )
+    print(f"grid: {len(x.valid)} valid points + the baseline; budget a quarter of that; 4 hosts")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=10)
@@ -113,7 +201,11 @@ def main() -> None:
     parser.add_argument(
         "--start", action="append", help="the space's profile (cg_5tok, cg_16tok; default both)"
     )
+    parser.add_argument("--simulate", action="store_true", help="the search in memory: no lab")
     args = parser.parse_args()
+    if args.simulate:
+        simulate(args.seeds)
+        return
     args.start = args.start or ["cg_5tok", "cg_16tok"]
     subprocess.run([sys.executable, "-m", "orchestrator", "lab", "up"], check=True, capture_output=True)
     work = Path(tempfile.mkdtemp(prefix="tune-quality-"))

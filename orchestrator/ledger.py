@@ -168,6 +168,11 @@ MIGRATIONS = [
     ALTER TABLE deploys ADD COLUMN model TEXT NOT NULL DEFAULT '';      -- the target model's path
     ALTER TABLE deploys ADD COLUMN phases TEXT NOT NULL DEFAULT '[]';   -- JSON [{phase, s}] of the start
     """,
+    # 7: what the campaign's model predicted for a trial before it was measured (its error is
+    # reported); NULL for a trial the model did not choose.
+    """
+    ALTER TABLE trials ADD COLUMN predicted REAL
+    """,
 ]
 
 

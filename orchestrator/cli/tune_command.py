@@ -29,6 +29,7 @@ from orchestrator.cli.console import (
     plain,
     shown,
 )
+from orchestrator.tuning import objective as objective_mod
 from orchestrator.tuning import space as space_mod
 from orchestrator.tuning import stats
 from orchestrator.tuning import tune as tune_mod
@@ -64,21 +65,17 @@ def check_output(x: space_mod.Expanded, hosts: list[str]) -> None:
     for p in x.pruned:
         out.print(Text.assemble(("pruned ", "yellow"), shown(p.label), ": ", shown(p.pruned)))
     level = x.level()
-    out.print(
-        f"objective: {x.space.objective.maximize} at {level.level}, "
-        f"against {shown(x.baseline.name)} on each host"
-    )
+    levels = [tune_mod.settings_level(s) for s in x.traffic.levels()]
+    goal = objective_mod.goal(x.space.objective, levels.index(tune_mod.settings_level(level)))
+    out.print(f"objective: {goal.describe(level.level)}, against {shown(x.baseline.name)}")
     out.print(
         f"budget: {x.space.budget.restarts} restarts (the exhaustive grid is {len(x.valid)} trials + "
-        f"{len(hosts)} baselines); on {len(hosts)} host(s): {', '.join(shown(h) for h in hosts)}"
+        f"the baseline); on {len(hosts)} host(s): {', '.join(shown(h) for h in hosts)}"
     )
-    alone = tune_mod.trials_for(x, 1)
-    if len(hosts) > 1 and alone > est.trials:
-        out.print(
-            f"note: {len(hosts)} baselines take {len(hosts)} of the {x.space.budget.restarts} restarts, so "
-            f"{est.trials} points are measured (on 1 host {alone}): more hosts finish "
-            "sooner, fewer search more points; raise budget.restarts to have both"
-        )
+    out.print(
+        f"search: {x.space.search.sampler}; {est.trials} points measured, one baseline on the first host "
+        "free (each host's speed is fitted from the trials)"
+    )
     out.print(
         f"estimate: {est.restarts} restarts in {est.rounds} rounds, about {_duration(est.wall_s)} "
         f"({est.basis})"
@@ -134,12 +131,16 @@ def level_tables(outcome: tune_mod.Outcome) -> list[Table]:
     tables = []
     for level, rows in outcome.levels:
         table = Table(title=shown(level.label()))
-        for col in ("setting", "profile", "tok/s (95% interval)", "speed-up", "accept", "p99 TTFT"):
+        cols = ("setting", "profile", "tok/s (95% interval)", "gain", "accept", "p99 TTFT", "p99 ITL")
+        for col in cols:
             table.add_column(col, justify="right" if col not in ("setting", "profile") else "left")
         for r in rows:
             ttft = "-" if r.p99_ttft_ms is None else f"{r.p99_ttft_ms:.0f} ms"
+            itl = "-" if r.p99_itl_ms is None else f"{r.p99_itl_ms:.1f} ms"
             accept = "-" if r.accept_len is None else f"{r.accept_len:.2f}"
-            table.add_row(shown(r.label), shown(r.profile), _interval(r.tok_s), _pct(r.speedup), accept, ttft)
+            table.add_row(
+                shown(r.label), shown(r.profile), _interval(r.tok_s), _pct(r.speedup), accept, ttft, itl
+            )
         tables.append(table)
     return tables
 
@@ -156,7 +157,11 @@ def outcome_json(o: tune_mod.Outcome) -> dict[str, Any]:
             "speedup": r.speedup,
             "accept_len": r.accept_len,
             "p99_ttft_ms": r.p99_ttft_ms,
+            "p99_itl_ms": r.p99_itl_ms,
+            "total_tok_s": r.total_tok_s,
         }
+
+    model = o.model
 
     return {
         "campaign_id": o.campaign_id,
@@ -180,6 +185,18 @@ def outcome_json(o: tune_mod.Outcome) -> dict[str, Any]:
         "left_ok": o.left_ok,
         "left_message": o.left_message,
         "method": stats.METHOD,
+        "objective": o.objective,
+        "per_load": [{"setting": h.setting, "profile": h.profile, "levels": h.levels} for h in o.per_load],
+        "per_load_line": o.per_load_line,
+        "open_points": o.open_points,
+        "model": None
+        if model is None
+        else {
+            "error": model.error,
+            "predicted_trials": model.predicted,
+            "host_factors": model.hosts,
+            "accept": model.accept,
+        },
     }
 
 
@@ -220,12 +237,13 @@ def tune(
     plot: Path | None,
     as_json: bool,
 ) -> None:
-    """Search SPACE.yml's settings for the fastest on its traffic, with far fewer restarts than the grid.
+    """Search SPACE.yml's settings for the best on its traffic, with far fewer restarts than the grid.
 
     Every point of the space becomes a profile checked by every rule (a refused point is pruned,
-    with the rule's reason); Optuna picks which to try; each trial is a deploy and a bench of the
-    space's traffic, one per host at a time; each host measures the baseline, and trials compare
-    as ratios to their own host's. The winner is written as a new profile file.
+    with the rule's reason). A model of speculative decoding, fitted to what each trial measured,
+    picks the next; each trial is a deploy and a bench of the space's traffic, and each host takes
+    the next as it finishes. The baseline is measured once; the model puts every host on its
+    scale. The winner is written as a new profile file; the outcome names the best per load.
     """
     from orchestrator.hosts import inventory as inventory_mod
 
@@ -272,6 +290,14 @@ def _print(o: tune_mod.Outcome) -> None:
         err.print(plain(f"failed: {t.label} on {t.host}: {t.diagnosis}", "red"))
     if o.leaders == "tie":
         out.print("leaders: the two best are within noise of each other (a tie); either will do")
+    if o.model is not None and o.model.error is not None:
+        hosts = ", ".join(f"{shown(h)} {f:.3f}" for h, f in sorted(o.model.hosts.items()))
+        out.print(
+            f"model: predicted the {o.model.predicted} trial(s) it chose within {o.model.error:.1%} on "
+            f"average (before they ran); host speed factors: {hosts}"
+        )
+    if o.per_load_line:
+        out.print(shown(o.per_load_line))
     out.print(Text(shown(f"verdict: {o.verdict}"), style="bold"))
     if o.winner_file:
         out.print(f"winner written: {shown(o.winner_file)}  (deploy it with -p {shown(o.winner_file)})")

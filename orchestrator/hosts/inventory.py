@@ -20,6 +20,7 @@ import importlib.util
 import json
 import os
 import stat
+import threading
 from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,8 @@ def check(inventory: Path) -> None:
 
 def _read(inventory: Path, limit: str | None) -> tuple[list[InventoryHost], set[str]]:
     """Parse with Ansible: the selected hosts, and the plugins that parsed the sources."""
-    count, reasons, plugins = _parse_sources(inventory)
+    with _READING:
+        count, reasons, plugins = _parse_sources(inventory)
     if count is None:
         why = "; ".join(reasons) or "no file in it parsed"
         raise InputError(f"inventory {inventory}: {why}")
@@ -123,6 +125,16 @@ def host_variables(inventory: Path, limit: str | None = None) -> dict[str, dict[
     """Each selected host's variables as Ansible merges them from the inventory (its group_vars and
     host_vars included), in inventory order, uncached. Vaulted files and `!vault` values are decrypted with
     the vault secrets (vault.secrets()); one that does not decrypt is an InputError naming it."""
+    with _READING:
+        return _host_variables(inventory, limit)
+
+
+#: Ansible's inventory classes keep process-wide caches: one reader at a time (a tune campaign
+#: deploys from one thread per host).
+_READING = threading.RLock()
+
+
+def _host_variables(inventory: Path, limit: str | None) -> dict[str, dict[str, Any]]:
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.plugins.vars import host_group_vars

@@ -18,6 +18,8 @@ A space file:
       speculative.num_draft_tokens: [2, 4, 5, 8, 16]
     traffic: {endpoint: chat, dataset: prompts/chat.jsonl, concurrency: [1, 8, 32], max_tokens: 256}
     objective: {maximize: tok_s, at_concurrency: 8, p99_ttft_ms_max: 2000}
+    # or: {minimize: p99_ttft_ms, at_concurrency: 8, total_tok_s_min: 400}
+    # or: {goodput: {p99_ttft_ms: 2000, p99_itl_ms: 50}} over a request_rate curve
     budget: {restarts: 16}
 """
 
@@ -38,6 +40,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -121,33 +124,91 @@ class SpaceTraffic(_Model):
         return self
 
 
-class Objective(_Model):
-    """What a trial is scored by: one metric at one level of the traffic's curve."""
+class Goodput(_Model):
+    """The p99 limits that goodput keeps: the most load under them is the score."""
 
-    maximize: Literal["tok_s", "total_tok_s"] = Field(
-        "tok_s",
+    p99_ttft_ms: Number | None = Field(None, gt=0, description="Limit on p99 time to first token.")
+    p99_itl_ms: Number | None = Field(None, gt=0, description="Limit on p99 inter-token latency.")
+
+    @model_validator(mode="after")
+    def _one_limit(self) -> Goodput:
+        if self.p99_ttft_ms is None and self.p99_itl_ms is None:
+            raise ValueError("goodput needs a limit: give p99_ttft_ms, p99_itl_ms or both")
+        return self
+
+
+class Objective(_Model):
+    """What a trial is scored by: one metric at one level of the traffic's curve, or goodput over
+    the whole curve. One of maximize, minimize and goodput (default: maximize tok_s)."""
+
+    maximize: Literal["tok_s", "total_tok_s"] | None = Field(
+        None,
         description="tok_s: decode tok/s of one request (what a user sees); total_tok_s: output "
-        "tok/s of all requests together (what the fleet serves).",
+        "tok/s of all requests together (what the fleet serves). The default is tok_s.",
+    )
+    minimize: Literal["p99_ttft_ms", "p99_itl_ms"] | None = Field(
+        None, description="A latency at the scored level; pair it with a throughput floor."
+    )
+    goodput: Goodput | None = Field(
+        None,
+        description="The most load (request rate or concurrency) whose p99 figures keep these limits, "
+        "read off the traffic's curve.",
     )
     at_concurrency: Int | None = Field(None, description="The level scored; default the curve's first.")
     at_request_rate: Number | None = Field(None, description="With request_rate: the level scored.")
     p99_ttft_ms_max: Number | None = Field(
         None, gt=0, description="A trial over this p99 time to first token at that level does not count."
     )
+    tok_s_min: Number | None = Field(
+        None, gt=0, description="A trial under this decode tok/s of one request at that level does not count."
+    )
+    total_tok_s_min: Number | None = Field(
+        None, gt=0, description="A trial under this total tok/s at that level does not count."
+    )
+
+    @model_validator(mode="after")
+    def _one_goal(self) -> Objective:
+        given = [k for k in ("maximize", "minimize", "goodput") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of maximize, minimize and goodput, not {' and '.join(given)}")
+        if self.goodput is not None and (self.at_concurrency is not None or self.at_request_rate is not None):
+            raise ValueError("goodput is read off the whole curve: drop at_concurrency / at_request_rate")
+        return self
 
 
 class Budget(_Model):
     restarts: Int = Field(
-        16, ge=1, le=10000, description="Server restarts in all: trials, baselines and repeats."
+        16,
+        ge=1,
+        le=10000,
+        description="Server restarts in all: the baseline, trials and the leaders' repeats.",
     )
 
 
 class Search(_Model):
-    sampler: Literal["tpe", "grid", "random"] = Field(
-        "tpe", description="Optuna's TPE (default), every point in turn (grid), or random points."
+    sampler: Literal["model", "grid", "random"] = Field(
+        "model",
+        description="model: a model of speculative decoding fitted to every trial's measurements "
+        "chooses (the default); grid: every point in turn; random: points in a seeded order.",
     )
-    seed: Int | None = Field(None, description="The sampler's seed: the same seed asks the same trials.")
-    startup_trials: Int = Field(4, ge=1, le=1000, description="Random trials before TPE models the space.")
+    seed: Int | None = Field(None, description="The seed: the same seed makes the same choices.")
+    startup_trials: Int = Field(
+        3,
+        ge=1,
+        le=1000,
+        description="Points spread over the space (the space's own first) before the model chooses.",
+    )
+
+    @field_validator("sampler", mode="before")
+    @classmethod
+    def _tpe_is_gone(cls, value: Any) -> Any:
+        if value == "tpe":
+            raise ValueError(
+                "tpe is no longer a sampler: `model` (the default) fits speculative decoding's own "
+                "structure to what each trial measures; drop the line or say `model`"
+            )
+        return value
+
     early_stop: bool = Field(
         True,
         description="Measure each trial briefly first (one run at the scored level) and stop one that "
@@ -162,7 +223,9 @@ class Space(_Model):
     """A tuning campaign's search space file."""
 
     extends: str = Field(description="The profile every trial derives from (a name or a path).")
-    baseline: str = Field("baseline", description="Measured on every host; speed-ups are against it.")
+    baseline: str = Field(
+        "baseline", description="Measured once, on the first host free; every gain is against it."
+    )
     vary: dict[str, list[Value]] = Field(
         min_length=1,
         description="Dotted profile fields (speculative.num_steps, server.cuda_graph, nccl.NCCL_ALGO) "
@@ -177,6 +240,11 @@ class Space(_Model):
     @model_validator(mode="after")
     def _levels(self) -> Space:
         t, o = self.traffic, self.objective
+        if o.goodput is not None and len(t.request_rate or t.concurrency) < 2:
+            raise ValueError(
+                "objective.goodput reads the most load that keeps its limits off a curve: give "
+                "traffic.request_rate (or traffic.concurrency) two levels or more"
+            )
         if t.request_rate:
             if o.at_concurrency is not None:
                 raise ValueError("objective.at_concurrency with traffic.request_rate: use at_request_rate")

@@ -2,40 +2,41 @@
 
 It does so with few restarts, on every host at once, and it survives an interruption.
 
-Engine layer: never prints. `Campaign.run()` returns an `Outcome`. The CLI (tune_command.py) shows
-it.
+Engine layer: never prints. `Campaign.run()` returns an `Outcome` (outcome.py). The CLI
+(tune_command.py) shows it. The seams:
 
-- The space file (space.py) expands to points. Each point is a derived profile, through every
-  profile rule. Points a rule refuses are pruned with the rule's message, and cost nothing.
-- Optuna's sampler (TPE by default, or grid or random) asks for the next point. One trial is one
-  restart (deploy, with all its safety) and a bench of the space's traffic. With N hosts, a round
-  deploys N trials in one play (`deploy(each=...)`), then benches them side by side.
-- Hosts differ. So each host measures the baseline first. A trial scores as the ratio of its metric
-  to its own host's baseline, at the scored level.
+- space.py reads the file and expands its grid. Each point is a derived profile, through every
+  profile rule; a point a rule refuses is pruned with the rule's message and costs nothing.
+- objective.py says what "better" means: the metric, its direction, its limits, goodput.
+- surrogate.py fits a model of speculative decoding to what every trial measured (accept length,
+  round time, latency), with each host's speed factor.
+- search.py picks the next point: the space's own setting, points spread over the space, then
+  where the model expects the most improvement.
+- This module runs the trials. Each host works on its own: a host that finishes takes the next
+  point (a deploy with all its safety, then a bench of the space's traffic). No host waits for
+  another's trial. The baseline is measured once, on the first host free, not on every host:
+  the model's host factors put every host's runs on one scale.
 - Early stopping: a trial's first run is at the scored level. A trial clearly behind the best
-  finished trial stops there (Optuna pruner `_Behind`). The rest get the whole curve `repeat`
-  times.
+  finished trial stops there. The rest get the whole curve `repeat` times.
 - Then the two leaders get more runs, until Welch's test separates them. Or until the
   `search.confirm` runs are spent, or the restart budget is. A tie is reported as one.
 - The ledger is the memory. Bench rows carry the campaign's id as their sweep_id. Every finished
-  trial is a `trials` row. So `--resume ID` replays them into the sampler, and measures nothing
-  twice. The campaign holds each host's deploy lock from its first deploy to its last.
+  trial is a `trials` row. So `--resume ID` refits the model on them and measures nothing twice.
+  The campaign holds each host's deploy lock from its first deploy to its last.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import statistics
 import threading
 import time
 import uuid
-import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator import ledger
 from orchestrator.errors import InputError, Interrupted, OrchestratorError
@@ -43,24 +44,24 @@ from orchestrator.hosts import deploy as deploy_mod
 from orchestrator.hosts.runner import TaskEvent
 from orchestrator.profile import model as profile_mod
 from orchestrator.tuning import bench as bench_mod
+from orchestrator.tuning import objective as objective_mod
+from orchestrator.tuning import outcome as outcome_mod
+from orchestrator.tuning import search as search_mod
 from orchestrator.tuning import space as space_mod
-from orchestrator.tuning import stats
+from orchestrator.tuning import stats, surrogate
 from orchestrator.tuning import sweep as sweep_mod
+from orchestrator.tuning.outcome import LevelBest, Outcome, Trial
 
-if TYPE_CHECKING:
-    import optuna
+__all__ = ["Campaign", "LevelBest", "Options", "Outcome", "Status", "Trial", "estimate"]
 
 #: The least margin by which a first look must trail the best finished trial to stop it, and
-#: how many run-to-run standard deviations (of the baselines' runs) it is otherwise.
+#: how many run-to-run standard deviations it is otherwise.
 MIN_MARGIN = 0.02
 MARGIN_SIGMAS = 3.0
 #: How long a campaign's host lock lasts after its latest deploy: longer than any trial's bench,
 #: so no other deploy takes a host between two trials; a campaign that died on this control
 #: machine leaves a lock that the next deploy from here takes over at once (a dead PID).
 LOCK_TTL_S = 4 * 3600.0
-#: A sampler that asks only measured or pruned points this many times in a row has no new
-#: point to offer: an unmeasured valid point is then drawn at random.
-MAX_ASKS = 40
 
 
 def settings_level(s: bench_mod.Settings) -> sweep_mod.Level:
@@ -78,119 +79,8 @@ def settings_level(s: bench_mod.Settings) -> sweep_mod.Level:
     )
 
 
-# --- scoring: from ledger rows ------------------------------------------------------------------
-
-
-def _metric(row: Mapping[str, Any], name: str) -> float | None:
-    value = row[name]
-    return None if value is None else float(value)
-
-
-def runs_at(
-    rows: Iterable[Mapping[str, Any]], profile: str, level: sweep_mod.Level
-) -> list[Mapping[str, Any]]:
-    """A profile's runs at `level` that measured something."""
-    return [
-        r
-        for r in rows
-        if r["profile"] == profile and sweep_mod.measured(r) and sweep_mod.level_of(r) == level
-    ]
-
-
-def _per_host(
-    rows: Iterable[Mapping[str, Any]], profile: str, level: sweep_mod.Level, metric: str
-) -> dict[str, list[float]]:
-    """A profile's metric at `level`, run by run, per host."""
-    found: dict[str, list[float]] = {}
-    for r in runs_at(rows, profile, level):
-        value = _metric(r, metric)
-        if value is not None:
-            found.setdefault(r["host"], []).append(value)
-    return found
-
-
-def baselines(
-    rows: Iterable[Mapping[str, Any]], baseline: str, level: sweep_mod.Level, metric: str
-) -> dict[str, float]:
-    """Per host, the mean of the baseline's runs at `level`."""
-    return {h: statistics.fmean(v) for h, v in _per_host(rows, baseline, level, metric).items()}
-
-
-def ratios(
-    rows: Iterable[Mapping[str, Any]],
-    profile: str,
-    level: sweep_mod.Level,
-    metric: str,
-    base: Mapping[str, float],
-) -> list[float]:
-    """A profile's runs at `level`, each as a ratio to its own host's baseline mean."""
-    out = []
-    for r in runs_at(rows, profile, level):
-        value, ref = _metric(r, metric), base.get(r["host"])
-        if value is not None and ref:
-            out.append(value / ref)
-    return out
-
-
-def run_noise(
-    rows: Iterable[Mapping[str, Any]], baseline: str, level: sweep_mod.Level, metric: str
-) -> float | None:
-    """The baselines' run-to-run coefficient of variation at `level`, pooled over hosts."""
-    cvs = [
-        statistics.stdev(v) / statistics.fmean(v)
-        for v in _per_host(rows, baseline, level, metric).values()
-        if len(v) > 1 and statistics.fmean(v)
-    ]
-    return statistics.fmean(cvs) if cvs else None
-
-
-def p99_ttft_ms(rows: Iterable[Mapping[str, Any]], profile: str, level: sweep_mod.Level) -> float | None:
-    values = [
-        float(r["ttft_p99_s"]) * 1000 for r in runs_at(rows, profile, level) if r["ttft_p99_s"] is not None
-    ]
-    return statistics.fmean(values) if values else None
-
-
-# --- the campaign's records ---------------------------------------------------------------------
-
-
-@dataclass
-class Trial:
-    """One deploy and bench of a point (or of the baseline) on one host."""
-
-    number: int
-    kind: str  # baseline, trial, confirm
-    params: dict[str, Any]
-    profile: profile_mod.Profile
-    host: str
-    state: str = ""  # complete, stopped, failed, infeasible
-    value: float | None = None
-    restarted: bool = True
-    diagnosis: str = ""
-    #: its bench runs' curve_id
-    curve_id: str = ""
-    #: Its restart's cost, where the start went (`healthy after 13s: weights 7.2s, ...`); "" when
-    #: its host was not restarted for it.
-    startup: str = ""
-
-    @property
-    def label(self) -> str:
-        return space_mod.label(self.params) if self.params else self.profile.name
-
-    def row(self, campaign_id: str) -> dict[str, Any]:
-        return {
-            "campaign_id": campaign_id,
-            "number": self.number,
-            "kind": self.kind,
-            "point": space_mod.point_key(self.params),
-            "profile": self.profile.name,
-            "host": self.host,
-            "state": self.state,
-            "value": self.value,
-            "restarted": int(self.restarted),
-            "diagnosis": self.diagnosis[:500],
-            "curve_id": self.curve_id,
-        }
+def _load(level: sweep_mod.Level) -> float:
+    return float(level.request_rate) if level.request_rate is not None else float(level.concurrency)
 
 
 @dataclass
@@ -210,112 +100,8 @@ class Status:
     eta_s: float | None = None
 
 
-@dataclass
-class LevelBest:
-    """A table row of the outcome: the best fully measured setting at one level, or the baseline."""
-
-    level: sweep_mod.Level
-    profile: str
-    label: str
-    tok_s: stats.Interval | None
-    speedup: float | None
-    accept_len: float | None
-    p99_ttft_ms: float | None
-
-
-@dataclass
-class Outcome:
-    campaign_id: str
-    space: str
-    hosts: list[str]
-    trials: list[Trial]
-    pruned: list[space_mod.Point]
-    restarts: int
-    grid: int
-    #: per level: the baseline's row, then the best trials
-    levels: list[tuple[sweep_mod.Level, list[LevelBest]]]
-    #: the scored level's verdict, one line
-    verdict: str
-    #: the leaders' comparison: "separated", "tie" or "" (fewer than two leaders)
-    leaders: str = ""
-    winner: Trial | None = None
-    winner_beats_baseline: bool = False
-    winner_file: str = ""
-    left: str = ""
-    left_ok: bool = False
-    left_message: str = ""
-    wall_s: float = 0.0
-    #: trials that failed to start, with their diagnosis
-    failures: list[Trial] = field(default_factory=list)
-
-
-# --- the search ---------------------------------------------------------------------------------
-
-
 class _Stop(Exception):
     """Ctrl-C seen between two bench runs."""
-
-
-def _optuna() -> Any:
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna
-
-
-def _pruner(margin: Callable[[], float]) -> optuna.pruners.BasePruner:
-    import optuna  # the typed module, not _optuna()'s Any: mypy takes a base class only from one it knows
-
-    class Behind(optuna.pruners.BasePruner):
-        """Stop a trial whose first look trails the best finished trial by more than the margin
-        (three run-to-run standard deviations of the baselines, at least 2%)."""
-
-        def prune(self, study: Any, trial: Any) -> bool:
-            step = trial.last_step
-            if step is None:
-                return False
-            value = trial.intermediate_values[step]
-            done = [
-                t.value for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            ]
-            done = [v for v in done if v]
-            return bool(done) and value < max(done) * (1.0 - margin())
-
-    return Behind()
-
-
-def _ordinal(values: Sequence[Any]) -> bool:
-    """Whether a field's values are all numbers: then the sampler sees their order (TPE models
-    neighbours alike), not unrelated categories."""
-    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
-
-
-def _ranks(values: Sequence[Any]) -> list[int]:
-    """The value indexes in the sampler's order: by value for numbers, else as written."""
-    order = list(range(len(values)))
-    return sorted(order, key=lambda i: float(values[i])) if _ordinal(values) else order
-
-
-def _sampler(search: space_mod.Search, vary: Mapping[str, list[Any]]) -> optuna.samplers.BaseSampler:
-    """The sampler over each field's value indexes (Optuna copies what it keeps, and a value
-    keeps its text only as the space file's own object)."""
-    import optuna
-
-    if search.sampler == "grid":
-
-        class Grid(optuna.samplers.GridSampler):
-            def after_trial(self, *args: Any) -> None:
-                """Optuna's stops the study once every point was asked, which only an optimize()
-                loop may do: here the campaign sees that no new point comes."""
-
-        return Grid({k: list(range(len(v))) for k, v in vary.items()}, seed=search.seed)
-    if search.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=search.seed)
-    with warnings.catch_warnings():  # multivariate TPE is marked experimental
-        warnings.simplefilter("ignore")
-        return optuna.samplers.TPESampler(
-            seed=search.seed, n_startup_trials=search.startup_trials, multivariate=True
-        )
 
 
 @dataclass
@@ -346,20 +132,19 @@ class Campaign:
         self.id = resume or uuid.uuid4().hex[:12]
         self.resumed = resume is not None
         s = expanded.space
-        self.metric = s.objective.maximize
-        self.scored = expanded.level()
-        self.level = settings_level(self.scored)
+        self.levels = [settings_level(v) for v in expanded.traffic.levels()]
+        self.level = settings_level(expanded.level())
+        self.goal = objective_mod.goal(s.objective, self.levels.index(self.level))
         self.baseline = expanded.baseline
         self.by_key = {p.key: p for p in expanded.points}
-        self.dists: dict[str, Any] = {}
-        #: field -> value indexes in the sampler's order (by value, for a field of numbers)
-        self.ranks: dict[str, list[int]] = {}
-        #: the point a search asks first (a grid asks every point in its own order)
-        self.incumbent = None if expanded.space.search.sampler == "grid" else expanded.incumbent
+        varied = list(s.vary)
+        self.shapes = {p.key: surrogate.shape_of(p.profile, varied) for p in expanded.valid if p.profile}
+        self.base_shape = surrogate.shape_of(self.baseline, varied)
+        self.search = search_mod.Search(expanded, self.shapes)
         self.trials: list[Trial] = []
         #: host -> the profile it runs now (None: unknown, after a failed deploy)
         self.deployed: dict[str, profile_mod.Profile | None] = dict.fromkeys(self.hosts)
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.stop = threading.Event()
         self.running: dict[str, str] = {}
         self.started = time.monotonic()
@@ -367,15 +152,21 @@ class Campaign:
         self.durations: list[float] = []
         #: curve ids of the runs that count (rows())
         self.curves: set[str] = set()
+        #: point keys in flight, and restarts reserved by trials in flight
+        self.pending: set[str] = set()
+        self.reserved = 0
+        self.baseline_host: str | None = None
+        self._fit: surrogate.Fit | None = None
+        self._fit_rows = -1
 
     # ---- ledger
 
     def rows(self) -> list[Any]:
         """The campaign's bench runs that count: those of recorded trials and of the ones in
         flight (a trial cut off by Ctrl-C left runs that a resumed campaign measures anew)."""
-        return [
-            r for r in ledger.bench_results() if r["sweep_id"] == self.id and r["curve_id"] in self.curves
-        ]
+        with self.lock:
+            curves = set(self.curves)
+        return [r for r in ledger.bench_results() if r["sweep_id"] == self.id and r["curve_id"] in curves]
 
     @property
     def restarts_used(self) -> int:
@@ -395,14 +186,14 @@ class Campaign:
     def _status(self) -> None:
         if not self.options.on_status:
             return
-        best = self._ranked()[:1]
-        done = [t for t in self.trials if t.kind == "trial"]
-        eta = None
-        if self.durations:
-            per = statistics.fmean(self.durations)
-            eta = max(0, self.budget - self.restarts_used) * per / max(1, len(self.hosts))
-        self.options.on_status(
-            Status(
+        with self.lock:
+            best = self._ranked()[:1]
+            done = [t for t in self.trials if t.kind == "trial"]
+            eta = None
+            if self.durations:
+                per = statistics.fmean(self.durations)
+                eta = max(0, self.budget - self.restarts_used) * per / max(1, len(self.hosts))
+            status = Status(
                 self.id,
                 self.phase,
                 self.restarts_used,
@@ -413,16 +204,15 @@ class Campaign:
                 best[0].value if best else None,
                 eta,
             )
-        )
+        self.options.on_status(status)
 
     # ---- set-up
 
     def _start(self) -> None:
-        if not self.resumed and self.budget < len(self.hosts) + 1:
+        if not self.resumed and self.budget < 2:
             raise InputError(
-                f"{self.x.path}: budget.restarts {self.budget} does not cover a baseline on each of the "
-                f"{len(self.hosts)} hosts and one trial: raise it to at least {len(self.hosts) + 1}, "
-                "or --limit fewer hosts"
+                f"{self.x.path}: budget.restarts {self.budget} does not cover the baseline and one "
+                "trial: raise it to at least 2"
             )
         if self.resumed:
             row = ledger.campaign(self.id)
@@ -452,21 +242,6 @@ class Campaign:
                     "status": "running",
                 }
             )
-        optuna = _optuna()
-        self.ranks = {k: _ranks(v) for k, v in self.x.space.vary.items()}
-        self.dists = {
-            k: (
-                optuna.distributions.IntDistribution(0, len(v) - 1)
-                if _ordinal(v)
-                else optuna.distributions.CategoricalDistribution(list(range(len(v))))
-            )
-            for k, v in self.x.space.vary.items()
-        }
-        sampler = _sampler(self.x.space.search, self.x.space.vary)
-        self.study = optuna.create_study(direction="maximize", sampler=sampler, pruner=_pruner(self._margin))
-        for t in self.trials:
-            if t.kind == "trial":
-                self._tell_known(t)
 
     def _replay(self) -> None:
         """The finished trials of the campaign so far, as they were recorded."""
@@ -485,55 +260,176 @@ class Campaign:
                 bool(r["restarted"]),
                 r["diagnosis"],
                 r["curve_id"],
+                predicted=r["predicted"],
             )
             self.curves.add(r["curve_id"])
             self.trials.append(trial)
-
-    def _tell_known(self, t: Trial) -> None:
-        """Give the sampler a trial measured before (a resumed campaign's, or a point asked again)."""
-        optuna = _optuna()
-        states = optuna.trial.TrialState
-        if t.state in ("complete", "infeasible"):
-            frozen = optuna.trial.create_trial(
-                params=self._indexes(t.params),
-                distributions=self.dists,
-                value=t.value if t.state == "complete" else 0.0,
-            )
-        elif t.state == "stopped":
-            frozen = optuna.trial.create_trial(
-                params=self._indexes(t.params),
-                distributions=self.dists,
-                state=states.PRUNED,
-                intermediate_values={0: t.value or 0.0},
-            )
-        else:
-            frozen = optuna.trial.create_trial(
-                params=self._indexes(t.params), distributions=self.dists, state=states.FAIL
-            )
-        self.study.add_trial(frozen)
-
-    def _values(self, indexes: Mapping[str, int]) -> dict[str, Any]:
-        """A sampler's point (a rank per field) as the space's values, in the space's order."""
-        return {k: v[self.ranks[k][indexes[k]]] for k, v in self.x.space.vary.items()}
-
-    def _indexes(self, params: Mapping[str, Any]) -> dict[str, int]:
-        """The sampler's rank of each value among its field's, found by the text it was written
-        with."""
-        out = {}
-        for k, values in self.x.space.vary.items():
-            keys = [space_mod.point_key({k: v}) for v in values]
-            out[k] = self.ranks[k].index(keys.index(space_mod.point_key({k: params[k]})))
-        return out
-
-    def _margin(self) -> float:
-        noise = run_noise(self.rows(), self.baseline.name, self.level, self.metric)
-        return max(MIN_MARGIN, MARGIN_SIGMAS * noise) if noise is not None else 0.05
+            if trial.kind == "baseline" and trial.state == "complete":
+                self.baseline_host = trial.host
 
     def _stopped(self, where: str) -> str:
         return (
             f"tune campaign {self.id} stopped by Ctrl-C{where}; its finished trials are in the ledger: "
             f"go on with `tune {self.x.path} --resume {self.id}`"
         )
+
+    # ---- what the runs say: the model, host factors, each trial's value
+
+    def _point_of(self, profile: str) -> str | None:
+        """The point key (or the baseline's own key) of a profile name."""
+        if profile == self.baseline.name:
+            return "baseline"
+        p = self._by_name.get(profile)
+        return p.key if p else None
+
+    @property
+    def _by_name(self) -> dict[str, space_mod.Point]:
+        return {p.name: p for p in self.x.valid}
+
+    def _observations(self, rows: Sequence[Any]) -> list[surrogate.Observation]:
+        out = []
+        for r in rows:
+            if not sweep_mod.measured(r):
+                continue
+            key = self._point_of(r["profile"])
+            level = sweep_mod.level_of(r)
+            if key is None or level not in self.levels:
+                continue
+            shape = self.base_shape if key == "baseline" else self.shapes[key]
+            out.append(
+                surrogate.Observation(
+                    key,
+                    shape,
+                    r["host"],
+                    self.levels.index(level),
+                    float(r["tok_s"]),
+                    sweep_mod._level_accept(r),
+                    r["total_tok_s"],
+                    r["itl_p99_s"],
+                    r["ttft_p99_s"],
+                )
+            )
+        return out
+
+    def fit(self, rows: Sequence[Any] | None = None, boots: int = 0) -> surrogate.Fit | None:
+        """The model on the campaign's runs (None before any); without bootstrap refits unless asked."""
+        rows = self.rows() if rows is None else rows
+        with self.lock:
+            if boots == 0 and self._fit is not None and self._fit_rows == len(rows):
+                return self._fit
+        obs = self._observations(rows)
+        if not obs:
+            return None
+        found = surrogate.fit(
+            obs,
+            len(self.levels),
+            seed=self.x.space.search.seed or 0,
+            boots=boots,
+            run_sigma=self._noise(rows),
+        )
+        if boots == 0:
+            with self.lock:
+                self._fit, self._fit_rows = found, len(rows)
+        return found
+
+    def _noise(self, rows: Sequence[Any]) -> float | None:
+        """Run-to-run noise of the scored metric: the pooled coefficient of variation of every point
+        measured more than once on one host at the scored level."""
+        column = self.goal.metric if self.goal.kind != "goodput" else "tok_s"
+        runs: dict[tuple[str, str], list[float]] = {}
+        for r in rows:
+            if sweep_mod.measured(r) and sweep_mod.level_of(r) == self.level and r[column] is not None:
+                runs.setdefault((r["profile"], r["host"]), []).append(float(r[column]))
+        cvs = [
+            statistics.stdev(v) / statistics.fmean(v)
+            for v in runs.values()
+            if len(v) > 1 and statistics.fmean(v)
+        ]
+        return statistics.fmean(cvs) if cvs else None
+
+    def _runs(
+        self,
+        rows: Sequence[Any],
+        profile: str,
+        level: sweep_mod.Level,
+        column: str,
+        fit: surrogate.Fit | None,
+    ) -> list[tuple[int, float]]:
+        """A profile's runs at `level` as (repeat, figure on the average host)."""
+        out = []
+        for r in rows:
+            if r["profile"] != profile or not sweep_mod.measured(r) or sweep_mod.level_of(r) != level:
+                continue
+            factor = fit.host_time_factor(r["host"]) if fit else 1.0
+            value = self.goal.adjust(column, r[column], factor)
+            if value is not None:
+                out.append((int(r["repeat"] or 0), value))
+        return out
+
+    def _means(
+        self, rows: Sequence[Any], profile: str, fit: surrogate.Fit | None
+    ) -> dict[tuple[int, str], float]:
+        """A profile's mean figures (average host) per (level index, column)."""
+        out = {}
+        for i, level in enumerate(self.levels):
+            for column in {*self.goal.columns(), "tok_s", "total_tok_s", "ttft_p99_s", "itl_p99_s"}:
+                found = [v for _, v in self._runs(rows, profile, level, column, fit)]
+                if found:
+                    out[(i, column)] = statistics.fmean(found)
+        return out
+
+    def _curve(self, means: Mapping[tuple[int, str], float]) -> list[tuple[float, dict[str, float | None]]]:
+        return [
+            (_load(level), {c: means.get((i, c)) for c, _ in self.goal.limits})
+            for i, level in enumerate(self.levels)
+            if any((i, c) in means for c, _ in self.goal.limits)
+        ]
+
+    def _base(self, rows: Sequence[Any], fit: surrogate.Fit | None) -> dict[tuple[int, str], float]:
+        base = self._means(rows, self.baseline.name, fit)
+        if self.goal.kind == "goodput" and base:
+            base[(-1, "goodput")] = self.goal.goodput(self._curve(base))
+        return base
+
+    def _samples(self, profile: str, rows: Sequence[Any] | None = None) -> list[float]:
+        """A profile's gain run by run (goodput: repeat by repeat), each against the baseline's mean."""
+        rows = self.rows() if rows is None else rows
+        fit = self.fit(rows)
+        base = self._base(rows, fit)
+        goal = self.goal
+        if goal.kind != "goodput":
+            ref = base.get((goal.level, goal.metric))
+            runs = self._runs(rows, profile, self.level, goal.metric, fit)
+            return [g for _, v in runs if (g := goal.gain(v, ref)) is not None]
+        ref = base.get((-1, "goodput"))
+        by_repeat: dict[int, dict[tuple[int, str], float]] = {}
+        for i, level in enumerate(self.levels):
+            for c, _ in goal.limits:
+                for k, v in self._runs(rows, profile, level, c, fit):
+                    by_repeat.setdefault(k, {})[(i, c)] = v
+        unit = ref or _load(self.levels[0]) or 1.0
+        return [goal.goodput(self._curve(m)) / unit for m in by_repeat.values()]
+
+    def _value(self, profile: str, rows: Sequence[Any] | None = None) -> float | None:
+        """A profile's gain over the baseline: its mean figure against the baseline's (goodput: its
+        curve's goodput against the baseline's). None before the baseline is measured."""
+        rows = self.rows() if rows is None else rows
+        fit = self.fit(rows)
+        base = self._base(rows, fit)
+        if not base:
+            return None
+        mine = self._means(rows, profile, fit)
+        if self.goal.kind == "goodput":
+            ref = base.get((-1, "goodput"))
+            value = self.goal.goodput(self._curve(mine))
+            return value / (ref or _load(self.levels[0]) or 1.0) if mine else None
+        return self.goal.gain(
+            mine.get((self.goal.level, self.goal.metric)), base.get((self.goal.level, self.goal.metric))
+        )
+
+    def _margin(self) -> float:
+        noise = self._noise(self.rows())
+        return max(MIN_MARGIN, MARGIN_SIGMAS * noise) if noise is not None else 0.05
 
     # ---- deploy and bench
 
@@ -567,10 +463,29 @@ class Campaign:
             out[host + "\0startup"] = r.startup if r is not None else ""
         return out
 
-    def _bench(self, trial: Trial, sessions: dict[str, Any], first_look: Any | None) -> None:
+    def _session(self, host: str) -> Any:
+        """The bench target (the deployed plan) and a journal reader of `host` (Ansible's in-process
+        inventory is not thread-safe: these reads, and the reader's plays, are serialised)."""
+        prof = self.deployed[host]
+        assert prof is not None
+        with Campaign._ansible:
+            reader = bench_mod.journal_messages(self.inventory, host, prof.service.unit_name)
+            target = bench_mod.deployed_target(self.inventory, host, prof)
+        return target, self._serialised(reader)
+
+    _ansible = threading.Lock()
+
+    def _serialised(self, read: Callable[[float], list[str]]) -> Callable[[float], list[str]]:
+        def locked(since: float) -> list[str]:
+            with Campaign._ansible:
+                return read(since)
+
+        return locked
+
+    def _bench(self, trial: Trial, first_look: bool) -> None:
         """The trial's traffic on its host: the scored level first (one run: the first look, which
         may stop it), then every level `repeat` times. Fills trial.state and trial.value."""
-        target, log = sessions[trial.host]
+        target, log = self._session(trial.host)
         traffic = self.x.traffic
         levels = traffic.levels()
         scored = next(s for s in levels if settings_level(s) == self.level)
@@ -578,7 +493,7 @@ class Campaign:
             (s, k) for s in levels for k in range(traffic.repeat) if (s, k) != (scored, 0)
         ]
         if trial.kind == "confirm":
-            order = [(scored, 0)]
+            order = [(scored, 0)] if self.goal.kind != "goodput" else [(s, 0) for s in levels]
         curve_id = trial.curve_id = uuid.uuid4().hex[:12]
         with self.lock:
             self.curves.add(curve_id)
@@ -602,215 +517,190 @@ class Campaign:
                 return
             result.curve_id, result.repeat = curve_id, k
             bench_mod.record(result, self.id)
-            if i == 0 and first_look is not None and trial.kind == "trial":
-                value = self._value(trial.profile.name)
-                if value is not None:
-                    first_look.report(value, 0)
-                    if self.x.space.search.early_stop and first_look.should_prune():
-                        trial.state, trial.value = "stopped", value
-                        return
-        trial.value = self._value(trial.profile.name)
-        own = baselines(self.rows(), self.baseline.name, self.level, self.metric)
-        if trial.kind == "baseline" and trial.host not in own:
-            trial.state = "failed"
-            trial.diagnosis = f"{trial.host}: the baseline measured nothing at {settings_level(scored).load}"
+            if i == 0 and first_look and self._behind(trial):
+                return
+        self._score(trial)
+
+    def _behind(self, trial: Trial) -> bool:
+        """The first look: stop a trial whose first run trails the best finished trial by more than
+        the margin (three run-to-run standard deviations, at least 2%)."""
+        if trial.kind != "trial" or not self.x.space.search.early_stop or not self.goal.early_stop:
+            return False
+        value = self._value(trial.profile.name)
+        with self.lock:
+            done = [t.value for t in self.trials if t.kind == "trial" and t.state == "complete" and t.value]
+        if value is None or not done or value >= max(done) * (1.0 - self._margin()):
+            return False
+        trial.state, trial.value = "stopped", value
+        return True
+
+    def _score(self, trial: Trial) -> None:
+        rows = self.rows()
+        if trial.kind == "baseline":
+            mine = [r for r in rows if r["curve_id"] == trial.curve_id and sweep_mod.measured(r)]
+            if not any(sweep_mod.level_of(r) == self.level for r in mine):
+                trial.state = "failed"
+                trial.diagnosis = f"{trial.host}: the baseline measured nothing at {self.level.load}"
+                return
+            trial.state = "complete"
+            trial.value = 1.0
             return
-        if trial.value is None:
+        if not any(r["curve_id"] == trial.curve_id and sweep_mod.measured(r) for r in rows):
             trial.state, trial.diagnosis = "failed", f"{trial.host}: no run measured anything"
             return
-        limit = self.x.space.objective.p99_ttft_ms_max
-        ttft = p99_ttft_ms(self.rows(), trial.profile.name, self.level)
-        if limit is not None and ttft is not None and ttft > limit:
-            trial.state, trial.diagnosis = "infeasible", f"p99 TTFT {ttft:.0f} ms over {limit:g} ms"
-        else:
-            trial.state = "complete"
+        trial.value = self._value(trial.profile.name, rows)
+        means = self._means(rows, trial.profile.name, self.fit(rows))
+        why = self.goal.feasible({c: v for (i, c), v in means.items() if i == self.goal.level})
+        trial.state, trial.diagnosis = ("infeasible", why) if why else ("complete", "")
 
-    def _value(self, profile: str) -> float | None:
-        rows = self.rows()
-        base = baselines(rows, self.baseline.name, self.level, self.metric)
-        found = ratios(rows, profile, self.level, self.metric, base)
-        return statistics.fmean(found) if found else None
-
-    def _sessions(self, hosts: Iterable[str]) -> dict[str, Any]:
-        """Per host: the bench target (the deployed plan) and a journal reader, read here in the
-        main thread (Ansible's in-process inventory is not thread-safe; the reader's plays are
-        serialised)."""
-        out = {}
-        for host in hosts:
-            prof = self.deployed[host]
-            assert prof is not None
-            reader = bench_mod.journal_messages(self.inventory, host, prof.service.unit_name)
-            out[host] = (bench_mod.deployed_target(self.inventory, host, prof), self._serialised(reader))
-        return out
-
-    _ansible = threading.Lock()
-
-    def _serialised(self, read: Callable[[float], list[str]]) -> Callable[[float], list[str]]:
-        def locked(since: float) -> list[str]:
-            with Campaign._ansible:
-                return read(since)
-
-        return locked
-
-    def _round(self, assign: dict[str, Trial], asked: dict[str, Any]) -> None:
-        """Deploy the round's trials in one play, bench the healthy ones side by side, record."""
-        begun = time.monotonic()
-        for host, t in assign.items():
-            self.running[host] = f"{t.label}: deploy"
-        self._status()
-        outcome = self._deploy({h: t.profile for h, t in assign.items()})
-        healthy = []
-        for host, t in assign.items():
-            t.restarted = bool(outcome.get(host + "\0restarted"))
-            t.startup = outcome.get(host + "\0startup", "")
-            if outcome[host]:
-                t.state, t.diagnosis = "failed", outcome[host]
-            else:
-                healthy.append(host)
-        self._bench_all({h: assign[h] for h in healthy}, asked)
-        for host, t in assign.items():
-            self.running.pop(host, None)
-            if host not in healthy:
-                self._finish(t, asked.get(host))
-        self.durations.append(time.monotonic() - begun)
-        self._status()
-
-    def _bench_all(self, assign: dict[str, Trial], asked: Mapping[str, Any]) -> None:
-        """Bench each host's trial side by side; each one finished is told and recorded at once.
-        Ctrl-C lets the runs in flight end, records the trials that finished and raises
-        Interrupted; a trial cut off mid-bench is not recorded (its runs never count: rows())."""
-        sessions = self._sessions(assign)
-        with ThreadPoolExecutor(max_workers=max(1, len(assign))) as pool:
-            futures = {h: pool.submit(self._bench, t, sessions, asked.get(h)) for h, t in assign.items()}
-            pending = dict(futures)
-            try:
-                while pending:
-                    for host, f in list(pending.items()):
-                        try:
-                            f.result(timeout=0.2)
-                        except TimeoutError:
-                            continue
-                        del pending[host]
-                        self.running.pop(host, None)
-                        self._finish(assign[host], asked.get(host))
-            except KeyboardInterrupt:
-                self.stop.set()
-                for host, f in pending.items():
-                    try:
-                        f.result()
-                    except _Stop:
-                        continue
-                    self._finish(assign[host], asked.get(host))
-                raise Interrupted(self._stopped(" while benching")) from None
-
-    def _finish(self, t: Trial, asked: Any | None) -> None:
-        if t.kind == "trial" and asked is not None:
-            self._tell(asked, t)
-        if t.kind == "confirm" and t.state != "failed":
-            t.state = "complete"
-        self._record(t)
-
-    def _tell(self, asked: Any, t: Trial) -> None:
-        optuna = _optuna()
-        states = optuna.trial.TrialState
-        if t.state == "complete":
-            self.study.tell(asked, t.value)
-        elif t.state == "infeasible":
-            self.study.tell(asked, 0.0)
-        elif t.state == "stopped":
-            self.study.tell(asked, state=states.PRUNED)
-        else:
-            self.study.tell(asked, state=states.FAIL)
-
-    # ---- phases
+    # ---- the hosts' work
 
     def _measured(self) -> dict[str, Trial]:
         """Point key -> its finished trial (the search measures nothing twice)."""
         return {space_mod.point_key(t.params): t for t in self.trials if t.kind == "trial"}
 
-    def _baselines(self) -> None:
-        """Each host that has no baseline measured in this campaign gets one (complete only where
-        that host's own runs at the scored level measured something)."""
-        have = {t.host for t in self.trials if t.kind == "baseline" and t.state == "complete"}
-        todo = [h for h in self.hosts if h not in have]
-        if not todo:
-            return
-        self.phase = "baseline"
-        assign = {h: Trial(-1, "baseline", {}, self.baseline, h) for h in todo}
-        self._round(assign, {})
-        lost = [t for t in assign.values() if t.state != "complete"]
-        for t in lost:  # a host without a baseline cannot score its trials
-            self.hosts.remove(t.host)
-        if not self.hosts:
-            raise OrchestratorError(
-                "no host measured the baseline, so no trial could be scored: "
-                + "; ".join(t.diagnosis for t in lost)
-            )
+    def _have_baseline(self) -> bool:
+        return any(t.kind == "baseline" and t.state == "complete" for t in self.trials)
 
-    def _next_point(self, taken: set[str]) -> tuple[Any, space_mod.Point] | None:
-        """Ask the sampler for a valid point not measured yet (pruned points are told as pruned,
-        measured ones as what they measured); None when the space has no such point left."""
-        measured = self._measured()
-        optuna = _optuna()
-        first = self.incumbent
-        if first is not None and first.key not in measured and first.key not in taken:
-            # once: whatever became of it (failed, stopped), a trial of it is recorded
-            self.study.enqueue_trial(self._indexes(first.params))
-            return self.study.ask(self.dists), first
-        for _ in range(MAX_ASKS):
-            asked = self.study.ask(self.dists)
-            point = self.by_key[space_mod.point_key(self._values(asked.params))]
-            if point.profile is None:
-                self.study.tell(asked, state=optuna.trial.TrialState.PRUNED)
-            elif point.key in measured or point.key in taken:
-                self.study.tell(asked, state=optuna.trial.TrialState.FAIL)
-            else:
-                return asked, point
-        left = [p for p in self.x.valid if p.key not in measured and p.key not in taken]
-        if not left:
-            return None
-        point = random.Random(len(measured)).choice(left)
-        self.study.enqueue_trial(self._indexes(point.params))  # the next ask takes these values
-        return self.study.ask(self.dists), point
+    def _context(self, rows: Sequence[Any], fit: surrogate.Fit) -> search_mod.Context:
+        return search_mod.Context(
+            self.goal,
+            [_load(level) for level in self.levels],
+            self.base_shape,
+            self._base(rows, fit),
+            self._noise(rows) or surrogate.RUN_SIGMA,
+        )
+
+    def _next_job(self, host: str) -> Trial | None:
+        """What `host` does next: the baseline where none is measured or measuring, else the
+        search's next point; None when the budget or the space is spent. Reserves its restart."""
+        with self.lock:
+            free = self.budget - self.restarts_used - self.reserved - confirm_reserve(self.x.space)
+            baseline_busy = "baseline" in self.pending
+            if not self._have_baseline() and not baseline_busy:
+                if self.budget - self.restarts_used - self.reserved <= 0:
+                    return None
+                self.pending.add("baseline")
+                self.reserved += 1
+                return Trial(-1, "baseline", {}, self.baseline, host)
+            if free <= 0:
+                return None
+            self.reserved += 1  # before the fit: another host asking meanwhile sees it spent
+            done = set(self._measured())
+            pending = set(self.pending)
+        try:
+            fit = ctx = best = None
+            started = len(done) + len(pending) >= self.search.settings.startup_trials
+            if self.search.settings.sampler == "model" and started:
+                rows = self.rows()
+                fit = self.fit(rows, boots=surrogate.BOOTSTRAP)
+                if fit is not None:
+                    ctx = self._context(rows, fit)
+                    ranked = self._ranked(rows)
+                    best = ranked[0].value if ranked else None
+            with self.lock:
+                found = self.search.next(set(self._measured()), set(self.pending), fit, ctx, best)
+                if found is None:
+                    self.reserved -= 1
+                    return None
+                point, guess = found
+                assert point.profile is not None
+                self.pending.add(point.key)
+                number = len([t for t in self.trials if t.kind == "trial"]) + len(self.pending) - 1
+        except BaseException:
+            with self.lock:
+                self.reserved -= 1
+            raise
+        return Trial(
+            number, "trial", dict(point.params), point.profile, host, predicted=guess.mean if guess else None
+        )
+
+    def _work(self, host: str) -> None:
+        """One host's loop: take a job, deploy it, bench it, record it; until none is left."""
+        while not self.stop.is_set():
+            if host not in self.hosts:
+                return
+            t = self._next_job(host)
+            if t is None:
+                return
+            key = "baseline" if t.kind == "baseline" else space_mod.point_key(t.params)
+            try:
+                self._trial(t)
+            finally:
+                with self.lock:
+                    self.pending.discard(key)
+                    self.reserved -= 1
+
+    def _trial(self, t: Trial) -> None:
+        begun = time.monotonic()
+        self.running[t.host] = f"{t.label}: deploy"
+        self._status()
+        outcome = self._deploy({t.host: t.profile})
+        t.restarted = bool(outcome.get(t.host + "\0restarted"))
+        t.startup = outcome.get(t.host + "\0startup", "")
+        if outcome[t.host]:
+            t.state, t.diagnosis = "failed", outcome[t.host]
+        elif self.stop.is_set():
+            raise _Stop
+        else:
+            self._bench(t, first_look=True)
+        self.running.pop(t.host, None)
+        if t.kind == "baseline" and t.state != "complete":
+            with self.lock:  # a host that cannot measure the baseline is not one to compare on
+                self.hosts.remove(t.host)
+        self._record(t)
+        self.durations.append(time.monotonic() - begun)
+        self._status()
+
+    def _run_hosts(self, work: Callable[[str], None], hosts: Sequence[str]) -> None:
+        """`work` on each host at once. Ctrl-C lets each host end what it does (a deploy, a bench
+        run), records the trials that finished and raises Interrupted; a trial cut off mid-bench
+        is not recorded (its runs never count: rows())."""
+        if not hosts:
+            return
+        with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+            futures: dict[Future[None], str] = {pool.submit(work, h): h for h in hosts}
+            pending = set(futures)
+            try:
+                while pending:
+                    done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        try:
+                            f.result()
+                        except _Stop:
+                            continue
+            except KeyboardInterrupt:
+                self.stop.set()
+                for f in pending:
+                    try:
+                        f.result()
+                    except _Stop:
+                        continue
+                raise Interrupted(self._stopped(" while benching")) from None
+        if self.stop.is_set():
+            raise Interrupted(self._stopped(""))
 
     def _search(self) -> None:
-        reserve = confirm_reserve(self.x.space)
         self.phase = "search"
-        while not self.stop.is_set():
-            free = self.budget - self.restarts_used - reserve
-            if free <= 0:
-                return
-            taken: set[str] = set()
-            assign: dict[str, Trial] = {}
-            asked: dict[str, Any] = {}
-            for host in self.hosts[:free]:
-                found = self._next_point(taken)
-                if found is None:
-                    break
-                ask, point = found
-                assert point.profile is not None
-                taken.add(point.key)
-                number = ask.number
-                assign[host] = Trial(number, "trial", dict(point.params), point.profile, host)
-                asked[host] = ask
-            if not assign:
-                return
-            self._round(assign, asked)
+        self._run_hosts(self._work, list(self.hosts))
+        if not self._have_baseline():
+            lost = [t for t in self.trials if t.kind == "baseline"]
+            raise OrchestratorError(
+                "no host measured the baseline, so no trial could be scored: "
+                + ("; ".join(t.diagnosis for t in lost) or "the budget ran out first")
+            )
 
-    def _ranked(self) -> list[Trial]:
+    def _ranked(self, rows: Sequence[Any] | None = None) -> list[Trial]:
         """Complete trials, best first (a point's value from every run of it, confirmations too)."""
+        rows = self.rows() if rows is None else rows
         best: dict[str, Trial] = {}
-        for t in self.trials:
-            if t.kind == "trial" and t.state == "complete" and t.value is not None:
-                best[t.profile.name] = t
+        with self.lock:
+            for t in self.trials:
+                if t.kind == "trial" and t.state == "complete" and t.value is not None:
+                    best[t.profile.name] = t
         for t in best.values():
-            t.value = self._value(t.profile.name) or t.value
+            t.value = self._value(t.profile.name, rows) or t.value
         return sorted(best.values(), key=lambda t: -(t.value or 0.0))
-
-    def _leader_samples(self, t: Trial) -> list[float]:
-        rows = self.rows()
-        base = baselines(rows, self.baseline.name, self.level, self.metric)
-        return ratios(rows, t.profile.name, self.level, self.metric, base)
 
     def _confirm(self) -> str:
         """More runs of the two leaders at the scored level until Welch's test separates them:
@@ -822,7 +712,7 @@ class Campaign:
             if len(ranked) < 2:
                 return ""
             a, b = ranked[0], ranked[1]
-            found = stats.compare(self._leader_samples(a), self._leader_samples(b))
+            found = stats.compare(self._samples(a.profile.name), self._samples(b.profile.name))
             if found.verdict in ("faster", "slower"):
                 return "separated"
             done = sum(
@@ -838,7 +728,10 @@ class Campaign:
                     (
                         h
                         for h, p in self.deployed.items()
-                        if p is not None and p.name == leader.profile.name and h not in assign
+                        if p is not None
+                        and p.name == leader.profile.name
+                        and h not in assign
+                        and h in self.hosts
                     ),
                     None,
                 )
@@ -855,69 +748,134 @@ class Campaign:
                 )
             if not assign:
                 return "tie"
-            self._confirm_round(assign)
+            jobs = dict(assign)
+
+            def confirm_one(host: str, jobs: dict[str, Trial] = jobs) -> None:
+                self._confirm_one(jobs[host])
+
+            self._run_hosts(confirm_one, list(jobs))
         return "tie"
 
-    def _confirm_round(self, assign: dict[str, Trial]) -> None:
+    def _confirm_one(self, t: Trial) -> None:
         """A leader's extra runs: where it still runs, a bench only; elsewhere a deploy first."""
-        need = {h: t for h, t in assign.items() if t.restarted}
-        if need:
-            outcome = self._deploy({h: t.profile for h, t in need.items()})
-            for host, t in need.items():
-                if outcome[host]:
-                    t.state, t.diagnosis = "failed", outcome[host]
-                    self._record(t)
-                    assign.pop(host)
-        self._bench_all(assign, {})
+        if t.restarted:
+            outcome = self._deploy({t.host: t.profile})
+            if outcome[t.host]:
+                t.state, t.diagnosis = "failed", outcome[t.host]
+                self._record(t)
+                return
+        self._bench(t, first_look=False)
+        self.running.pop(t.host, None)
+        if t.state != "failed":
+            t.state = "complete"
+        self._record(t)
 
     # ---- outcome
 
     def _levels(self, top: int = 3) -> list[tuple[sweep_mod.Level, list[LevelBest]]]:
         """Per level of the traffic: the baseline's row, then the `top` fully measured trials by
-        their speed-up over their own hosts' baselines."""
+        their gain over the baseline at that level (the objective's metric there; goodput ranks
+        by tok/s at each level)."""
         rows = self.rows()
+        fit = self.fit(rows)
         full = {
             t.profile.name: t
             for t in self.trials
             if t.kind == "trial" and t.state in ("complete", "infeasible")
         }
+        base = self._means(rows, self.baseline.name, fit)
+        column = self.goal.metric if self.goal.kind != "goodput" else "tok_s"
         out = []
-        for settings in self.x.traffic.levels():
-            level = settings_level(settings)
-            base = baselines(rows, self.baseline.name, level, self.metric)
-            scored = [
-                (statistics.fmean(v), name)
-                for name in full
-                if (v := ratios(rows, name, level, self.metric, base))
-            ]
+        for i, level in enumerate(self.levels):
+            scored = []
+            for name in full:
+                mine = self._means(rows, name, fit)
+                gain = objective_mod.ratio(column, mine.get((i, column)), base.get((i, column)))
+                if gain is not None:
+                    scored.append((gain, name))
             scored.sort(reverse=True)
-            entries = [self._level_row(rows, level, self.baseline.name, "baseline", base)]
+            entries = [self._level_row(rows, fit, i, self.baseline.name, "baseline", base, column)]
             entries += [
-                self._level_row(rows, level, name, full[name].label, base) for _, name in scored[:top]
+                self._level_row(rows, fit, i, name, full[name].label, base, column)
+                for _, name in scored[:top]
             ]
             out.append((level, entries))
         return out
 
     def _level_row(
-        self, rows: list[Any], level: sweep_mod.Level, name: str, label: str, base: Mapping[str, float]
+        self,
+        rows: list[Any],
+        fit: surrogate.Fit | None,
+        i: int,
+        name: str,
+        label: str,
+        base: Mapping[tuple[int, str], float],
+        column: str,
     ) -> LevelBest:
-        runs = runs_at(rows, name, level)
+        level = self.levels[i]
+        runs = [
+            r
+            for r in rows
+            if r["profile"] == name and sweep_mod.measured(r) and sweep_mod.level_of(r) == level
+        ]
         tok = [float(r["tok_s"]) for r in runs]
         accepts = [a for r in runs if (a := sweep_mod._level_accept(r)) is not None]
-        found = ratios(rows, name, level, self.metric, base)
+        mine = self._means(rows, name, fit)
+        gain = objective_mod.ratio(column, mine.get((i, column)), base.get((i, column)))
+
+        def ms(c: str) -> float | None:
+            v = [float(r[c]) * 1000 for r in runs if r[c] is not None]
+            return statistics.fmean(v) if v else None
+
+        total = [float(r["total_tok_s"]) for r in runs if r["total_tok_s"] is not None]
         return LevelBest(
             level,
             name,
             label,
             stats.interval(tok) if tok else None,
-            statistics.fmean(found) if found else None,
+            gain,
             statistics.fmean(accepts) if accepts else None,
-            p99_ttft_ms(rows, name, level),
+            ms("ttft_p99_s"),
+            ms("itl_p99_s"),
+            statistics.fmean(total) if total else None,
         )
 
-    def _verdict(self, winner: Trial | None) -> tuple[str, bool]:
-        text, beats = self._against_baseline(winner)
-        return text + self._against_incumbent(winner), beats
+    def _open_points(self) -> tuple[list[str], int]:
+        """Unmeasured valid points the model cannot rule out beating the baseline, and how many
+        valid points were never measured."""
+        measured = self._measured()
+        left = [p for p in self.x.valid if p.key not in measured]
+        if not left:
+            return [], 0
+        rows = self.rows()
+        fit = self.fit(rows, boots=surrogate.BOOTSTRAP)
+        if fit is None:
+            return [p.label for p in left], len(left)
+        found = search_mod.guesses(fit, {p.key: self.shapes[p.key] for p in left}, self._context(rows, fit))
+        labels = {p.key: p.label for p in left}
+        return outcome_mod.open_points(found, labels, self._margin()), len(left)
+
+    def _model_report(self) -> outcome_mod.ModelReport:
+        chosen = [t for t in self.trials if t.kind == "trial" and t.predicted is not None and t.value]
+        errors = [abs(t.predicted - t.value) / t.value for t in chosen if t.predicted is not None and t.value]
+        fit = self.fit()
+        return outcome_mod.ModelReport(
+            statistics.fmean(errors) if errors else None,
+            len(errors),
+            fit.hosts if fit else {},
+            fit.accept if fit else None,
+        )
+
+    def _verdict(self, winner: Trial | None) -> tuple[str, bool, list[str]]:
+        rows = self.rows()
+        mine = self._samples(winner.profile.name, rows) if winner else []
+        base = self._samples(self.baseline.name, rows)
+        text, beats = outcome_mod.verdict(self.goal, self.level, winner, mine, base, [], 0)
+        still: list[str] = []
+        if winner is not None and not beats:
+            still, left = self._open_points()
+            text, beats = outcome_mod.verdict(self.goal, self.level, winner, mine, base, still, left)
+        return text + self._against_incumbent(winner), beats, still
 
     def _against_incumbent(self, winner: Trial | None) -> str:
         """How the space's own profile (measured first where the space holds its point) did, when
@@ -928,41 +886,10 @@ class Campaign:
         t = self._measured().get(first.key)  # its value from every run: _phases ranked it
         if t is None:
             return ""
-        how = {"stopped": ", stopped early", "infeasible": ", over the p99 TTFT limit"}.get(t.state, "")
+        how = {"stopped": ", stopped early", "infeasible": f", {t.diagnosis}"}.get(t.state, "")
         if t.value is None:
             return f"; {self.x.base.name}'s own setting ({t.label}): {t.state}"
-        return f"; {self.x.base.name}'s own setting ({t.label}): {t.value:.2f}x{how}"
-
-    def _against_baseline(self, winner: Trial | None) -> tuple[str, bool]:
-        where = (
-            f"at {self.level.axis} {self.level.x:g}"
-            if self.level.request_rate is not None
-            else f"at concurrency {self.level.concurrency}"
-        )
-        if winner is None:
-            return f"{where} no trial was measured: see the failures", False
-        rows = self.rows()
-        base = baselines(rows, self.baseline.name, self.level, self.metric)
-        base_ratios = ratios(rows, self.baseline.name, self.level, self.metric, base)
-        mine = self._leader_samples(winner)
-        found = stats.compare(mine, base_ratios) if mine and base_ratios else None
-        ratio = statistics.fmean(mine) if mine else 0.0
-        if found is not None and found.verdict == "faster":
-            return (
-                f"{where} {winner.label} beats the baseline: {ratio:.2f}x (p={found.p_value:.3g})"
-                if found.p_value is not None
-                else f"{where} {winner.label} beats the baseline: {ratio:.2f}x",
-                True,
-            )
-        if found is not None and found.verdict == "within noise":
-            return (
-                f"{where} no speculative setting beats the baseline beyond noise "
-                f"(best {winner.label}: {ratio:.2f}x, within noise)",
-                False,
-            )
-        if found is not None and found.verdict == "too few runs":
-            return f"{where} too few runs to tell (best {winner.label}: {ratio:.2f}x)", False
-        return f"{where} no speculative setting beats the baseline (best {winner.label}: {ratio:.2f}x)", False
+        return f"; {self.x.base.name}'s own setting ({t.label}): {self.goal.words(t.value)}{how}"
 
     def _write_winner(self, winner: Trial, summary: str) -> str:
         """The winner as a new profile file beside the others: the space's profile with the chosen
@@ -1031,14 +958,15 @@ class Campaign:
             outcome.left_message = sweep_mod._failure(report)
 
     def _phases(self) -> Outcome:
-        """Baselines, the search, the leaders' extra runs; the outcome, the winner's file and what
-        is left deployed."""
-        self._baselines()
+        """The search on every host, the leaders' extra runs; the outcome, the winner's file and
+        what is left deployed."""
         self._search()
         leaders = self._confirm()
         ranked = self._ranked()
         winner = ranked[0] if ranked else None
-        verdict, beats = self._verdict(winner)
+        verdict, beats, still = self._verdict(winner)
+        levels = self._levels()
+        handovers, line = outcome_mod.per_load(levels, self.baseline.name)
         outcome = Outcome(
             self.id,
             str(self.x.path),
@@ -1047,12 +975,17 @@ class Campaign:
             self.x.pruned,
             self.restarts_used,
             len(self.x.valid),
-            self._levels(),
+            levels,
             verdict,
             leaders,
             winner,
             beats,
             failures=[t for t in self.trials if t.state == "failed"],
+            per_load=handovers,
+            per_load_line=line,
+            open_points=still,
+            model=self._model_report(),
+            objective=self.goal.describe(self.level.load),
         )
         if winner is not None:
             outcome.winner_file = self._write_winner(winner, f"tuned: {verdict}")
@@ -1081,6 +1014,7 @@ class Campaign:
                     "winner": winner.profile.name if winner else None,
                     "winner_file": outcome.winner_file,
                     "leaders": leaders,
+                    "per_load": outcome.per_load_line,
                 }
             ),
         )
@@ -1125,7 +1059,7 @@ GUESS_TOK_S = 60.0
 @dataclass(frozen=True)
 class Estimate:
     restarts: int
-    #: points measured: the restarts left after each host's baseline (and the leaders' confirmation
+    #: points measured: the restarts left after the baseline (and the leaders' confirmation
     #: reserve), at most the valid points
     trials: int
     rounds: int
@@ -1143,18 +1077,20 @@ def confirm_reserve(space: space_mod.Space) -> int:
 
 
 def trials_for(x: space_mod.Expanded, hosts: int) -> int:
-    """How many points a campaign on `hosts` hosts measures: its budget less one baseline a host
-    and the restart the leaders' confirmation keeps, at most every valid point."""
-    return min(len(x.valid), max(0, x.space.budget.restarts - max(1, hosts) - confirm_reserve(x.space)))
+    """How many points a campaign measures: its budget less the one baseline and the restart the
+    leaders' confirmation keeps, at most every valid point. The hosts share one baseline, so
+    their number does not change it."""
+    return min(len(x.valid), max(0, x.space.budget.restarts - 1 - confirm_reserve(x.space)))
 
 
 def estimate(x: space_mod.Expanded, hosts: int) -> Estimate:
-    """Restarts and wall time of a campaign on `hosts` hosts: each host's baseline, then trials
-    up to the budget (or the valid points), `hosts` at a time; restart time from the ledger's
+    """Restarts and wall time of a campaign on `hosts` hosts: the baseline, then trials up to the
+    budget (or the valid points), `hosts` at a time, each host taking the next as it finishes;
+    restart time from the ledger's
     restarting deploys, bench time from its runs at the same levels."""
     hosts = max(1, hosts)
     trials = trials_for(x, hosts)
-    restarts = min(x.space.budget.restarts, hosts + len(x.valid))
+    restarts = min(x.space.budget.restarts, 1 + len(x.valid) + confirm_reserve(x.space))
     deploys = [
         float(r["duration_s"])
         for r in ledger.history(limit=200)
@@ -1189,7 +1125,7 @@ def estimate(x: space_mod.Expanded, hosts: int) -> Estimate:
             else "the ledger's runs at these levels"
         )
     )
-    rounds = -(-trials // hosts) + 1  # the baselines' round first
+    rounds = -(-(trials + 1) // hosts)  # the baseline is one more job of one host
     return Estimate(
         restarts, trials, rounds, restart_s, bench_s, rounds * (restart_s + bench_s), "; ".join(basis)
     )

@@ -135,7 +135,9 @@ def test_a_ledger_of_a_newer_schema_is_refused_not_misread() -> None:
     with sqlite3.connect(db) as conn:
         conn.execute("PRAGMA user_version=99")
     for done in (orch("history"), results()):
-        one_error_line(done, f"{db} has schema version 99, newer than this orchestrator knows (6)")
+        one_error_line(
+            done, f"{db} has schema version 99, newer than this orchestrator knows ({len(ledger.MIGRATIONS)})"
+        )
     with pytest.raises(InputError, match="newer than this orchestrator knows"):
         ledger.record_deploy(deploy_row())
 
