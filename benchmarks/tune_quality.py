@@ -1,27 +1,27 @@
-"""How well `tune` searches, on the lab, printed as numbers (never asserted):
+"""How well `tune` searches, printed as numbers (never asserted).
+
+On the lab (the default):
 
 - the exhaustive grid once, as SGLang's bench_speculative.py would run it: every valid point of
   a 4 x 3 x 5 space (29 of 60 pass the profile rules), the same traffic, no early stop. Its best
-  point at the scored level is the reference winner;
-- `tune` (TPE, early stopping, leaders confirmed) with N different noise seeds: for each, the
-  winner, whether it is the reference winner or within noise of it (Welch's test over the grid's
-  own runs of both points), the restarts and the wall time. Twice: from cg_5tok, whose own
-  setting (3/4/5) a campaign measures first and which is the reference winner here, and from
-  cg_16tok (5/4/16), far from it, which shows the search itself;
-- the same campaign on 1 host and on 4 hosts, with the same number of trials: the wall times;
-  and a restarting deploy onto 4 hosts in one play against one onto 1 host, which bounds what 4
-  hosts can gain on this machine (the lab's hosts share its cores).
+  point at the scored level is the reference winner. The grid measures one baseline; every run
+  is put on its scale with the host factors the campaign's own fit reports;
+- `tune` (the model's search, early stopping, leaders confirmed) with N different noise seeds: for
+  each, the winner, whether it is the reference winner or within noise of it (Welch's test over
+  the grid's own runs of both points), the restarts and the wall time. From cg_5tok, whose own
+  setting (3/4/5) a campaign measures first, and from cg_16tok (5/4/16), far from it;
+- the same campaign on 1 host and on 4 hosts, with the same budget: the wall times; and a
+  restarting deploy onto 4 hosts in one play against one onto 1 host, which bounds what 4 hosts
+  can gain on this machine (the lab's hosts share its cores).
 
-Goals (ours; the tune issue asks for the numbers): the reference winner, or one within noise, in at
-least 9 of 10 runs, with at most 1/3 of the grid's restarts; 4 hosts in at most 0.35x the wall time
-of 1. Each host's baseline is a restart of the budget, so on 11 restarts 4 hosts measure 6 points
-and 1 host 9: `--hosts 1` runs the seeded campaigns on one host to show what that costs.
+Goals (the tune issue's): the reference winner, or one within noise, in at least 9 of 10 runs, with
+at most 1/4 of the grid's restarts; 4 hosts in at most 0.4x the wall time of 1.
 
 The stand-in's noise is on (1.5% a run, host factors in [0.96, 1.0]); each campaign's profiles set
 SGLANG_STANDIN_NOISE_SEED to its seed, so each run draws another series.
 
 Usage: python3 benchmarks/tune_quality.py [--seeds 10] [--start cg_16tok] [--hosts 4] [--skip-grid ID]
-       [--skip-hosts]
+       [--skip-hosts] [--simulate]
 Needs the lab (four hosts; brought up if it is not). Takes about 40 minutes on a 2-core machine.
 
 `--simulate` needs no lab. It runs the same search in memory (tests/unit/tunesim.py: the stand-in's
@@ -92,23 +92,21 @@ def tune(folder: Path, path: Path, hosts: list[str]) -> dict:
     return outcome
 
 
-def runs(campaign: str, profile: str) -> list[float]:
-    """A point's decode tok/s at c=1 in a campaign, as ratios to its host's baseline mean."""
+def runs(campaign: str, profile: str, factors: dict[str, float]) -> list[float]:
+    """A point's decode tok/s at c=1 in a campaign, run by run, each as a ratio to the baseline's
+    mean, both on the average host's scale (`factors`: the campaign's fitted host speeds)."""
     conn = sqlite3.connect(state_dir() / "ledger.sqlite")
     rows = conn.execute(
         "SELECT host, profile, tok_s FROM bench_results WHERE sweep_id=? AND concurrency=1 AND result='ok'",
         (campaign,),
     ).fetchall()
     conn.close()
-    base: dict[str, list[float]] = {}
-    for host, name, tok in rows:
-        if name == "baseline":
-            base.setdefault(host, []).append(tok)
-    means = {h: sum(v) / len(v) for h, v in base.items()}
-    return [tok / means[host] for host, name, tok in rows if name == profile and host in means]
+    base = [tok / factors.get(host, 1.0) for host, name, tok in rows if name == "baseline"]
+    mean = sum(base) / len(base)
+    return [tok / factors.get(host, 1.0) / mean for host, name, tok in rows if name == profile]
 
 
-def simulate(seeds: int) -> None:
+def simulate(seeds: int, accepts: list[float], levels: list[int], hosts: int) -> None:
     """The search in memory over three landscapes and two objectives (see the module docstring)."""
     import os
     import statistics
@@ -120,13 +118,13 @@ def simulate(seeds: int) -> None:
     from orchestrator.hosts import deploy as deploy_mod
     from orchestrator.tuning import bench, search, space, tune
 
-    factors = {"lab1": 1.0, "lab2": 0.985, "lab3": 0.97, "lab4": 0.96}
+    factors = dict(list({"lab1": 1.0, "lab2": 0.985, "lab3": 0.97, "lab4": 0.96}.items())[:hosts])
     grid = "vary:\n" + GRID
     work = Path(tempfile.mkdtemp(prefix="tune-sim-"))
     os.environ["SGLANG_STANDIN_EXACT"] = "1"
     print("landscape      level  winner (true gain)      found  restarts  model error  start")
-    for accept in (0.44, 0.3, 0.7):
-        for level in (1, 8):
+    for accept in accepts:
+        for level in levels:
             folder = work / f"a{accept}-c{level}"
             folder.mkdir()
             head = f"baseline: example:baseline\n{grid}"
@@ -187,7 +185,7 @@ def simulate(seeds: int) -> None:
                 f"({true[best]:.3f}x)  {found}/{seeds}   {statistics.fmean(used):.1f}/{budget}    {err:>6}"
                 f"       {far.label}"
             )
-    print(f"grid: {len(x.valid)} valid points + the baseline; budget a quarter of that; 4 hosts")
+    print(f"grid: {len(x.valid)} valid points + the baseline; budget a quarter of that; {hosts} host(s)")
 
 
 def main() -> None:
@@ -202,9 +200,11 @@ def main() -> None:
         "--start", action="append", help="the space's profile (cg_5tok, cg_16tok; default both)"
     )
     parser.add_argument("--simulate", action="store_true", help="the search in memory: no lab")
+    parser.add_argument("--accept", type=float, action="append", help="--simulate: drafters (0.44, 0.3, 0.7)")
+    parser.add_argument("--level", type=int, action="append", help="--simulate: scored concurrency (1, 8)")
     args = parser.parse_args()
     if args.simulate:
-        simulate(args.seeds)
+        simulate(args.seeds, args.accept or [0.44, 0.3, 0.7], args.level or [1, 8], args.hosts)
         return
     args.start = args.start or ["cg_5tok", "cg_16tok"]
     subprocess.run([sys.executable, "-m", "orchestrator", "lab", "up"], check=True, capture_output=True)
@@ -215,15 +215,16 @@ def main() -> None:
     profiles(folder, 1000)
     if args.skip_grid:
         grid_id = args.skip_grid
-        grid = {"campaign_id": grid_id, "restarts": "?", "wall_s": 0.0, "trials": []}
+        grid = {"campaign_id": grid_id, "restarts": "?", "wall_s": 0.0, "trials": [], "model": None}
     else:
-        grid = tune(folder, space(folder, "{sampler: grid, early_stop: false, confirm: 0}", 29 + 4), HOSTS)
+        grid = tune(folder, space(folder, "{sampler: grid, early_stop: false, confirm: 0}", 29 + 1), HOSTS)
         grid_id = grid["campaign_id"]
     conn = sqlite3.connect(state_dir() / "ledger.sqlite")
     query = "SELECT DISTINCT profile FROM trials WHERE campaign_id=? AND kind='trial' AND state='complete'"
     points = [r[0] for r in conn.execute(query, (grid_id,))]
     conn.close()
-    scored = {p: runs(grid_id, p) for p in points}
+    factors = (grid.get("model") or {}).get("host_factors") or {}
+    scored = {p: runs(grid_id, p, factors) for p in points}
     reference = max(scored, key=lambda p: sum(scored[p]) / len(scored[p]))
     ref_mean = sum(scored[reference]) / len(scored[reference])
     print(
@@ -254,7 +255,7 @@ def campaigns(
     for seed in range(seeds):
         folder = work / f"{start}-seed{seed}"
         profiles(folder, seed)
-        o = tune(folder, space(folder, f"{{seed: {seed}}}", 11, start), on)
+        o = tune(folder, space(folder, f"{{seed: {seed}}}", 8, start), on)
         winner = o["winner"]
         if winner == reference:
             how = "the reference winner"
@@ -265,25 +266,28 @@ def campaigns(
             how = "not measured by the grid"
         ok = winner == reference or how.startswith(("within noise", "faster", "too few"))
         found += ok
+        error = (o.get("model") or {}).get("error")
         print(f"seed {seed}: winner {winner} ({how}), {o['restarts']} restarts, {o['wall_s']:.0f} s, "
+              f"model error {error if error is None else f'{error:.1%}'}, "
               f"leaders {o['leaders'] or '-'}: {o['verdict']}")  # fmt: skip
     print(f"from {start}: the reference winner or one within noise in {found} of {seeds} runs "
-          f"(budget 11 restarts on {len(on)} host(s); the grid: 29 trials + 4 baselines = 33)")  # fmt: skip
+          f"(budget 8 restarts on {len(on)} host(s); the grid: 29 trials + 1 baseline = 30)")  # fmt: skip
 
 
 def hosts(work: Path) -> None:
-    """The same campaign (8 trials) on 1 host and on 4; and what this machine allows: one
+    """The same campaign (budget 9: the baseline and 8 trials) on 1 host and on 4; and what this
+    machine allows: one
     restarting deploy onto 4 hosts in one play against one onto 1 host (the lab's hosts share this
     machine's cores, so 4 restarts at once are not 4 times the work done)."""
     walls = {}
     for n in (1, 4):
         folder = work / f"hosts{n}"
         profiles(folder, 77)
-        o = tune(folder, space(folder, "{seed: 7, confirm: 0}", n + 8), HOSTS[:n])
+        o = tune(folder, space(folder, "{seed: 7, confirm: 0}", 9), HOSTS[:n])
         trials = sum(1 for t in o["trials"] if t["kind"] == "trial")
         walls[n] = o["measured_wall_s"]
         print(f"{n} host(s): {trials} trials, {o['restarts']} restarts, {walls[n]:.0f} s wall")
-    print(f"4 hosts / 1 host wall time: {walls[4] / walls[1]:.2f}x (goal <= 0.35x)")
+    print(f"4 hosts / 1 host wall time: {walls[4] / walls[1]:.2f}x (goal <= 0.4x)")
     deploys = {}
     for n in (1, 4, 1, 4):
         took = []

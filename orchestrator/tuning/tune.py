@@ -46,6 +46,7 @@ from orchestrator.profile import model as profile_mod
 from orchestrator.tuning import bench as bench_mod
 from orchestrator.tuning import objective as objective_mod
 from orchestrator.tuning import outcome as outcome_mod
+from orchestrator.tuning import scores as scores_mod
 from orchestrator.tuning import search as search_mod
 from orchestrator.tuning import space as space_mod
 from orchestrator.tuning import stats, surrogate
@@ -54,10 +55,6 @@ from orchestrator.tuning.outcome import LevelBest, Outcome, Trial
 
 __all__ = ["Campaign", "LevelBest", "Options", "Outcome", "Status", "Trial", "estimate"]
 
-#: The least margin by which a first look must trail the best finished trial to stop it, and
-#: how many run-to-run standard deviations it is otherwise.
-MIN_MARGIN = 0.02
-MARGIN_SIGMAS = 3.0
 #: How long a campaign's host lock lasts after its latest deploy: longer than any trial's bench,
 #: so no other deploy takes a host between two trials; a campaign that died on this control
 #: machine leaves a lock that the next deploy from here takes over at once (a dead PID).
@@ -77,10 +74,6 @@ def settings_level(s: bench_mod.Settings) -> sweep_mod.Level:
             "dataset": s.source.name,
         }
     )
-
-
-def _load(level: sweep_mod.Level) -> float:
-    return float(level.request_rate) if level.request_rate is not None else float(level.concurrency)
 
 
 @dataclass
@@ -137,10 +130,8 @@ class Campaign:
         self.goal = objective_mod.goal(s.objective, self.levels.index(self.level))
         self.baseline = expanded.baseline
         self.by_key = {p.key: p for p in expanded.points}
-        varied = list(s.vary)
-        self.shapes = {p.key: surrogate.shape_of(p.profile, varied) for p in expanded.valid if p.profile}
-        self.base_shape = surrogate.shape_of(self.baseline, varied)
-        self.search = search_mod.Search(expanded, self.shapes)
+        self.scores = scores_mod.Scores(expanded, self.levels, self.goal, self.rows)
+        self.search = search_mod.Search(expanded, self.scores.shapes)
         self.trials: list[Trial] = []
         #: host -> the profile it runs now (None: unknown, after a failed deploy)
         self.deployed: dict[str, profile_mod.Profile | None] = dict.fromkeys(self.hosts)
@@ -156,8 +147,8 @@ class Campaign:
         self.pending: set[str] = set()
         self.reserved = 0
         self.baseline_host: str | None = None
-        self._fit: surrogate.Fit | None = None
-        self._fit_rows = -1
+        #: restarts the search leaves for the leaders' confirmation
+        self.reserve = confirm_reserve(expanded.space)
 
     # ---- ledger
 
@@ -273,164 +264,6 @@ class Campaign:
             f"go on with `tune {self.x.path} --resume {self.id}`"
         )
 
-    # ---- what the runs say: the model, host factors, each trial's value
-
-    def _point_of(self, profile: str) -> str | None:
-        """The point key (or the baseline's own key) of a profile name."""
-        if profile == self.baseline.name:
-            return "baseline"
-        p = self._by_name.get(profile)
-        return p.key if p else None
-
-    @property
-    def _by_name(self) -> dict[str, space_mod.Point]:
-        return {p.name: p for p in self.x.valid}
-
-    def _observations(self, rows: Sequence[Any]) -> list[surrogate.Observation]:
-        out = []
-        for r in rows:
-            if not sweep_mod.measured(r):
-                continue
-            key = self._point_of(r["profile"])
-            level = sweep_mod.level_of(r)
-            if key is None or level not in self.levels:
-                continue
-            shape = self.base_shape if key == "baseline" else self.shapes[key]
-            out.append(
-                surrogate.Observation(
-                    key,
-                    shape,
-                    r["host"],
-                    self.levels.index(level),
-                    float(r["tok_s"]),
-                    sweep_mod._level_accept(r),
-                    r["total_tok_s"],
-                    r["itl_p99_s"],
-                    r["ttft_p99_s"],
-                )
-            )
-        return out
-
-    def fit(self, rows: Sequence[Any] | None = None, boots: int = 0) -> surrogate.Fit | None:
-        """The model on the campaign's runs (None before any); without bootstrap refits unless asked."""
-        rows = self.rows() if rows is None else rows
-        with self.lock:
-            if boots == 0 and self._fit is not None and self._fit_rows == len(rows):
-                return self._fit
-        obs = self._observations(rows)
-        if not obs:
-            return None
-        found = surrogate.fit(
-            obs,
-            len(self.levels),
-            seed=self.x.space.search.seed or 0,
-            boots=boots,
-            run_sigma=self._noise(rows),
-        )
-        if boots == 0:
-            with self.lock:
-                self._fit, self._fit_rows = found, len(rows)
-        return found
-
-    def _noise(self, rows: Sequence[Any]) -> float | None:
-        """Run-to-run noise of the scored metric: the pooled coefficient of variation of every point
-        measured more than once on one host at the scored level."""
-        column = self.goal.metric if self.goal.kind != "goodput" else "tok_s"
-        runs: dict[tuple[str, str], list[float]] = {}
-        for r in rows:
-            if sweep_mod.measured(r) and sweep_mod.level_of(r) == self.level and r[column] is not None:
-                runs.setdefault((r["profile"], r["host"]), []).append(float(r[column]))
-        cvs = [
-            statistics.stdev(v) / statistics.fmean(v)
-            for v in runs.values()
-            if len(v) > 1 and statistics.fmean(v)
-        ]
-        return statistics.fmean(cvs) if cvs else None
-
-    def _runs(
-        self,
-        rows: Sequence[Any],
-        profile: str,
-        level: sweep_mod.Level,
-        column: str,
-        fit: surrogate.Fit | None,
-    ) -> list[tuple[int, float]]:
-        """A profile's runs at `level` as (repeat, figure on the average host)."""
-        out = []
-        for r in rows:
-            if r["profile"] != profile or not sweep_mod.measured(r) or sweep_mod.level_of(r) != level:
-                continue
-            factor = fit.host_time_factor(r["host"]) if fit else 1.0
-            value = self.goal.adjust(column, r[column], factor)
-            if value is not None:
-                out.append((int(r["repeat"] or 0), value))
-        return out
-
-    def _means(
-        self, rows: Sequence[Any], profile: str, fit: surrogate.Fit | None
-    ) -> dict[tuple[int, str], float]:
-        """A profile's mean figures (average host) per (level index, column)."""
-        out = {}
-        for i, level in enumerate(self.levels):
-            for column in {*self.goal.columns(), "tok_s", "total_tok_s", "ttft_p99_s", "itl_p99_s"}:
-                found = [v for _, v in self._runs(rows, profile, level, column, fit)]
-                if found:
-                    out[(i, column)] = statistics.fmean(found)
-        return out
-
-    def _curve(self, means: Mapping[tuple[int, str], float]) -> list[tuple[float, dict[str, float | None]]]:
-        return [
-            (_load(level), {c: means.get((i, c)) for c, _ in self.goal.limits})
-            for i, level in enumerate(self.levels)
-            if any((i, c) in means for c, _ in self.goal.limits)
-        ]
-
-    def _base(self, rows: Sequence[Any], fit: surrogate.Fit | None) -> dict[tuple[int, str], float]:
-        base = self._means(rows, self.baseline.name, fit)
-        if self.goal.kind == "goodput" and base:
-            base[(-1, "goodput")] = self.goal.goodput(self._curve(base))
-        return base
-
-    def _samples(self, profile: str, rows: Sequence[Any] | None = None) -> list[float]:
-        """A profile's gain run by run (goodput: repeat by repeat), each against the baseline's mean."""
-        rows = self.rows() if rows is None else rows
-        fit = self.fit(rows)
-        base = self._base(rows, fit)
-        goal = self.goal
-        if goal.kind != "goodput":
-            ref = base.get((goal.level, goal.metric))
-            runs = self._runs(rows, profile, self.level, goal.metric, fit)
-            return [g for _, v in runs if (g := goal.gain(v, ref)) is not None]
-        ref = base.get((-1, "goodput"))
-        by_repeat: dict[int, dict[tuple[int, str], float]] = {}
-        for i, level in enumerate(self.levels):
-            for c, _ in goal.limits:
-                for k, v in self._runs(rows, profile, level, c, fit):
-                    by_repeat.setdefault(k, {})[(i, c)] = v
-        unit = ref or _load(self.levels[0]) or 1.0
-        return [goal.goodput(self._curve(m)) / unit for m in by_repeat.values()]
-
-    def _value(self, profile: str, rows: Sequence[Any] | None = None) -> float | None:
-        """A profile's gain over the baseline: its mean figure against the baseline's (goodput: its
-        curve's goodput against the baseline's). None before the baseline is measured."""
-        rows = self.rows() if rows is None else rows
-        fit = self.fit(rows)
-        base = self._base(rows, fit)
-        if not base:
-            return None
-        mine = self._means(rows, profile, fit)
-        if self.goal.kind == "goodput":
-            ref = base.get((-1, "goodput"))
-            value = self.goal.goodput(self._curve(mine))
-            return value / (ref or _load(self.levels[0]) or 1.0) if mine else None
-        return self.goal.gain(
-            mine.get((self.goal.level, self.goal.metric)), base.get((self.goal.level, self.goal.metric))
-        )
-
-    def _margin(self) -> float:
-        noise = self._noise(self.rows())
-        return max(MIN_MARGIN, MARGIN_SIGMAS * noise) if noise is not None else 0.05
-
     # ---- deploy and bench
 
     def _deploy(self, assign: dict[str, profile_mod.Profile]) -> dict[str, str]:
@@ -526,10 +359,10 @@ class Campaign:
         the margin (three run-to-run standard deviations, at least 2%)."""
         if trial.kind != "trial" or not self.x.space.search.early_stop or not self.goal.early_stop:
             return False
-        value = self._value(trial.profile.name)
+        value = self.scores.value(trial.profile.name)
         with self.lock:
             done = [t.value for t in self.trials if t.kind == "trial" and t.state == "complete" and t.value]
-        if value is None or not done or value >= max(done) * (1.0 - self._margin()):
+        if value is None or not done or value >= max(done) * (1.0 - self.scores.margin()):
             return False
         trial.state, trial.value = "stopped", value
         return True
@@ -548,8 +381,8 @@ class Campaign:
         if not any(r["curve_id"] == trial.curve_id and sweep_mod.measured(r) for r in rows):
             trial.state, trial.diagnosis = "failed", f"{trial.host}: no run measured anything"
             return
-        trial.value = self._value(trial.profile.name, rows)
-        means = self._means(rows, trial.profile.name, self.fit(rows))
+        trial.value = self.scores.value(trial.profile.name, rows)
+        means = self.scores.means(rows, trial.profile.name, self.scores.fit(rows))
         why = self.goal.feasible({c: v for (i, c), v in means.items() if i == self.goal.level})
         trial.state, trial.diagnosis = ("infeasible", why) if why else ("complete", "")
 
@@ -562,20 +395,11 @@ class Campaign:
     def _have_baseline(self) -> bool:
         return any(t.kind == "baseline" and t.state == "complete" for t in self.trials)
 
-    def _context(self, rows: Sequence[Any], fit: surrogate.Fit) -> search_mod.Context:
-        return search_mod.Context(
-            self.goal,
-            [_load(level) for level in self.levels],
-            self.base_shape,
-            self._base(rows, fit),
-            self._noise(rows) or surrogate.RUN_SIGMA,
-        )
-
     def _next_job(self, host: str) -> Trial | None:
         """What `host` does next: the baseline where none is measured or measuring, else the
         search's next point; None when the budget or the space is spent. Reserves its restart."""
         with self.lock:
-            free = self.budget - self.restarts_used - self.reserved - confirm_reserve(self.x.space)
+            free = self.budget - self.restarts_used - self.reserved - self.reserve
             baseline_busy = "baseline" in self.pending
             if not self._have_baseline() and not baseline_busy:
                 if self.budget - self.restarts_used - self.reserved <= 0:
@@ -593,9 +417,9 @@ class Campaign:
             started = len(done) + len(pending) >= self.search.settings.startup_trials
             if self.search.settings.sampler == "model" and started:
                 rows = self.rows()
-                fit = self.fit(rows, boots=surrogate.BOOTSTRAP)
+                fit = self.scores.fit(rows, boots=surrogate.BOOTSTRAP)
                 if fit is not None:
-                    ctx = self._context(rows, fit)
+                    ctx = self.scores.context(rows, fit)
                     ranked = self._ranked(rows)
                     best = ranked[0].value if ranked else None
             with self.lock:
@@ -699,7 +523,7 @@ class Campaign:
                 if t.kind == "trial" and t.state == "complete" and t.value is not None:
                     best[t.profile.name] = t
         for t in best.values():
-            t.value = self._value(t.profile.name, rows) or t.value
+            t.value = self.scores.value(t.profile.name, rows) or t.value
         return sorted(best.values(), key=lambda t: -(t.value or 0.0))
 
     def _confirm(self) -> str:
@@ -712,7 +536,7 @@ class Campaign:
             if len(ranked) < 2:
                 return ""
             a, b = ranked[0], ranked[1]
-            found = stats.compare(self._samples(a.profile.name), self._samples(b.profile.name))
+            found = stats.compare(self.scores.samples(a.profile.name), self.scores.samples(b.profile.name))
             if found.verdict in ("faster", "slower"):
                 return "separated"
             done = sum(
@@ -777,19 +601,19 @@ class Campaign:
         their gain over the baseline at that level (the objective's metric there; goodput ranks
         by tok/s at each level)."""
         rows = self.rows()
-        fit = self.fit(rows)
+        fit = self.scores.fit(rows)
         full = {
             t.profile.name: t
             for t in self.trials
             if t.kind == "trial" and t.state in ("complete", "infeasible")
         }
-        base = self._means(rows, self.baseline.name, fit)
+        base = self.scores.means(rows, self.baseline.name, fit)
         column = self.goal.metric if self.goal.kind != "goodput" else "tok_s"
         out = []
         for i, level in enumerate(self.levels):
             scored = []
             for name in full:
-                mine = self._means(rows, name, fit)
+                mine = self.scores.means(rows, name, fit)
                 gain = objective_mod.ratio(column, mine.get((i, column)), base.get((i, column)))
                 if gain is not None:
                     scored.append((gain, name))
@@ -820,7 +644,7 @@ class Campaign:
         ]
         tok = [float(r["tok_s"]) for r in runs]
         accepts = [a for r in runs if (a := sweep_mod._level_accept(r)) is not None]
-        mine = self._means(rows, name, fit)
+        mine = self.scores.means(rows, name, fit)
         gain = objective_mod.ratio(column, mine.get((i, column)), base.get((i, column)))
 
         def ms(c: str) -> float | None:
@@ -848,17 +672,19 @@ class Campaign:
         if not left:
             return [], 0
         rows = self.rows()
-        fit = self.fit(rows, boots=surrogate.BOOTSTRAP)
+        fit = self.scores.fit(rows, boots=surrogate.BOOTSTRAP)
         if fit is None:
             return [p.label for p in left], len(left)
-        found = search_mod.guesses(fit, {p.key: self.shapes[p.key] for p in left}, self._context(rows, fit))
+        found = search_mod.guesses(
+            fit, {p.key: self.scores.shapes[p.key] for p in left}, self.scores.context(rows, fit)
+        )
         labels = {p.key: p.label for p in left}
-        return outcome_mod.open_points(found, labels, self._margin()), len(left)
+        return outcome_mod.open_points(found, labels, self.scores.margin()), len(left)
 
     def _model_report(self) -> outcome_mod.ModelReport:
         chosen = [t for t in self.trials if t.kind == "trial" and t.predicted is not None and t.value]
         errors = [abs(t.predicted - t.value) / t.value for t in chosen if t.predicted is not None and t.value]
-        fit = self.fit()
+        fit = self.scores.fit()
         return outcome_mod.ModelReport(
             statistics.fmean(errors) if errors else None,
             len(errors),
@@ -868,8 +694,8 @@ class Campaign:
 
     def _verdict(self, winner: Trial | None) -> tuple[str, bool, list[str]]:
         rows = self.rows()
-        mine = self._samples(winner.profile.name, rows) if winner else []
-        base = self._samples(self.baseline.name, rows)
+        mine = self.scores.samples(winner.profile.name, rows) if winner else []
+        base = self.scores.samples(self.baseline.name, rows)
         text, beats = outcome_mod.verdict(self.goal, self.level, winner, mine, base, [], 0)
         still: list[str] = []
         if winner is not None and not beats:
@@ -962,6 +788,11 @@ class Campaign:
         what is left deployed."""
         self._search()
         leaders = self._confirm()
+        if self.restarts_used < self.budget and len(self._measured()) < len(self.x.valid):
+            # the leaders ran where they still ran, and left their restart: search with it
+            self.reserve = 0
+            self._search()
+            leaders = self._confirm()
         ranked = self._ranked()
         winner = ranked[0] if ranked else None
         verdict, beats, still = self._verdict(winner)
