@@ -213,11 +213,16 @@ class Scores:
         noise = self.noise(self.rows())
         return max(MIN_MARGIN, MARGIN_SIGMAS * noise) if noise is not None else 0.05
 
-    def context(self, rows: Sequence[Any], fit: surrogate.Fit) -> search_mod.Context:
+    def context(
+        self, rows: Sequence[Any], fit: surrogate.Fit, discrepancy: float = 0.0
+    ) -> search_mod.Context:
+        """What the search measures the model's predictions against; `discrepancy`: the model's own
+        error so far on the trials it predicted."""
         return search_mod.Context(
             self.goal,
             [load_of(level) for level in self.levels],
             self.base_shape,
             self.base(rows, fit),
             self.noise(rows) or surrogate.RUN_SIGMA,
+            discrepancy,
         )

@@ -76,6 +76,10 @@ class Context:
     base: dict[tuple[int, str], float]
     #: run-to-run noise of the scored metric, as a fraction
     noise: float = surrogate.RUN_SIGMA
+    #: how far the model's form may be off, as a fraction of a gain, at the far side of the
+    #: space from every measured point: its own error on the trials it predicted, at least
+    #: DISCREPANCY
+    discrepancy: float = 0.0
 
 
 def _figure(one: Any, s: surrogate.Shape, level: int, column: str) -> float | None:
@@ -116,9 +120,21 @@ def _feasible(fit: surrogate.Fit, s: surrogate.Shape, ctx: Context) -> float:
     return chance
 
 
-def guesses(fit: surrogate.Fit, shapes: Mapping[str, surrogate.Shape], ctx: Context) -> dict[str, Guess]:
-    """The model's gain of each point (key -> Guess): the main fit's mean, the bootstrap's spread
-    (at least the runs' own noise)."""
+#: The least the model's form is assumed to be off, far from every measured point.
+DISCREPANCY = 0.03
+
+
+def guesses(
+    fit: surrogate.Fit,
+    shapes: Mapping[str, surrogate.Shape],
+    ctx: Context,
+    distance: Mapping[str, float] | None = None,
+) -> dict[str, Guess]:
+    """The model's gain of each point (key -> Guess): the main fit's mean; its spread is the
+    bootstrap's (what the runs leave unknown) and the model's possible error, which grows with
+    the point's `distance` (0..1) from the nearest measured point (a structure fitted on a few
+    points is trusted near them, less far away)."""
+    off = max(DISCREPANCY, ctx.discrepancy)
     out = {}
     for key, s in shapes.items():
         mean = _gain_of(fit.main, s, ctx)
@@ -126,6 +142,8 @@ def guesses(fit: surrogate.Fit, shapes: Mapping[str, surrogate.Shape], ctx: Cont
             continue
         boots = [g for one in fit.boots if (g := _gain_of(one, s, ctx)) is not None]
         spread = statistics.pstdev(boots) if len(boots) > 1 else abs(mean)
+        far = (distance or {}).get(key, 1.0)
+        spread = math.hypot(spread, off * far * abs(mean))
         out[key] = Guess(mean, max(spread, ctx.noise * abs(mean)), _feasible(fit, s, ctx))
     return out
 
@@ -188,6 +206,23 @@ class Search:
         self.incumbent = None if self.settings.sampler == "grid" else x.incumbent
         self.rng = random.Random(self.settings.seed)
 
+    def _distance(self, p: space_mod.Point, measured: Sequence[space_mod.Point]) -> float:
+        """How far `p` is from the nearest measured point, 0..1 (the space's diagonal is 1)."""
+        if not measured:
+            return 1.0
+        mine = _coords(p, self.ranks)
+        near = min(math.dist(mine, _coords(q, self.ranks)) for q in measured)
+        return min(1.0, near / math.sqrt(max(1, len(mine))))
+
+    def guesses(
+        self, points: Sequence[space_mod.Point], done: set[str], fit: surrogate.Fit, ctx: Context
+    ) -> dict[str, Guess]:
+        """The model's gain of each of `points`, its spread widened by the distance to the nearest
+        point in `done`."""
+        measured = [p for p in self.valid if p.key in done]
+        distance = {p.key: self._distance(p, measured) for p in points}
+        return guesses(fit, {p.key: self.shapes[p.key] for p in points}, ctx, distance)
+
     def next(
         self,
         done: set[str],
@@ -209,7 +244,7 @@ class Search:
         seen = [p for p in self.valid if p.key in done or p.key in pending]
         if len(seen) < self.settings.startup_trials or fit is None or ctx is None:
             return _farthest(left, seen, self.ranks), None
-        found = guesses(fit, {p.key: self.shapes[p.key] for p in left}, ctx)
+        found = self.guesses(left, done, fit, ctx)
         if not found:
             return _farthest(left, seen, self.ranks), None
         bar = best if best is not None else 1.0

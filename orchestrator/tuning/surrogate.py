@@ -31,8 +31,9 @@ the known structure of speculative decoding, not the stand-in's formula:
   per level is fitted. p99 TTFT has no such structure: a ridge regression of its log on the same
   features.
 
-The uncertainty comes from the bootstrap: the fit is repeated on trials drawn with replacement
-(Efron and Tibshirani, 1993). A point far from every measured one varies most between refits.
+The uncertainty comes from a parametric bootstrap (Efron and Tibshirani, 1993): the fit is
+repeated on the same runs, each figure drawn again with the runs' own noise. search.py adds what
+the model's form may miss, growing with the distance to the nearest measured point.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import math
 import random
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 #: SGLang's own choice when a speculative field is not set (its auto settings for EAGLE-3).
@@ -334,6 +335,24 @@ class Fit:
         return Prediction(mean, spread)
 
 
+def _jitter(o: Observation, sigma: float, rng: random.Random) -> Observation:
+    """One run drawn again: each figure moved by the run-to-run noise."""
+
+    def moved(value: float | None) -> float | None:
+        return None if value is None else value * (1.0 + rng.gauss(0.0, sigma))
+
+    speed = 1.0 + rng.gauss(0.0, sigma)
+    length = o.accept_len * (1.0 + rng.gauss(0.0, sigma / 2)) if o.accept_len else o.accept_len
+    return replace(
+        o,
+        tok_s=o.tok_s * speed,
+        accept_len=length,
+        total_tok_s=None if o.total_tok_s is None else o.total_tok_s * speed,
+        itl_p99_s=moved(o.itl_p99_s),
+        ttft_p99_s=moved(o.ttft_p99_s),
+    )
+
+
 def fit(
     obs: Sequence[Observation],
     levels: int,
@@ -343,21 +362,19 @@ def fit(
     host_sigma: float = HOST_SIGMA,
     run_sigma: float | None = None,
 ) -> Fit:
-    """The model on every observation, and `boots` refits on points drawn with replacement (a
-    point's runs stay together: they are not independent of each other)."""
+    """The model on every observation, and `boots` refits of it on the same runs, each figure drawn
+    again with the runs' own noise (a parametric bootstrap). Their spread is what the measured
+    runs leave unknown about each point. What the model's form may miss is search.py's part:
+    it widens the spread with the distance to the nearest measured point."""
     if not obs:
         raise ValueError("a fit needs at least one observation")
     others = tuple(sorted({t for o in obs for t in o.shape.other}))
     design = _Design(levels, others)
     sigma = run_sigma or RUN_SIGMA
     main = _fit_one(obs, design, host_sigma, sigma)
-    by_point: dict[str, list[Observation]] = {}
-    for o in obs:
-        by_point.setdefault(o.point, []).append(o)
-    keys = sorted(by_point)
     rng = random.Random(seed)
     refits = []
-    for _ in range(boots if len(keys) > 1 else 0):
-        drawn = [o for k in rng.choices(keys, k=len(keys)) for o in by_point[k]]
+    for _ in range(boots):
+        drawn = [_jitter(o, sigma, rng) for o in obs]
         refits.append(_fit_one(drawn, design, host_sigma, sigma))
     return Fit(main, refits, {o.point: o.shape for o in obs}, sigma)

@@ -419,7 +419,7 @@ class Campaign:
                 rows = self.rows()
                 fit = self.scores.fit(rows, boots=surrogate.BOOTSTRAP)
                 if fit is not None:
-                    ctx = self.scores.context(rows, fit)
+                    ctx = self.scores.context(rows, fit, self._model_error())
                     ranked = self._ranked(rows)
                     best = ranked[0].value if ranked else None
             with self.lock:
@@ -675,15 +675,23 @@ class Campaign:
         fit = self.scores.fit(rows, boots=surrogate.BOOTSTRAP)
         if fit is None:
             return [p.label for p in left], len(left)
-        found = search_mod.guesses(
-            fit, {p.key: self.scores.shapes[p.key] for p in left}, self.scores.context(rows, fit)
-        )
+        ctx = self.scores.context(rows, fit, self._model_error())
+        found = self.search.guesses(left, set(measured), fit, ctx)
         labels = {p.key: p.label for p in left}
         return outcome_mod.open_points(found, labels, self.scores.margin()), len(left)
 
+    def _errors(self) -> list[float]:
+        """The model's error on each trial it chose, as a fraction of the measured gain."""
+        with self.lock:
+            chosen = [t for t in self.trials if t.kind == "trial" and t.predicted is not None and t.value]
+        return [abs(t.predicted - t.value) / t.value for t in chosen if t.predicted is not None and t.value]
+
+    def _model_error(self) -> float:
+        errors = self._errors()
+        return statistics.fmean(errors) if errors else 0.0
+
     def _model_report(self) -> outcome_mod.ModelReport:
-        chosen = [t for t in self.trials if t.kind == "trial" and t.predicted is not None and t.value]
-        errors = [abs(t.predicted - t.value) / t.value for t in chosen if t.predicted is not None and t.value]
+        errors = self._errors()
         fit = self.scores.fit()
         return outcome_mod.ModelReport(
             statistics.fmean(errors) if errors else None,
