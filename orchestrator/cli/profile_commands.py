@@ -98,6 +98,11 @@ def _spec_summary(prof: profile_mod.Profile) -> str:
     spec = prof.speculative
     if spec.algorithm is None:
         return "no speculation"
+    if spec.adaptive is not None:
+        tiers = (
+            "SGLang's default tiers" if spec.adaptive.tiers is None else f"{len(spec.adaptive.tiers)} tiers"
+        )
+        return f"{spec.algorithm} adaptive, {tiers}"
     if spec.num_steps is None:
         return f"{spec.algorithm}, SGLang's defaults"
     tree = f"{spec.num_steps} steps x top-k {spec.eagle_topk}"

@@ -58,6 +58,11 @@ class UnitFacts(_Record):
     model: str = Field(
         "", description="The target model's path: start-up history is kept per model and host."
     )
+    adaptive_config: str = Field(
+        "",
+        description='The --speculative-adaptive-config JSON the server reads ("": none): kept with the '
+        "unit, so a rollback writes back the one its unit ran with.",
+    )
 
 
 class LockSpec(_Record):
@@ -113,8 +118,9 @@ class PreflightChecks(_Record):
     #: The unit's whole `run` command after the verb, as systemd runs it (run_words): the engine's
     #: own `create` judges every option before the stop, starting nothing.
     run_words: list[str] = []
-    #: The unit's secret files (the --config mount's source, the --env-file): that `create` gets
-    #: empty ones in their place (they may not be written yet, and no secret goes into it).
+    #: The files the unit's write step makes (the --config and adaptive config mounts' sources, the
+    #: --env-file): that `create` gets empty ones in their place (they may not be written yet, and
+    #: no secret goes into it).
     secret_files: list[str] = []
 
 
@@ -145,6 +151,8 @@ class HostPlan(_Record):
     secret_path: str = ""
     #: The unit's secret EnvironmentFile= ("": none), owned by service_user.
     env_file_path: str = ""
+    #: The unit's --speculative-adaptive-config file ("": none), written with facts.adaptive_config.
+    adaptive_path: str = ""
     service_user: str = "root"
     force_restart: bool = False
     kill_gpu_holders: bool = False
@@ -317,6 +325,7 @@ def unit_facts(prof: Profile, *, rank: int = 0, nnodes: int = 1, rank0_address: 
         nnodes=nnodes,
         speculative=prof.speculative.algorithm is not None,
         model=s.model_path,
+        adaptive_config=launch.adaptive_config(prof) or "",
     )
 
 
@@ -357,15 +366,14 @@ def _runtime_checks(prof: Profile, plan: Plan) -> dict[str, Any]:
         "mounts": [m.source for m in rt.mounts],
         "run_options": container_unit.probe_options(prof),
         "run_words": run_words(plan),
-        "secret_files": [path for path in (plan.secret_path, plan.env_file_path) if path],
+        "secret_files": [path for path in (plan.secret_path, plan.env_file_path, plan.adaptive_path) if path],
     }
 
 
 def run_words(plan: Plan) -> list[str]:
-    """The words of the unit's `ENGINE run` after the verb, as systemd hands them over: the one
-    word it expands, ${CREDENTIALS_DIRECTORY}/..., expanded (launch.credentials_dir)."""
-    expanded = f"{launch.credentials_dir(plan.unit_name)}/{launch.CREDENTIAL}"
-    return [expanded if w == launch.CREDENTIAL_ARG else w for w in plan.exec_argv[2:]]
+    """The words of the unit's `ENGINE run` after the verb, as systemd hands them over: the words
+    it expands, ${CREDENTIALS_DIRECTORY}/..., expanded (launch.credentials_dir)."""
+    return [*plan.engine_argv, *plan.started_argv()][2:]
 
 
 def lock(
@@ -408,6 +416,7 @@ def for_profile(
         facts=facts,
         secret_path=plan.secret_path or "",
         env_file_path=plan.env_file_path or "",
+        adaptive_path=plan.adaptive_path or "",
         service_user=plan.user,
         preflight=checks if preflight else None,
         health_timeout_s=prof.service.health_timeout_s,
@@ -418,7 +427,8 @@ def for_profile(
 
 
 def for_record(unit_name: str, record: dict[str, Any], **run: Any) -> HostPlan:
-    """A recorded healthy unit (rollback), with the facts recorded beside it."""
+    """A recorded healthy unit (rollback), with the facts recorded beside it: its adaptive config
+    too, which the unit's text only shows."""
     facts = UnitFacts.model_validate(record["facts"])
     return HostPlan(
         unit_name=unit_name,
@@ -426,6 +436,7 @@ def for_record(unit_name: str, record: dict[str, Any], **run: Any) -> HostPlan:
         unit=record["unit"],
         digest=record["digest"],
         facts=facts,
+        adaptive_path=launch.adaptive_path(unit_name) if facts.adaptive_config else "",
         trusted_digest=record["digest"],
         lockstep=facts.nnodes > 1,
         **run,

@@ -172,8 +172,9 @@ def _env_name(name: str) -> str:
 
 #: The longest file name a host derives from service.unit_name is its facts file's temporary copy,
 #: `.<unit>.json.XXXXXXXX` (module_utils write_atomic): 15 bytes more than the name itself, within
-#: NAME_MAX. The others are shorter: <stem>.config.yaml and <stem>.env beside it, the unit file,
-#: /run/credentials/<unit>, the lock <unit>.lock, the container named <stem>.
+#: NAME_MAX. The others are shorter: <stem>.config.yaml, <stem>.env and <stem>.tiers.json beside it
+#: (and their temporary copies), the unit file, /run/credentials/<unit>, the lock <unit>.lock, the
+#: container named <stem>.
 UNIT_NAME_LIMIT = systemd_rules.NAME_MAX - len("..json.XXXXXXXX")
 
 
@@ -347,8 +348,117 @@ class Server(_Model):
         )
 
 
+#: Bounds of speculative.adaptive.tiers. SGLang captures CUDA graphs for every step of every tier at
+#: start, so each tier and step costs start-up time and GPU memory; no useful config comes near these.
+MAX_ADAPTIVE_TIERS = 16
+MAX_ADAPTIVE_STEPS = 32
+
+
+def _adaptive_on(value: Any) -> Any:
+    """`adaptive: true` could mean SGLang's default tiers or a mistake for a mapping; `{}` says it."""
+    if isinstance(value, bool):
+        fix = "write adaptive: {} for SGLang's default tiers" if value else "drop adaptive to turn it off"
+        raise ValueError(f"is a mapping, not a boolean: {fix}")
+    return value
+
+
+def _tier_number(value: Any, what: str) -> int | None:
+    """`value` as an integer a tier may hold, or None when it is none (a boolean, text, a float)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    problem = yaml12.two_readings(value)
+    if problem:
+        raise ValueError(f"{what}: {problem}")
+    return int(value)
+
+
+def _adaptive_tiers(value: Any) -> Any:
+    """Batch size -> draft steps, each as SGLang's loader takes it (adaptive_spec_params
+    _load_adaptive_config): keys are batch sizes >= 1, each list non-empty ints >= 0. Ascending, so
+    that no reader takes another "middle" step to start from."""
+    if not isinstance(value, dict) or not value:
+        raise ValueError(
+            "give a mapping of batch size to draft steps, such as {1: [1, 3, 5, 7], 8: [0, 1, 3]}; "
+            "drop tiers for SGLang's default"
+        )
+    if len(value) > MAX_ADAPTIVE_TIERS:
+        raise ValueError(f"has {len(value)} tiers; give at most {MAX_ADAPTIVE_TIERS}")
+    for key, steps in value.items():
+        size = _tier_number(key, f"tier {_short(key)}")
+        if size is None or not 1 <= size <= INT_MAX:
+            raise ValueError(
+                f"tier {_short(key)} is not a batch size: write an integer >= 1, such as 8 (the smallest "
+                "batch size the tier serves)"
+            )
+        if not isinstance(steps, list) or not steps or len(steps) > MAX_ADAPTIVE_STEPS + 1:
+            raise ValueError(f"tier {size}: give a list of draft steps, such as [0, 1, 3]")
+        numbers = [_tier_number(step, f"tier {size}") for step in steps]
+        counts = [n for n in numbers if n is not None and 0 <= n <= MAX_ADAPTIVE_STEPS]
+        if len(counts) < len(numbers):
+            raise ValueError(
+                f"tier {size}: {_short(steps)} holds a value that is no draft step count: give integers "
+                f"from 0 (no drafting) to {MAX_ADAPTIVE_STEPS}"
+            )
+        if counts != sorted(set(counts)):
+            raise ValueError(f"tier {size}: list each step once, in ascending order: {sorted(set(counts))}")
+    return value
+
+
+class Adaptive(_Model):
+    """SGLang 0.5.23's adaptive speculative decoding (--speculative-adaptive): the draft steps
+    follow acceptance, per batch-size range. `{}` runs SGLang's default tiers; with `tiers` the
+    profile's own config is written to the host (--speculative-adaptive-config)."""
+
+    tiers: Annotated[dict[int, list[int]], BeforeValidator(_adaptive_tiers)] | None = Field(
+        None,
+        description="Batch size -> candidate draft steps, e.g. {1: [1, 3, 5, 7], 8: [0, 1, 3]}: a tier "
+        "serves batches from its size up to the next tier's; 0 steps is no drafting. Unset: SGLang's "
+        "default {1: [1, 3, 5, 7], 8: [0, 1, 3], 32: [0, 1], 64: [0]}.",
+    )
+    ema_alpha: Number | None = Field(
+        None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Weight of the newest batch in the EMA (SGLang: 0.2).",
+    )
+    update_interval: Int | None = Field(
+        None, ge=1, le=INT_MAX, description="Verify batches between two decisions (SGLang: 5)."
+    )
+    warmup_batches: Int | None = Field(
+        None, ge=0, le=INT_MAX, description="Verify batches of a tier before its first decision (SGLang: 10)."
+    )
+    down_hysteresis: Number | None = Field(
+        None,
+        ge=-32,
+        le=32,
+        allow_inf_nan=False,
+        description="Added to the threshold to step down (SGLang: -0.25).",
+    )
+    up_hysteresis: Number | None = Field(
+        None,
+        ge=-32,
+        le=32,
+        allow_inf_nan=False,
+        description="Added to the threshold to step up (SGLang: 0.0).",
+    )
+    ceiling_coeff: Number | None = Field(
+        None,
+        ge=0,
+        le=1000,
+        allow_inf_nan=False,
+        description="Caps steps at max(1, ceil(EMA x this)) when stepping down; 0 is off (SGLang: 0).",
+    )
+
+    @property
+    def knobs(self) -> dict[str, float | int]:
+        """The settings given besides the tiers, by SGLang's key names."""
+        return {k: v for k, v in self.model_dump(exclude={"tiers"}).items() if v is not None}
+
+
 class Speculative(_Model):
-    """Speculative decoding: all of steps/topk/draft_tokens, or none to let SGLang choose."""
+    """Speculative decoding: all of steps/topk/draft_tokens, or none to let SGLang choose (with
+    adaptive, each may be left out)."""
 
     algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"] | None = Field(
         None, description="Speculative algorithm; EAGLE3 for EAGLE-3 drafters."
@@ -357,6 +467,11 @@ class Speculative(_Model):
     num_steps: Int | None = Field(None, ge=1, le=32, description="Draft steps per verify.")
     eagle_topk: Int | None = Field(None, ge=1, le=64, description="Branching factor of the draft tree.")
     num_draft_tokens: Int | None = Field(None, ge=1, le=256, description="Tokens verified per step.")
+    adaptive: Annotated[Adaptive, BeforeValidator(_adaptive_on)] | None = Field(
+        None,
+        description="Adaptive draft steps (SGLang 0.5.23, EAGLE/EAGLE3/NEXTN, top-k 1): {} for SGLang's "
+        "default tiers, or tiers and knobs of your own; unset: off.",
+    )
 
 
 class Limits(_Model):
@@ -1038,6 +1153,7 @@ def _across_findings(server: Server, spec: Speculative) -> Iterator[sglang_rules
         sglang_version=server.sglang_version,
         algorithm=spec.algorithm,
         eagle_topk=spec.eagle_topk,
+        adaptive=spec.adaptive is not None,
         dp_size=server.dp_size,
         extra_args=server.extra_args,
     )
@@ -1104,7 +1220,9 @@ def _model_at(loc: tuple[Any, ...], root: type[BaseModel] | None = None) -> type
         if field is None:
             return None
         ann = field.annotation
-        candidates = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type)]
+        # `Annotated[Model, ...] | None` holds the model as its first branch's __origin__.
+        branches = [getattr(a, "__origin__", a) for a in getattr(ann, "__args__", (ann,))]
+        candidates = [a for a in branches if isinstance(a, type)]
         model = next((a for a in candidates if issubclass(a, BaseModel)), None)
     return model
 
@@ -1155,6 +1273,7 @@ def _problem_from_pydantic(
 
 
 __all__ = [
+    "Adaptive",
     "ApiKey",
     "Mount",
     "Profile",

@@ -552,6 +552,10 @@ MODELLED: dict[str, dict[str, str | None]] = {
         "0.5.9": "--speculative-num-draft-tokens",
         "0.5.23": "--speculative-num-draft-tokens",
     },
+    # The helps of 0.5.15 and 0.5.20 list these too, but orchestrator writes the config file in
+    # 0.5.23's format (per-batch-size tiers) and follows 0.5.23's rules (sglang_rules.ADAPTIVE_FROM).
+    "speculative_adaptive": {"0.5.9": None, "0.5.23": "--speculative-adaptive"},
+    "speculative_adaptive_config": {"0.5.9": None, "0.5.23": "--speculative-adaptive-config"},
     "config": {"0.5.9": "--config", "0.5.23": "--config"},
     "nnodes": {"0.5.9": "--nnodes", "0.5.23": "--nnodes"},
     "node_rank": {"0.5.9": "--node-rank", "0.5.23": "--node-rank"},

@@ -13,6 +13,9 @@ SGLang does not check these itself, or checks them badly:
   not divide, STANDALONE or NGRAM with DP attention, top-k > 1 over pages. NGRAM also silently
   overwrites eagle_topk.
 - NCCL ignores NCCL_* names it does not know, so a typo silently does nothing.
+- Adaptive speculative decoding (0.5.23) falls back to static settings, with one warning line,
+  for an algorithm other than EAGLE/EAGLE3, top-k > 1, attention DP and a few other features.
+  It silently forces num_draft_tokens to num_steps + 1.
 
 The rules take plain values, not the profile's models. So this module depends on nothing of the
 profile. model.py calls the rules, never the other way round.
@@ -87,14 +90,21 @@ def check_speculative(
     num_steps: int | None,
     eagle_topk: int | None,
     num_draft_tokens: int | None,
+    adaptive: dict[str, Any] | None = None,
 ) -> Iterator[Finding]:
     """The `speculative` section's fields, by name."""
+    if adaptive is not None and algorithm is not None:
+        yield from check_adaptive(adaptive, algorithm, num_steps, eagle_topk, num_draft_tokens)
     if algorithm == "NGRAM":  # no draft tree of its own: the trio rules do not apply
         yield from _ngram_overwrites(num_steps, eagle_topk, num_draft_tokens, draft_model_path)
         return
     trio = {"num_steps": num_steps, "eagle_topk": eagle_topk, "num_draft_tokens": num_draft_tokens}
     given = [k for k, v in trio.items() if v is not None]
-    if given and len(given) < 3:
+    if adaptive is not None:
+        given += ["adaptive"]
+    # Adaptive resolves each of the three on its own (0.5.23 speculative_hook skips the
+    # all-or-none choice for it): check_adaptive has its rules.
+    if given and len(given) < 3 and adaptive is None:
         missing = ", ".join(k for k in trio if k not in given)
         yield (
             "speculative",
@@ -112,7 +122,7 @@ def check_speculative(
             "speculative.draft_model_path",
             f"algorithm {algorithm} needs a draft model; set draft_model_path",
         )
-    if len(given) < 3:
+    if len(given) < 3 or adaptive is not None:
         return
     steps, topk, draft = num_steps, eagle_topk, num_draft_tokens
     assert steps is not None and topk is not None and draft is not None
@@ -127,6 +137,81 @@ def check_speculative(
             "speculative.num_draft_tokens",
             f"{draft} exceeds num_steps x eagle_topk + 1 = {steps * topk + 1}: not a meaningful draft tree; "
             f"lower num_draft_tokens to at most {steps * topk + 1} or raise num_steps/eagle_topk",
+        )
+
+
+#: SGLang 0.5.23's DEFAULT_ADAPTIVE_CONFIG (speculative/adaptive_spec_params.py), used without
+#: --speculative-adaptive-config: the smallest batch size of each tier -> its candidate steps.
+DEFAULT_ADAPTIVE_TIERS: dict[int, list[int]] = {1: [1, 3, 5, 7], 8: [0, 1, 3], 32: [0, 1], 64: [0]}
+#: The first SGLang release whose adaptive config and rules orchestrator follows.
+ADAPTIVE_FROM = "0.5.23"
+#: Algorithms SGLang runs adaptive with (NEXTN is EAGLE there); any other falls back to static.
+ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
+#: The line SGLang logs when it switches adaptive off (speculative_hook.py), for its `reason`.
+ADAPTIVE_FALLBACK = "speculative_adaptive disabled: {}. Falling back to static speculative params."
+
+
+def adaptive_candidates(tiers: dict[int, list[int]] | None) -> list[int]:
+    """Every tier's steps together, ascending: the values --speculative-num-steps may take."""
+    chosen = DEFAULT_ADAPTIVE_TIERS if tiers is None else tiers
+    return sorted({step for steps in chosen.values() for step in steps})
+
+
+def adaptive_start_steps(tiers: dict[int, list[int]] | None, num_steps: int | None) -> int:
+    """The steps SGLang starts from: num_steps, else the middle of adaptive_candidates."""
+    if num_steps is not None:
+        return num_steps
+    candidates = adaptive_candidates(tiers)
+    return candidates[len(candidates) // 2]
+
+
+def check_adaptive(
+    adaptive: dict[str, Any],
+    algorithm: str,
+    num_steps: int | None,
+    eagle_topk: int | None,
+    num_draft_tokens: int | None,
+) -> Iterator[Finding]:
+    """speculative.adaptive against the other speculative fields, as SGLang 0.5.23 reads them
+    (speculative_hook._init_adaptive_speculative_params, adaptive_spec_params._maybe_disable_adaptive)."""
+    if algorithm not in ADAPTIVE_ALGORITHMS:
+        reason = f"speculative_algorithm={algorithm} (only EAGLE/EAGLE3 are supported)"
+        yield (
+            "speculative.adaptive",
+            f"SGLang runs {algorithm} static: '{ADAPTIVE_FALLBACK.format(reason)}'; "
+            "use algorithm EAGLE3, EAGLE or NEXTN, or drop adaptive",
+        )
+        return
+    if eagle_topk is not None and eagle_topk != 1:
+        reason = f"speculative_eagle_topk={eagle_topk} (only topk=1 is supported)"
+        yield (
+            "speculative.eagle_topk",
+            f"SGLang would silently run static settings: '{ADAPTIVE_FALLBACK.format(reason)}'; "
+            "set eagle_topk: 1 or leave it out (adaptive tiers draft a chain)",
+        )
+    tiers = adaptive.get("tiers")
+    knobs = sorted(k for k, v in adaptive.items() if k != "tiers" and v is not None)
+    if knobs and tiers is None:
+        default = ", ".join(f"{size}: {steps}" for size, steps in DEFAULT_ADAPTIVE_TIERS.items())
+        yield (
+            "speculative.adaptive.tiers",
+            f"{', '.join(knobs)} reach SGLang only in a config file, which must list its tiers: give tiers "
+            f"(SGLang's default: {{{default}}}) or drop {', '.join(knobs)}",
+        )
+    candidates = adaptive_candidates(tiers)
+    if num_steps is not None and num_steps not in candidates:
+        yield (
+            "speculative.num_steps",
+            f"SGLang refuses it at start: '--speculative-num-steps={num_steps} is not in the adaptive "
+            f"config candidate_steps {candidates}. Pass one of those values.' (or leave num_steps out)",
+        )
+        return
+    start = adaptive_start_steps(tiers, num_steps)
+    if num_draft_tokens is not None and num_draft_tokens != start + 1:
+        yield (
+            "speculative.num_draft_tokens",
+            f"with adaptive SGLang sets num_draft_tokens to each tier's num_steps + 1 ({start + 1} at the "
+            f"start), whatever is given: leave num_draft_tokens out",
         )
 
 
@@ -327,6 +412,7 @@ def check_speculative_server(
     sglang_version: str,
     algorithm: str | None,
     eagle_topk: int | None,
+    adaptive: bool = False,
     dp_size: int,
     extra_args: list[str],
 ) -> Iterator[Finding]:
@@ -335,6 +421,8 @@ def check_speculative_server(
         return
     extra = sglang_flags.option_values(sglang_version, extra_args)
     _, groups = dp_layout(sglang_version, dp_size, extra)
+    if adaptive:
+        yield from _adaptive_server(sglang_version, groups, extra)
     if algorithm in ("STANDALONE", "NGRAM") and groups > 1:
         where = sglang_flags.at_or_below(_SPEC_CHECK, sglang_version)[algorithm]
         yield (
@@ -354,6 +442,76 @@ def check_speculative_server(
             extra,
             sglang_flags.at_or_below(_PAGE_TREE_BACKENDS, sglang_version),
         )
+
+
+#: Flags with which SGLang 0.5.23 switches adaptive off (adaptive_spec_params._maybe_disable_adaptive),
+#: with its reason.
+_ADAPTIVE_OFF_FLAGS = {
+    "--enable-multi-layer-eagle": (
+        "enable_multi_layer_eagle=True is not supported (MultiLayerEagleWorkerV2 does not implement adaptive)"
+    ),
+    "--enable-two-batch-overlap": (
+        "enable_two_batch_overlap=True is not supported "
+        "(adaptive state swap would discard the TboAttnBackend wrapper)"
+    ),
+    "--enable-pdmux": (
+        "enable_pdmux=True is not supported (adaptive state swap does not update decode_attn_backend_group)"
+    ),
+}
+#: Flags with which SGLang 0.5.23 refuses to start with adaptive (lora_hook.py, hisparse_hook.py).
+_ADAPTIVE_REFUSED_FLAGS = {
+    "--enable-lora": (
+        "LoRA with EAGLE/NEXTN/EAGLE3 speculative decoding does not support --speculative-adaptive: "
+        "the draft is built from a static ServerArgs snapshot, and the runtime-state swap does not "
+        "rebuild LoRA cuda-graph metadata."
+    ),
+    "--enable-hisparse": (
+        "HiSparse speculative decoding uses statically sized swap state; "
+        "--speculative-adaptive is not supported."
+    ),
+}
+_ADAPTIVE_REFUSED_FLAGS["--lora-paths"] = _ADAPTIVE_REFUSED_FLAGS["--enable-lora"]
+
+
+def _adaptive_server(version: str, groups: int, extra: dict[str, Any]) -> Iterator[Finding]:
+    """speculative.adaptive against the SGLang version and the server's flags."""
+    if sglang_flags.version_key(version) < sglang_flags.version_key(ADAPTIVE_FROM):
+        if "--speculative-adaptive" in sglang_flags.flag_table(version).names:
+            yield (
+                "speculative.adaptive",
+                f"orchestrator writes SGLang {ADAPTIVE_FROM}'s adaptive config (per-batch-size tiers) and "
+                f"follows its rules; {sglang_flags.named(version)} was not checked against them: set "
+                f"sglang_version {ADAPTIVE_FROM} or later, or drop adaptive",
+            )
+        else:
+            yield (
+                "speculative.adaptive",
+                f"SGLang {version} has no flag for this (--speculative-adaptive); remove it or set "
+                f"sglang_version {ADAPTIVE_FROM} or later",
+            )
+        return
+    if groups > 1:
+        reason = (
+            "attention DP is not supported (adaptive tier decisions are not synchronized across DP ranks)"
+        )
+        yield (
+            "speculative.adaptive",
+            f"SGLang would silently run static settings: '{ADAPTIVE_FALLBACK.format(reason)}'; "
+            "drop --enable-dp-attention/--attn-dp-size or adaptive",
+        )
+    for name, reason in _ADAPTIVE_OFF_FLAGS.items():
+        if extra.get(name):
+            yield (
+                "speculative.adaptive",
+                f"SGLang would silently run static settings: '{ADAPTIVE_FALLBACK.format(reason)}'; "
+                f"drop {name} or adaptive",
+            )
+    for name, message in _ADAPTIVE_REFUSED_FLAGS.items():
+        if extra.get(name):
+            yield (
+                "speculative.adaptive",
+                f"SGLang refuses it at start: '{message}'; drop {name} or adaptive",
+            )
 
 
 #: Where SGLang refuses STANDALONE and NGRAM with DP attention, from each release on: 0.5.13

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -51,10 +51,16 @@ class Plan:
     #: A container runtime's `run` command up to and including the image, which ExecStart= puts
     #: before `argv`; empty on the host runtime. `environment` is then the container's.
     engine_argv: list[str] = field(default_factory=list)
-    #: Where in `argv` the one word is that systemd expands at start (CREDENTIAL_ARG, the API key's
-    #: --config file), when the profile has an API key. Every other word reaches SGLang as written,
-    #: the same text from a profile included.
+    #: Where in `argv` the word is that systemd expands at start for the API key's --config file
+    #: (CREDENTIAL_ARG), when the profile has an API key. Every word not named here or in
+    #: adaptive_at reaches SGLang as written, the same text from a profile included.
     credential_at: int | None = None
+    #: Host path of the --speculative-adaptive-config JSON (root 0600; systemd hands it to the
+    #: server with LoadCredential=), when speculative.adaptive has tiers; its text is adaptive_config.
+    adaptive_path: str | None = None
+    adaptive_config: str | None = None
+    #: Where in `argv` the word is that systemd expands at start for that file (ADAPTIVE_ARG).
+    adaptive_at: int | None = None
 
     @property
     def digest(self) -> str:
@@ -66,13 +72,18 @@ class Plan:
         """ExecStart='s whole command: the engine's `run` and then SGLang's argv, or SGLang's argv."""
         return [*self.engine_argv, *self.argv]
 
+    @property
+    def expanded_at(self) -> tuple[int, ...]:
+        """Where in `argv` the words are that systemd expands at start (credential_at, adaptive_at)."""
+        return tuple(at for at in (self.credential_at, self.adaptive_at) if at is not None)
+
     def started_argv(self, credentials: str | None = None) -> list[str]:
-        """`argv` as SGLang gets it: the credential word as systemd expands it at start, with the
+        """`argv` as SGLang gets it: the credential words as systemd expands them at start, with the
         unit's credentials directory (`credentials`: what the server's $CREDENTIALS_DIRECTORY says)."""
         argv = list(self.argv)
-        if self.credential_at is not None:
-            where = credentials if credentials is not None else credentials_dir(self.unit_name)
-            argv[self.credential_at] = f"{where}/{CREDENTIAL}"
+        where = credentials if credentials is not None else credentials_dir(self.unit_name)
+        for at in self.expanded_at:
+            argv[at] = argv[at].replace(CREDENTIALS_VAR, where, 1)
         return argv
 
     def to_json(self) -> dict[str, object]:
@@ -81,6 +92,9 @@ class Plan:
             out["engine_argv"] = self.engine_argv
         if self.credential_at is not None:
             out["credential_at"] = self.credential_at
+        if self.adaptive_at is not None:
+            out.update(adaptive_at=self.adaptive_at, adaptive_path=self.adaptive_path)
+            out["adaptive_config"] = self.adaptive_config
         return out
 
 
@@ -89,7 +103,8 @@ class Plan:
 
 def build_argv(profile: Profile, node: Node | None = None) -> tuple[list[str], int | None]:
     """SGLang's command line for the profile (for one node of a multi-node server, when given),
-    spelled for its SGLang version, and where in it the credential word is (Plan.credential_at)."""
+    spelled for its SGLang version, and where in it the credential word is (Plan.credential_at;
+    the adaptive config's word, when there is one, is the one ADAPTIVE_ARG: adaptive_at)."""
     s = profile.server
     version = s.sglang_version
 
@@ -141,11 +156,45 @@ def _speculative_argv(profile: Profile, opt: Callable[[str, object], list[str]])
     argv = opt("speculative_algorithm", spec.algorithm)
     if spec.draft_model_path:
         argv += opt("speculative_draft_model_path", spec.draft_model_path)
-    if spec.num_steps is not None:
+    if spec.adaptive is not None:  # each of the three on its own: SGLang resolves the others
+        for setting, value in (
+            ("speculative_num_steps", spec.num_steps),
+            ("speculative_eagle_topk", spec.eagle_topk),
+            ("speculative_num_draft_tokens", spec.num_draft_tokens),
+        ):
+            if value is not None:
+                argv += opt(setting, value)
+        argv += opt("speculative_adaptive", None)
+        if spec.adaptive.tiers is not None:
+            argv += opt("speculative_adaptive_config", ADAPTIVE_ARG)
+    elif spec.num_steps is not None:
         argv += opt("speculative_num_steps", spec.num_steps)
         argv += opt("speculative_eagle_topk", spec.eagle_topk)
         argv += opt("speculative_num_draft_tokens", spec.num_draft_tokens)
     return argv
+
+
+def adaptive_config(profile: Profile) -> str | None:
+    """The --speculative-adaptive-config JSON, as SGLang 0.5.23's _load_adaptive_config reads it:
+    the knobs at the top level (defaults of every tier), then one key per tier, its smallest batch
+    size in digits, with its candidate_steps. None without tiers (SGLang's own default)."""
+    adaptive = profile.speculative.adaptive
+    if adaptive is None or adaptive.tiers is None:
+        return None
+    data: dict[str, object] = dict(adaptive.knobs)
+    for size, steps in sorted(adaptive.tiers.items()):
+        data[str(size)] = {"candidate_steps": list(steps)}
+    # One key a line, each tier whole on its line: short enough for the unit's comment to show.
+    return "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in data.items()) + "\n}\n"
+
+
+def adaptive_at(argv: list[str]) -> int | None:
+    """Where the adaptive config's word is in a built argv: the value after the modelled flag (the
+    profile's extra_args, which follow, cannot hold that flag)."""
+    for i, word in enumerate(argv[:-1]):
+        if word == "--speculative-adaptive-config" and argv[i + 1] == ADAPTIVE_ARG:
+            return i + 1
+    return None
 
 
 def _scalar(value: object) -> str:
@@ -162,7 +211,13 @@ CREDENTIAL = "sglang-config.yaml"
 #: only, so a non-root server reads a key its user could never read from /etc/orchestrator.
 #: The one ExecStart= word written unescaped, at Plan.credential_at: by its place, never by its
 #: text, which a profile may also write (exec_start).
-CREDENTIAL_ARG = f"${{CREDENTIALS_DIRECTORY}}/{CREDENTIAL}"
+CREDENTIALS_VAR = "${CREDENTIALS_DIRECTORY}"
+CREDENTIAL_ARG = f"{CREDENTIALS_VAR}/{CREDENTIAL}"
+#: The credential name of the --speculative-adaptive-config JSON, and its word in ExecStart=, which
+#: systemd expands like CREDENTIAL_ARG (by its place, Plan.adaptive_at): the file lives in the
+#: root-only state directory, which a non-root service.user cannot read.
+ADAPTIVE_CREDENTIAL = "sglang-adaptive.json"
+ADAPTIVE_ARG = f"{CREDENTIALS_VAR}/{ADAPTIVE_CREDENTIAL}"
 
 
 def credentials_dir(unit_name: str) -> str:
@@ -174,6 +229,11 @@ def credentials_dir(unit_name: str) -> str:
 def secret_path(profile: Profile) -> str:
     stem = PurePosixPath(profile.service.unit_name).stem
     return f"{HOST_STATE_DIR}/{stem}.config.yaml"
+
+
+def adaptive_path(unit_name: str) -> str:
+    """Where the --speculative-adaptive-config JSON of a unit lives on the host."""
+    return f"{HOST_STATE_DIR}/{PurePosixPath(unit_name).stem}.tiers.json"
 
 
 def env_file_path(profile: Profile) -> str | None:
@@ -279,10 +339,10 @@ def quote_exec_arg(arg: str) -> str:
     return f'"{_escape(arg, dollar=True)}"'
 
 
-def exec_start(argv: list[str], engine_argv: Sequence[str] = (), credential_at: int | None = None) -> str:
+def exec_start(argv: list[str], engine_argv: Sequence[str] = (), expanded: Collection[int] = ()) -> str:
     """ExecStart's value, one flag and its values per line (systemd joins `\\`-ended lines); a
-    container engine's `run` first, one option per line and the image on its own. The word at
-    `credential_at` of `argv` (Plan.credential_at) alone is written for systemd to expand."""
+    container engine's `run` first, one option per line and the image on its own. The words at
+    `expanded` of `argv` (Plan.expanded_at) alone are written for systemd to expand."""
     lines: list[list[str]] = [[]]
     for i, arg in enumerate(engine_argv):
         if i > 1:
@@ -293,8 +353,8 @@ def exec_start(argv: list[str], engine_argv: Sequence[str] = (), credential_at: 
     for i, arg in enumerate(argv):
         if arg.startswith("--") and i > 2:
             lines.append([])
-        if i == credential_at:
-            assert arg == CREDENTIAL_ARG, f"word {i} is {arg!r}, not the credential"
+        if i in expanded:
+            assert arg in (CREDENTIAL_ARG, ADAPTIVE_ARG), f"word {i} is {arg!r}, not a credential"
             lines[-1].append(arg)
         else:
             lines[-1].append(quote_exec_arg(arg))
@@ -410,13 +470,19 @@ def render_unit(
     argv: list[str],
     environment: dict[str, str],
     engine: container_unit.Service | None = None,
-    credential_at: int | None = None,
+    expanded: Collection[int] = (),
 ) -> str:
-    """The unit text: SGLang's argv on the host, or inside `engine`'s container; the word at
-    `credential_at` is left for systemd to expand (Plan.credential_at)."""
+    """The unit text: SGLang's argv on the host, or inside `engine`'s container; the words at
+    `expanded` are left for systemd to expand (Plan.expanded_at). The adaptive config's text is in
+    a comment, so that the unit's digest changes with it: a new config is a restart, and the
+    ledger's unit records it."""
     svc = profile.service
     env_file = env_file_path(profile)
     settings = engine or container_unit.Service()
+    credentials = [f"{CREDENTIAL}:{secret_path(profile)}"] if profile.api_key else []
+    adaptive = adaptive_config(profile)
+    if adaptive is not None:
+        credentials.append(f"{ADAPTIVE_CREDENTIAL}:{adaptive_path(svc.unit_name)}")
     return (
         _env()
         .get_template(UNIT_TEMPLATE)
@@ -436,7 +502,7 @@ def render_unit(
             # --env-file), not from systemd: the engine's CLI needs none of them.
             environment_lines=[] if engine else [environment_line(k, v) for k, v in environment.items()],
             exec_start_pre=[command_line(c) for c in settings.start_pre],
-            exec_start=exec_start(argv, settings.run, credential_at),
+            exec_start=exec_start(argv, settings.run, expanded),
             exec_stop=[command_line(c) for c in settings.stop],
             exec_stop_post=[command_line(c) for c in settings.stop_post],
             start_timeout_s=svc.start_timeout_s,
@@ -444,7 +510,9 @@ def render_unit(
             success_exit_status=settings.success_exit_status,
             kill_mode=settings.kill_mode,
             environment_files=[env_file] if env_file and not engine else [],
-            credentials=[f"{CREDENTIAL}:{secret_path(profile)}"] if profile.api_key else [],
+            credentials=credentials,
+            adaptive_path=adaptive_path(svc.unit_name),
+            adaptive_config=adaptive or "",
             restart=svc.restart,
             restart_sec=systemd_rules.seconds(svc.restart_sec),
             start_limit_burst=svc.start_limit_burst,
@@ -482,12 +550,14 @@ def build(profile: Profile, node: Node | None = None) -> Plan:
     argv, credential_at = build_argv(profile, node)
     environment = build_environment(profile)
     engine = _engine(profile, environment, node.nnodes if node else 1)
+    adaptive, where = adaptive_config(profile), adaptive_at(argv)
+    expanded = [at for at in (credential_at, where) if at is not None]
     plan = Plan(
         profile=profile.name,
         unit_name=profile.service.unit_name,
         argv=argv,
         environment=environment,
-        unit=render_unit(profile, argv, environment, engine, credential_at),
+        unit=render_unit(profile, argv, environment, engine, expanded),
         port=profile.server.port,
         secret_path=secret_path(profile) if profile.api_key else None,
         env_file_path=env_file_path(profile),
@@ -495,6 +565,9 @@ def build(profile: Profile, node: Node | None = None) -> Plan:
         runtime=profile.runtime.kind,
         engine_argv=engine.run if engine else [],
         credential_at=credential_at,
+        adaptive_path=adaptive_path(profile.service.unit_name) if adaptive else None,
+        adaptive_config=adaptive,
+        adaptive_at=where,
     )
     problems = size_findings(profile, plan)
     if problems:
@@ -553,9 +626,10 @@ def _owner(values: list[tuple[str, str]], words: list[str]) -> str:
 
 def _engine(profile: Profile, environment: dict[str, str], nnodes: int) -> container_unit.Service | None:
     """A container runtime's commands. Model and drafter are mounted read-only at their own paths;
-    the API key's root-only --config file read-only where ${CREDENTIALS_DIRECTORY} points (the unit
-    still loads the credential so that systemd expands that word, as it does on the host), so the
-    argv inside the container is the host runtime's word for word."""
+    the API key's root-only --config file and the adaptive config read-only where
+    ${CREDENTIALS_DIRECTORY} points (the unit still loads the credentials so that systemd expands
+    those words, as it does on the host), so the argv inside the container is the host runtime's
+    word for word."""
     if not profile.runtime.container:
         return None
     paths: dict[str, str] = {}  # the drafter may be the model, written alike or not (`/m`, `/m/`)
@@ -566,9 +640,12 @@ def _engine(profile: Profile, environment: dict[str, str], nnodes: int) -> conta
     if cache:  # systemd makes it on the host before ExecStart; the container writes to it
         mounts.append((f"{CACHE_ROOT}/{cache}", f"{CACHE_ROOT}/{cache}", False))
     mounts += [(m.source, m.target, m.read_only) for m in profile.runtime.mounts]
+    credentials = credentials_dir(profile.service.unit_name)
     if profile.api_key is not None:
+        mounts.append((secret_path(profile), f"{credentials}/{CREDENTIAL}", True))
+    if adaptive_config(profile) is not None:
         mounts.append(
-            (secret_path(profile), f"{credentials_dir(profile.service.unit_name)}/{CREDENTIAL}", True)
+            (adaptive_path(profile.service.unit_name), f"{credentials}/{ADAPTIVE_CREDENTIAL}", True)
         )
     return container_unit.service(
         profile,
@@ -618,12 +695,25 @@ def flags_of(argv: list[str]) -> dict[str, str]:
     return {k: " ".join(v) if v else "(set)" for k, v in flags.items()}
 
 
+def adaptive_settings(unit: str) -> dict[str, str]:
+    """The adaptive config a unit text shows in its comment (render_unit): each key's JSON."""
+    match = re.search(r"^# speculative adaptive config, [^\n]*:\n((?:# [^\n]*\n)+)", unit, re.M)
+    if not match:
+        return {}
+    data = json.loads("".join(line[2:] + "\n" for line in match.group(1).splitlines()))
+    return {key: json.dumps(value) for key, value in data.items()}
+
+
 def flag_changes(old_unit: str, new_unit: str) -> list[str]:
-    """Which SGLang flags and environment variables change, from what to what."""
+    """Which SGLang flags, environment variables and adaptive settings change, from what to what."""
     old_argv, old_env = parse_unit(old_unit)
     new_argv, new_env = parse_unit(new_unit)
     lines = []
-    for label, old, new in (("", flags_of(old_argv), flags_of(new_argv)), ("env ", old_env, new_env)):
+    for label, old, new in (
+        ("", flags_of(old_argv), flags_of(new_argv)),
+        ("env ", old_env, new_env),
+        ("adaptive ", adaptive_settings(old_unit), adaptive_settings(new_unit)),
+    ):
         for key in [*old, *(k for k in new if k not in old)]:
             if key not in new:
                 lines.append(f"{label}{key}: {old[key]} -> (removed)")

@@ -127,8 +127,8 @@ options:
         elements: str
         default: []
       secret_files:
-        description: The unit's secret files (its C(--config) mount's source, its C(--env-file)), given to
-          that C(create) as empty files in their place.
+        description: The files the unit's write step makes (its C(--config) and adaptive config mounts'
+          sources, its C(--env-file)), given to that C(create) as empty files in their place.
         type: list
         elements: str
         default: []

@@ -55,6 +55,15 @@ options:
     description: The planned environment file's text, compared like I(secret_content). Never logged.
     type: str
     default: ""
+  adaptive_path:
+    description: Host path of the server's --speculative-adaptive-config file to compare with
+      I(adaptive_content); empty if none.
+    type: str
+    default: ""
+  adaptive_content:
+    description: "The planned adaptive config's text: a file that differs (or is gone) is a restart."
+    type: str
+    default: ""
   force_restart: {description: Restart even when nothing changed., type: bool, default: false}
   health_url:
     description: Health URL asked once when the service is active; empty uses the stored facts' one.
@@ -277,6 +286,19 @@ ARGUMENT_SPEC = {
         "no_log": True,
         "description": "The planned environment file's text, compared like I(secret_content). Never logged.",
     },
+    "adaptive_path": {
+        "type": "str",
+        "default": "",
+        "description": (
+            "Host path of the server's --speculative-adaptive-config file to compare with "
+            "I(adaptive_content); empty if none."
+        ),
+    },
+    "adaptive_content": {
+        "type": "str",
+        "default": "",
+        "description": "The planned adaptive config's text: a file that differs (or is gone) is a restart.",
+    },
     "force_restart": {"type": "bool", "default": False, "description": "Restart even when nothing changed."},
     "health_url": {
         "type": "str",
@@ -338,12 +360,15 @@ def secret_differs(path: str, content: str) -> bool:
 
 
 def secrets_changed(p: dict) -> list[str]:
-    """Which of the unit's secret files differ from the plan (compared on the host)."""
+    """Which of the unit's files differ from the plan (compared on the host): its secrets, and the
+    adaptive config (the unit shows that one's text, so only a file edited or lost differs)."""
     changed = []
     if secret_differs(p["secret_path"], p["secret_content"]):
         changed.append("secret config")
     if secret_differs(p["env_path"], p["env_content"]):
         changed.append("secret environment")
+    if secret_differs(p["adaptive_path"], p["adaptive_content"]):
+        changed.append("adaptive config")
     return changed
 
 

@@ -126,6 +126,15 @@ options:
         default: ""
       env_content: {description: The environment file's text. Never logged., type: str, default: ""}
       env_owner: {description: Owner of I(env_path) (the service user)., type: str, default: root}
+      adaptive_path:
+        description: Host path of the server's C(--speculative-adaptive-config) JSON, written with
+          I(adaptive_content) (0600, root; systemd hands it to the server as a credential); empty if none.
+        type: str
+        default: ""
+      adaptive_content:
+        description: The adaptive config's text (the unit's comment shows it too).
+        type: str
+        default: ""
       verified_digest:
         description: Digest of a unit text this run's preflight already had systemd-analyze verify accept;
           when it is I(content)'s, the check is not run twice.

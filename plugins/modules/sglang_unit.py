@@ -21,6 +21,8 @@ description:
     credential) when a secret path is given.
   - Writes I(env_content) to I(env_path) (0600, owned by I(env_owner)), the unit's
     EnvironmentFile=, when an environment file path is given.
+  - Writes I(adaptive_content) to I(adaptive_path) (0600, root; systemd hands it to the server
+    as a credential), the server's --speculative-adaptive-config, when that path is given.
   - Writes I(content) to the unit file (0644) in one rename.
   - Writes C({state_dir}/units/<unit_name>.json) (0600), the I(facts) and the digest of I(content),
     which sglang_probe reads back.
@@ -63,6 +65,15 @@ options:
     default: ""
   env_content: {description: The environment file's text. Never logged., type: str, default: ""}
   env_owner: {description: Owner of I(env_path) (the service user)., type: str, default: root}
+  adaptive_path:
+    description: Host path of the server's C(--speculative-adaptive-config) JSON, written with
+      I(adaptive_content) (0600, root; systemd hands it to the server as a credential); empty if none.
+    type: str
+    default: ""
+  adaptive_content:
+    description: The adaptive config's text (the unit's comment shows it too).
+    type: str
+    default: ""
   verified_digest:
     description: Digest of a unit text this run's preflight already had systemd-analyze verify accept; when it
       is I(content)'s, the check is not run twice.

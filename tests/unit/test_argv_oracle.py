@@ -95,3 +95,28 @@ def test_free_text_reaches_sglang_as_written_or_is_refused(version: str, name: s
     args = _parsed(version, launch.build(prof).argv)
     assert args["served_model_name"] == prof.server.served_model_name
     assert args["model_path"] == prof.server.model_path
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_adaptive_reaches_sglang_0_5_23_only(version: str, tmp_path: Path) -> None:
+    """The adaptive flags, read by the version's argparse: set as the profile says on 0.5.23, and
+    refused (with a message) where orchestrator does not follow that version's adaptive rules."""
+    path = tmp_path / "p.yml"
+    spec = {"num_steps": 5, "eagle_topk": None, "num_draft_tokens": None, "adaptive": {"tiers": {1: [3, 5]}}}
+    path.write_text(
+        yaml.safe_dump({"extends": "cg_5tok", "server": {"sglang_version": version}, "speculative": spec})
+    )
+    try:
+        prof = profile_mod.load(str(path))
+    except InputError as exc:
+        assert version != "0.5.23" and "speculative.adaptive: " in str(exc)
+        return
+    assert version == "0.5.23"
+    plan = launch.build(prof)
+    args = vars(
+        sglang_flags.build_parser(sglang_flags.flag_table(version)).parse_args(plan.started_argv()[3:])
+    )
+    assert args["speculative_adaptive"] is True
+    assert args["speculative_adaptive_config"] == "/run/credentials/sglang.service/sglang-adaptive.json"
+    assert (args["speculative_num_steps"], args["speculative_eagle_topk"]) == (5, None)
+    assert args["speculative_num_draft_tokens"] is None

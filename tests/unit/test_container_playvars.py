@@ -48,6 +48,19 @@ def test_the_whole_run_command_goes_to_the_engines_own_create(tmp_path: Path, ki
     assert checks.secret_files == ["/etc/orchestrator/sglang.config.yaml", "/etc/orchestrator/sglang.env"]
 
 
+def test_the_adaptive_config_is_mounted_where_its_word_points(tmp_path: Path) -> None:
+    """The --speculative-adaptive-config word is expanded like --config's, and its file, which the
+    unit step writes, is one that create gets an empty stand-in for."""
+    runtime = {"kind": "docker", "image": IMAGE}
+    spec = {"eagle_topk": None, "num_draft_tokens": None, "adaptive": {"tiers": {1: [1, 3]}}}
+    checks = _checks(tmp_path, runtime, server={"sglang_version": "0.5.23"}, speculative=spec)
+    built = launch.build(profile_mod.load(str(tmp_path / "p.yml")))
+    where = "/run/credentials/sglang.service/sglang-adaptive.json"
+    assert f"--volume=/etc/orchestrator/sglang.tiers.json:{where}:ro" in built.engine_argv
+    assert checks.run_words[-2:] == ["--speculative-adaptive-config", where]
+    assert checks.secret_files == ["/etc/orchestrator/sglang.tiers.json"]
+
+
 def test_the_host_runtime_sends_no_engine(tmp_path: Path) -> None:
     checks = _checks(tmp_path, None)
     assert (checks.engine, checks.image, checks.pull, checks.mounts) == ("", "", "missing", [])

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from orchestrator.cli import logs_command
@@ -194,8 +195,6 @@ def test_render_prints_the_unit() -> None:
 
 def test_invalid_profile_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:
     case = Path(__file__).parent.parent / "data" / "profile_cases" / "five_mistakes.yml"
-    import yaml
-
     path = tmp_path / "bad.yml"
     path.write_text(yaml.safe_dump(yaml.safe_load(case.read_text())["profile"]))
     result = CliRunner().invoke(cli, ["validate", "--profile", str(path)])
@@ -231,3 +230,93 @@ def test_render_against_lists_only_the_flags_that_change():
     assert "--speculative-algorithm: EAGLE3 -> (removed)" in changes and len(changes) == 5
     result = CliRunner().invoke(cli, ["render", "-p", "cg_5tok", "--against", "no_such_profile"])
     assert result.exit_code == 2 and "no_such_profile" in result.output
+
+
+# --- adaptive speculative decoding ---------------------------------------------------------
+
+
+ADAPTIVE = {
+    "tiers": {8: [0, 1, 3], 1: [1, 3, 5, 7]},
+    "ema_alpha": 0.2,
+    "update_interval": 5,
+    "warmup_batches": 10,
+    "down_hysteresis": -0.25,
+    "up_hysteresis": 0.0,
+}
+
+
+def _adaptive_profile(tmp_path: Path, adaptive: dict, name: str = "p") -> profile_mod.Profile:
+    path = tmp_path / f"{name}.yml"
+    spec = {"algorithm": "EAGLE3", "draft_model_path": "/d", "adaptive": adaptive}
+    doc = {"extends": "base", "server": {"sglang_version": "0.5.23"}, "speculative": spec}
+    path.write_text(yaml.safe_dump(doc))
+    return profile_mod.load(str(path))
+
+
+def _standin_loader():
+    """SGLang 0.5.23's _load_adaptive_config, as the stand-in carries it (sglang/_adaptive.py)."""
+    from test_standin_speed import host_module
+
+    return host_module("_adaptive").load_config
+
+
+def test_adaptive_tiers_render_the_flags_and_the_json_sglang_reads(tmp_path: Path) -> None:
+    p = launch.build(_adaptive_profile(tmp_path, ADAPTIVE))
+    assert p.adaptive_config == (
+        "{\n"
+        '  "ema_alpha": 0.2,\n  "update_interval": 5,\n  "warmup_batches": 10,\n'
+        '  "down_hysteresis": -0.25,\n  "up_hysteresis": 0.0,\n'
+        '  "1": {"candidate_steps": [1, 3, 5, 7]},\n'
+        '  "8": {"candidate_steps": [0, 1, 3]}\n'
+        "}\n"
+    )
+    written = tmp_path / "tiers.json"
+    written.write_text(p.adaptive_config)
+    knobs = {k: v for k, v in ADAPTIVE.items() if k != "tiers"}
+    assert _standin_loader()(str(written)) == {
+        1: {**knobs, "candidate_steps": [1, 3, 5, 7]},
+        8: {**knobs, "candidate_steps": [0, 1, 3]},
+    }
+    assert p.adaptive_path == "/etc/orchestrator/sglang.tiers.json"
+    assert "\nLoadCredential=sglang-adaptive.json:/etc/orchestrator/sglang.tiers.json\n" in p.unit
+    assert "".join(f"# {line}\n" for line in p.adaptive_config.splitlines()) in p.unit
+    assert p.argv[p.adaptive_at - 2 : p.adaptive_at + 1] == [
+        "--speculative-adaptive",
+        "--speculative-adaptive-config",
+        launch.ADAPTIVE_ARG,
+    ]
+    started = p.started_argv("/run/credentials/x")
+    assert started[p.adaptive_at] == "/run/credentials/x/sglang-adaptive.json"
+    assert launch.parse_unit(p.unit, {"CREDENTIALS_DIRECTORY": "/run/credentials/x"})[0] == started
+    assert p.to_json()["adaptive_config"] == p.adaptive_config
+
+
+def test_a_changed_adaptive_config_is_a_changed_unit(tmp_path: Path) -> None:
+    """The file is not in argv: the unit's comment carries it, so its digest (a restart, the
+    ledger's record) and `render --against` see a change."""
+    p = launch.build(_adaptive_profile(tmp_path, ADAPTIVE))
+    other = launch.build(_adaptive_profile(tmp_path, {**ADAPTIVE, "ema_alpha": 0.3}, "q"))
+    assert other.argv == p.argv and other.digest != p.digest
+    assert launch.flag_changes(p.unit, other.unit) == ["adaptive ema_alpha: 0.2 -> 0.3"]
+
+
+def test_sglangs_default_tiers_need_no_file(tmp_path: Path) -> None:
+    p = launch.build(_adaptive_profile(tmp_path, {}))
+    assert p.argv[-1] == "--speculative-adaptive" and "--speculative-adaptive-config" not in p.argv
+    assert (p.adaptive_config, p.adaptive_path, p.adaptive_at) == (None, None, None)
+    assert "LoadCredential" not in p.unit and "adaptive config" not in p.unit
+
+
+def test_a_rollback_writes_back_the_config_its_unit_ran_with(tmp_path: Path) -> None:
+    """The config travels with the unit's facts (host record and ledger): a rollback's plan writes it."""
+    from orchestrator.hosts import playvars
+
+    prof = _adaptive_profile(tmp_path, ADAPTIVE)
+    p, facts = launch.build(prof), playvars.unit_facts(prof)
+    hp = playvars.for_profile(prof, p, facts)
+    assert (hp.adaptive_path, hp.facts.adaptive_config) == (p.adaptive_path, p.adaptive_config)
+    record = {"profile": p.profile, "unit": p.unit, "digest": p.digest, "facts": facts.model_dump()}
+    back = playvars.for_record(p.unit_name, record)
+    assert (back.adaptive_path, back.facts.adaptive_config) == (p.adaptive_path, p.adaptive_config)
+    old = {**record, "facts": {k: v for k, v in facts.model_dump().items() if k != "adaptive_config"}}
+    assert playvars.for_record(p.unit_name, old).adaptive_path == ""  # recorded before adaptive

@@ -387,6 +387,24 @@ def test_the_credential_word_from_a_profile_reaches_sglang_as_written(
     assert_reads_exactly(systemd, p, prof)
 
 
+def test_the_adaptive_config_word_is_expanded_beside_the_api_keys(systemd: Systemd, tmp_path: Path) -> None:
+    """speculative.adaptive with tiers: a second credential word, expanded by its place like the
+    --config one; the config's text in the unit's comment is nothing to systemd."""
+    spec = {
+        "eagle_topk": None,
+        "num_draft_tokens": None,
+        "adaptive": {"tiers": {1: [1, 3]}, "ema_alpha": 0.3},
+    }
+    doc = {"extends": "cg_5tok", "server": {"sglang_version": "0.5.23"}, "speculative": spec}
+    prof = _load(tmp_path, {**doc, "api_key": {"env": "SGLANG_KEY"}})
+    p = launch.build(prof)
+    argv = assert_reads_exactly(systemd, p, prof).argv
+    assert (
+        argv[argv.index("--speculative-adaptive-config") + 1] == f"{CREDENTIALS}/{launch.ADAPTIVE_CREDENTIAL}"
+    )
+    assert argv[argv.index("--config") + 1] == f"{CREDENTIALS}/{launch.CREDENTIAL}"
+
+
 def _env_file_reading(text: str, tmp: Path) -> dict[str, str]:
     """What systemd's environment-file parser (parse_env_file_internal(), which EnvironmentFile=
     uses through load_env_file()) makes of `text`: the environment.d generator reads a file with

@@ -98,12 +98,14 @@ def _container(host: Host, plan: dict) -> dict:
 
 def test_server_argv_and_environment_match_the_plan(host: Host, plan: dict) -> None:
     running, environ, credentials = _server_process(host, plan)
-    # systemd expands the API key's credential word (and no other: the same text from a profile
-    # reaches the server as written) to the unit's own credentials directory.
+    # systemd expands the credential words of the API key and the adaptive config (and no other:
+    # the same text from a profile reaches the server as written) to the unit's own credentials
+    # directory.
     planned = list(plan["argv"])
-    if plan.get("credential_at") is not None:
-        at = plan["credential_at"]
-        planned[at] = planned[at].replace("${CREDENTIALS_DIRECTORY}", credentials, 1)
+    for key in ("credential_at", "adaptive_at"):
+        if plan.get(key) is not None:
+            at = plan[key]
+            planned[at] = planned[at].replace("${CREDENTIALS_DIRECTORY}", credentials, 1)
     if running != planned:
         from orchestrator.render.launch import flags_of
 
@@ -117,6 +119,16 @@ def test_server_argv_and_environment_match_the_plan(host: Host, plan: dict) -> N
         pytest.fail("server argv differs from the plan: " + "; ".join(diffs))
     missing = {k: v for k, v in plan["environment"].items() if environ.get(k) != v}
     assert not missing, f"environment lacks {missing}"
+
+
+def test_adaptive_config_equals_the_plan(host: Host, plan: dict) -> None:
+    """The --speculative-adaptive-config file the server read at start is the plan's. Without
+    one: skipped, so `verify` does not list it."""
+    if not plan.get("adaptive_config"):
+        pytest.skip("the plan has no adaptive config")  # not listed by `verify`
+    config = host.file(plan["adaptive_path"])
+    assert config.exists, f"{plan['adaptive_path']} missing"
+    assert config.content_string == plan["adaptive_config"], f"{plan['adaptive_path']} differs from the plan"
 
 
 def test_container_runs_the_planned_image(host: Host, plan: dict) -> None:

@@ -202,8 +202,8 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
         "default": [],
         "no_log": False,  # paths, not secrets: the preflight report names them
         "description": (
-            "The unit's secret files (its C(--config) mount's source, its C(--env-file)), given to "
-            "that C(create) as empty files in their place."
+            "The files the unit's write step makes (its C(--config) and adaptive config mounts' sources, "
+            "its C(--env-file)), given to that C(create) as empty files in their place."
         ),
     },
 }

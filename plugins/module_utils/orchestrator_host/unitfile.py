@@ -75,6 +75,19 @@ ARGUMENT_SPEC = {
         "default": "root",
         "description": "Owner of I(env_path) (the service user).",
     },
+    "adaptive_path": {
+        "type": "str",
+        "default": "",
+        "description": (
+            "Host path of the server's C(--speculative-adaptive-config) JSON, written with "
+            "I(adaptive_content) (0600, root; systemd hands it to the server as a credential); empty if none."
+        ),
+    },
+    "adaptive_content": {
+        "type": "str",
+        "default": "",
+        "description": "The adaptive config's text (the unit's comment shows it too).",
+    },
     "verified_digest": {
         "type": "str",
         "default": "",
@@ -106,7 +119,8 @@ def verified_copy(module: Any, p: dict, data: bytes) -> str:
 
 
 def write_all(module: Any, p: dict, digest: str, before: bytes | None) -> bool:
-    """Directories, secret, unit, facts, in that order; the unit checked before any file changes."""
+    """Directories, secret and adaptive config, unit, facts, in that order; the unit checked before
+    any file changes."""
     paths, name, content = p["paths"], p["unit_name"], p["content"].encode()
     changed = ensure_dir(module, paths["state_dir"])
     changed = ensure_dir(module, os.path.dirname(facts_path(paths, name))) or changed
@@ -116,6 +130,7 @@ def write_all(module: Any, p: dict, digest: str, before: bytes | None) -> bool:
         for path, text, owner in (
             (p["secret_path"], p["secret_content"], "root"),
             (p["env_path"], p["env_content"], p["env_owner"]),
+            (p["adaptive_path"], p["adaptive_content"], "root"),
         ):
             if not path:
                 continue

@@ -248,6 +248,25 @@ def test_the_secret_is_compared_on_the_host_and_never_returned(probe, host, path
         assert "sk-" not in json.dumps({k: v for k, v in result.items() if k != "invocation"})
 
 
+def test_an_adaptive_config_edited_or_lost_on_the_host_is_a_restart(probe, host, paths, run_module):
+    """The unit shows the config's text, so a new one is a new digest; a file that no longer holds
+    it is a restart too, whose unit step writes it back."""
+    install(paths)
+    tiers = Path(paths["state_dir"]) / "sglang.tiers.json"
+    tiers.parent.mkdir(parents=True, exist_ok=True)
+    config = '{\n  "1": {"candidate_steps": [1, 3]}\n}\n'
+    args = {"unit_name": "sglang.service", "paths": paths, "desired_digest": DIGEST}
+    args |= {"adaptive_path": str(tiers), "adaptive_content": config}
+    for text, differs in ((config, False), (config.replace("3]", "5]"), True), (None, True)):
+        if text is None:
+            tiers.unlink()
+        else:
+            tiers.write_text(text)
+        host.answers["systemctl"] = [systemctl_show(**ACTIVE)]
+        failed, result = run_module(probe, args)
+        assert not failed and ("adaptive config differs" in result["reasons"]) is differs
+
+
 def test_under_the_lock_a_container_profile_is_checked_in_its_image(probe, host, paths, run_module, tmp_path):
     """The same checks as sglang_preflight's, engine and image included: podman is not installed."""
     install(paths)

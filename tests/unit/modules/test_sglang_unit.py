@@ -88,6 +88,21 @@ def test_writes_secret_unit_and_facts_then_changes_nothing(sglang_unit, args, pa
     assert not failed and again["changed"] is False
 
 
+def test_the_adaptive_config_is_written_beside_the_secret(sglang_unit, args, paths, run_module):
+    """The --speculative-adaptive-config JSON: root's 0600 file, which systemd hands to the server as
+    a credential; written again only when it differs."""
+    tiers = Path(paths["state_dir"], "sglang.tiers.json")
+    config = '{\n  "1": {"candidate_steps": [1, 3]}\n}\n'
+    args = {**args, "adaptive_path": str(tiers), "adaptive_content": config}
+    failed, result = run_module(sglang_unit, args)
+    assert not failed and result["changed"]
+    assert tiers.read_text() == config and mode(tiers) == 0o600
+    failed, again = run_module(sglang_unit, args)
+    assert not failed and again["changed"] is False
+    failed, changed = run_module(sglang_unit, {**args, "adaptive_content": config.replace("3]", "5]")})
+    assert not failed and changed["changed"] and "5]" in tiers.read_text()
+
+
 def test_a_unit_systemd_refuses_changes_no_file(sglang_unit, args, paths, run_module):
     run_module(sglang_unit, args)
     bad = UNIT.replace("/bin/true", "/nonexistent/sglang")
@@ -212,16 +227,20 @@ def test_every_file_named_after_the_longest_unit_name_fits(
     name = "a" * (profile_mod.UNIT_NAME_LIMIT - len(".service")) + ".service"
     path = tmp_path / "p.yml"
     doc = {"extends": "cg_5tok", "service": {"unit_name": name}, "api_key": {"env": "K"}}
+    doc |= {"server": {"sglang_version": "0.5.23"}}
+    doc |= {"speculative": {"eagle_topk": None, "num_draft_tokens": None, "adaptive": {"tiers": {1: [1, 3]}}}}
     path.write_text(yaml.safe_dump({**doc, "secret_env": {"HF_TOKEN": {"env": "K"}}}))
     p = launch.build(profile_mod.load(str(path)))
     secret = Path(paths["state_dir"], Path(p.secret_path).name)
     env = Path(paths["state_dir"], Path(p.env_file_path).name)
+    tiers = Path(paths["state_dir"], Path(p.adaptive_path).name)
     args = {"unit_name": name, "paths": paths, "content": p.unit, "facts": FACTS, "secret_path": str(secret)}
+    args |= {"adaptive_path": str(tiers), "adaptive_content": p.adaptive_config}
     failed, result = run_module(
         sglang_unit, {**args, "secret_content": "k", "env_path": str(env), "env_content": "e"}
     )
     assert not failed, result["msg"]
-    assert Path(paths["unit_dir"], name).is_file() and secret.is_file() and env.is_file()
+    assert Path(paths["unit_dir"], name).is_file() and secret.is_file() and env.is_file() and tiers.is_file()
     assert Path(facts_path(paths, name)).is_file()
     os.makedirs(os.path.dirname(record_path(paths, name)))
     write_atomic(record_path(paths, name), b"{}", 0o600)

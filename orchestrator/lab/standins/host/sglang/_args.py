@@ -130,6 +130,8 @@ class ServerArgs:
     steps: int | None
     topk: int | None
     draft_tokens: int | None
+    adaptive: bool  # --speculative-adaptive (0.5.23 on; resolved to False where SGLang falls back)
+    adaptive_config: str | None  # --speculative-adaptive-config: a JSON file's path
     cuda_graph: bool
     cuda_graph_max_bs: int | None  # --cuda-graph-max-bs (0.5.9), --cuda-graph-max-bs-decode (0.5.23)
     enable_metrics: bool
@@ -144,6 +146,8 @@ class ServerArgs:
     def as_dict(self) -> dict[str, object]:
         """The server args as /get_server_info shows them: every flag, resolved values on top."""
         shown = {k: v for k, v in vars(self.raw).items()}
+        if "speculative_adaptive" in shown:  # the versions whose --help has it
+            shown["speculative_adaptive"] = self.adaptive
         shown.update(
             model_path=self.model_path,
             host=self.host,
@@ -203,6 +207,8 @@ def resolve(ns: argparse.Namespace) -> ServerArgs:
         steps=_int(_get(ns, "speculative_num_steps")),
         topk=_int(_get(ns, "speculative_eagle_topk")),
         draft_tokens=_int(_get(ns, "speculative_num_draft_tokens")),
+        adaptive=bool(_get(ns, "speculative_adaptive")),
+        adaptive_config=_get(ns, "speculative_adaptive_config"),  # type: ignore[arg-type]
         cuda_graph=not no_cg,
         cuda_graph_max_bs=_int(_get(ns, "cuda_graph_max_bs", "cuda_graph_max_bs_decode")),
         enable_metrics=bool(_get(ns, "enable_metrics")),

@@ -15,10 +15,15 @@ accept length = accepted tokens / (requests x rounds), per decode-log interval f
 and /metrics, and over the server's lifetime (folded in at each decode log) for
 /get_server_info's avg_spec_accept_length. The stand-in counts each round's expected accept
 length rather than the whole tokens it released, so the figures equal the model's exactly.
+
+With --speculative-adaptive (0.5.23) each round runs the tier of the running batch's slot
+(sglang._adaptive): the speed model with SpecSettings(steps, 1, steps + 1). The rounds of a batch's
+requests feed that slot's EMA as one verify batch, with the accepted draft tokens they expect.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import socket
@@ -86,6 +91,18 @@ class Engine:
         return self.rt.decode
 
     @property
+    def active_spec(self) -> _speed.SpecSettings | None:
+        """The speculative settings running now: with adaptive, the current tier's."""
+        ctrl, spec = self.rt.adaptive, self.rt.spec
+        if ctrl is None or spec is None:
+            return spec
+        return dataclasses.replace(spec, steps=ctrl.steps, topk=1, draft_tokens=ctrl.draft_tokens)
+
+    def _log_lines(self, lines: list[str]) -> None:
+        for line in lines:
+            log(line, self.rt.tp_label)
+
+    @property
     def avg_spec_accept_length(self) -> float | None:
         """/get_server_info's figure: None until a decode log has folded in some rounds."""
         if self.rt.spec is None or self.spec_total_forward_ct <= 0:
@@ -100,7 +117,7 @@ class Engine:
         spec = ""
         if self.rt.spec is not None:
             length = self.spec_accepted / self.spec_forward_ct if self.spec_forward_ct else 0.0
-            rate = _speed.accept_rate(self.rt.spec, length)
+            rate = _speed.accept_rate(self.active_spec, length)  # over the tier's draft tokens now
             self.spec_total_accepted += self.spec_accepted
             self.spec_total_forward_ct += self.spec_forward_ct
             self.spec_accepted = self.spec_forward_ct = 0.0
@@ -140,7 +157,7 @@ class Engine:
             self.tokens_in_use -= tokens
         self.slots.release()
 
-    def _count_round(self, new_tokens: int, accept_len: float) -> None:
+    def _count_round(self, new_tokens: int, accept_len: float, batch: int) -> None:
         with self.lock:
             self.rounds += 1
             self.spec_accepted += accept_len
@@ -148,15 +165,22 @@ class Engine:
             self.tokens_in_use += new_tokens
             self.generation_tokens_total += new_tokens
             self._tokens_since_log += new_tokens
+            if self.rt.adaptive is not None:
+                self._log_lines(self.rt.adaptive.request_round(accept_len - 1.0, batch))
             if self.rounds % self.rt.args.decode_log_interval == 0:
                 self._log_decode()
 
-    def round_s(self) -> float:
-        """Seconds of the round scheduled now, for the batch running now."""
+    def schedule(self) -> tuple[_speed.SpecSettings | None, int, float]:
+        """The round scheduled now: its speculative settings (with adaptive, the tier of the
+        running batch's slot, switched to before the round as SGLang does before its draft), the
+        batch, and its seconds."""
         with self.lock:
             batch, factor = self.running, self.run_factor
+            if self.rt.adaptive is not None:
+                self._log_lines(self.rt.adaptive.activate(batch))
+            spec = self.active_spec
         speed = self.rt.base_tok_s * self.host_speed * factor
-        return _speed.round_cost(self.rt.spec, self.rt.args.cuda_graph, batch) / speed
+        return spec, batch, _speed.round_cost(spec, self.rt.args.cuda_graph, batch) / speed
 
     def generate(
         self, prompt_tokens: int, max_new_tokens: int, accept_top1: float | None = None
@@ -166,19 +190,26 @@ class Engine:
         self._admit(prompt_tokens)
         length = _speed.accept_length(self.rt.spec, accept_top1)
         produced = verify = 0
+        reached = 0.0  # tokens the rounds so far are worth, fractions carried over
         histogram: list[int] = []
         words = itertools.cycle(WORDS)
         try:
             due = time.monotonic()
             while produced < max_new_tokens:
                 verify += 1
-                reach = min(int(verify * length + 1e-9), max_new_tokens)
+                spec, batch, seconds = self.schedule()
+                if self.rt.adaptive is not None:  # each round its tier's accept length
+                    length = _speed.accept_length(spec, accept_top1)
+                    reached += length
+                else:
+                    reached = verify * length
+                reach = min(int(reached + 1e-9), max_new_tokens)
                 new, produced = reach - produced, reach
-                due += self.round_s()
+                due += seconds
                 delay = due - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                self._count_round(new, length)
+                self._count_round(new, length, batch)
                 if self.rt.spec is not None:
                     accepted = max(new - 1, 0)
                     histogram += [0] * (accepted + 1 - len(histogram))

@@ -180,6 +180,11 @@ class Handler(BaseHTTPRequestHandler):
         }
         if eng.avg_spec_accept_length is not None:  # lifetime figure, folded in at each decode log
             state["avg_spec_accept_length"] = eng.avg_spec_accept_length
+        spec = active_spec(eng)
+        if spec is not None and version_tuple() >= (0, 5, 23):
+            # 0.5.23's internal state is the server args with the runtime's overrides: the tier
+            # adaptive runs now (the top level keeps the start-up values).
+            state.update(speculative_num_steps=spec.steps, speculative_num_draft_tokens=spec.draft_tokens)
         info = eng.rt.args.as_dict()
         info.update(version=__version__, internal_states=[dict(state) for _ in range(eng.rt.args.dp_size)])
         self.send_json(200, info)
@@ -454,8 +459,15 @@ class OpenAIReply:
         )
 
 
+def active_spec(engine: Engine) -> Any:
+    """The engine's speculative settings now (the adaptive tier), read under its lock."""
+    with engine.lock:
+        return engine.active_spec
+
+
 def prometheus_text(engine: Engine) -> str:
-    """The gauges and counters a benchmark reads, labelled as SGLang labels them."""
+    """The gauges and counters a benchmark reads, labelled as SGLang labels them; 0.5.23's
+    active speculative settings with speculation (with adaptive: the tier running now)."""
     labels = (
         f'{{model_name="{engine.rt.args.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0"}}'
     )
@@ -484,6 +496,17 @@ def prometheus_text(engine: Engine) -> str:
             engine.generation_tokens_total,
         ),
     ]
+    spec = active_spec(engine)
+    if spec is not None and version_tuple() >= (0, 5, 23):
+        series += [
+            ("gauge", "sglang:spec_num_steps", "Currently active speculative_num_steps.", spec.steps),
+            (
+                "gauge",
+                "sglang:spec_num_draft_tokens",
+                "Currently active speculative_num_draft_tokens.",
+                spec.draft_tokens,
+            ),
+        ]
     lines = []
     for kind, name, help_text, value in series:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{labels} {float(value)}"]

@@ -15,7 +15,7 @@ import time
 
 from nvidia_standin import registry
 
-from sglang import _dist, _jit, _progress
+from sglang import _adaptive, _dist, _jit, _progress
 from sglang._args import version_tuple
 from sglang._common import MTP_ARCHS, SRT, START, config_error, die, log
 from sglang._startup import MAX_FRACTION, MIN_KV_MIB, TORCH_GIB_PER_MIB, Runtime, gib
@@ -392,6 +392,29 @@ def draft_worker(rt: Runtime) -> None:
     log(f"Memory pool end. avail mem={gib(left)} GB", rt.tp_label)
     if rt.args.cuda_graph:
         draft_graphs(rt, left)
+    if rt.adaptive_slots is not None:
+        adaptive_states(rt)
+
+
+def adaptive_states(rt: Runtime) -> None:
+    """--speculative-adaptive: the tiers' controller, then a runtime state for each step of the
+    config other than the start-up one (its draft and verify graphs: draft_capture_s each, with
+    CUDA graphs), as EAGLEWorkerV2.init_cuda_graphs builds them."""
+    assert rt.adaptive_slots is not None and rt.args.steps is not None
+    graph_bs = batch_sizes(rt) if rt.args.cuda_graph else None
+    rt.adaptive = _adaptive.Controller(rt.adaptive_slots, rt.args.steps, graph_bs)
+    log(rt.adaptive.init_line(), rt.tp_label)
+    for steps in _adaptive.candidates(rt.adaptive_slots):
+        if steps == rt.args.steps:
+            continue
+        tic = time.perf_counter()
+        if rt.args.cuda_graph:
+            time.sleep(float(rt.model.knob("draft_capture_s")))
+        mem = (GRAPH_MIB + DRAFT_GRAPH_MIB) / 1024 * (steps + 1) / 8 if rt.args.cuda_graph else 0.0
+        log(
+            f"Built adaptive runtime state steps={steps}: elapsed={since(tic):.2f}s, mem={mem:.2f}GB",
+            rt.tp_label,
+        )
 
 
 def startup_timings(rt: Runtime) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from nvidia_standin import registry
 
-from sglang import _speed
+from sglang import _adaptive, _speed
 from sglang._args import DEFAULT_MEM_FRACTION, ServerArgs, version_tuple
 from sglang._common import (
     LAUNCH_FRAME,
@@ -63,6 +63,10 @@ class Runtime:
     chat template."""
     timings: dict[str, float] = field(default_factory=dict)
     """Seconds per start-up phase, for 0.5.23's `Engine startup timings` line."""
+    adaptive_slots: dict[int, dict] | None = None
+    """--speculative-adaptive's config, read at start (None: static speculative settings)."""
+    adaptive: _adaptive.Controller | None = None
+    """The tiers as they run: made once the draft worker built them (_load.adaptive_states)."""
 
     @property
     def stall(self) -> str | None:
@@ -116,10 +120,11 @@ def _auto_spec_params(model: ModelDir) -> tuple[int, int, int]:
     return (3, 1, 4) if archs & {"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"} else (5, 4, 8)
 
 
-def check_speculative(args: ServerArgs, model: ModelDir) -> None:
-    """Resolve algorithm and tree settings, or die where SGLang's server_args dies."""
+def check_speculative(args: ServerArgs, model: ModelDir) -> dict[int, dict] | None:
+    """Resolve algorithm and tree settings, or die where SGLang's server_args dies; the adaptive
+    config when --speculative-adaptive runs (check_adaptive)."""
     if args.algorithm is None:
-        return
+        return None
     if args.algorithm not in KNOWN_ALGORITHMS:
         die([LAUNCH_FRAME, ARGS_FRAME], f"ValueError: Unknown speculative algorithm name: {args.algorithm}")
     if args.algorithm == "NEXTN":
@@ -132,6 +137,9 @@ def check_speculative(args: ServerArgs, model: ModelDir) -> None:
         )
     if model.architectures[:1] and model.architectures[0] in MTP_ARCHS:
         args.draft_model_path = args.draft_model_path or args.model_path
+    slots = check_adaptive(args)
+    if slots is not None:  # each of the three resolved on its own: no all-or-none assertion
+        return slots
     given = [v is not None for v in (args.steps, args.topk, args.draft_tokens)]
     if any(given) and not all(given):
         frame = (f"{SRT}/server_args.py", 1391, "_handle_speculative_decoding", "assert (")
@@ -144,6 +152,100 @@ def check_speculative(args: ServerArgs, model: ModelDir) -> None:
             "when speculative_eagle_topk == 1"
         )
         args.draft_tokens = (args.steps or 0) + 1
+    return None
+
+
+#: Why SGLang 0.5.23 runs static settings despite --speculative-adaptive
+#: (adaptive_spec_params._maybe_disable_adaptive), by the flag that asks for it.
+ADAPTIVE_OFF_FLAGS = {
+    "enable_multi_layer_eagle": (
+        "enable_multi_layer_eagle=True is not supported (MultiLayerEagleWorkerV2 does not implement adaptive)"
+    ),
+    "enable_two_batch_overlap": (
+        "enable_two_batch_overlap=True is not supported "
+        "(adaptive state swap would discard the TboAttnBackend wrapper)"
+    ),
+    "enable_pdmux": (
+        "enable_pdmux=True is not supported (adaptive state swap does not update decode_attn_backend_group)"
+    ),
+}
+#: What SGLang 0.5.23 refuses to start with under --speculative-adaptive (lora_hook, hisparse_hook).
+ADAPTIVE_REFUSED = {
+    "enable_lora": (
+        "LoRA with EAGLE/NEXTN/EAGLE3 speculative decoding does not support --speculative-adaptive: "
+        "the draft is built from a static ServerArgs snapshot, and the runtime-state swap does not "
+        "rebuild LoRA cuda-graph metadata."
+    ),
+    "enable_hisparse": (
+        "HiSparse speculative decoding uses statically sized swap state; "
+        "--speculative-adaptive is not supported."
+    ),
+}
+ADAPTIVE_FRAME = (
+    f"{SRT}/arg_groups/speculative_hook.py",
+    1417,
+    "_init_adaptive_speculative_params",
+    "raise ValueError(",
+)
+
+
+def adaptive_off(args: ServerArgs) -> str | None:
+    """The reason SGLang gives for running static settings despite --speculative-adaptive."""
+    raw = args.raw
+    if args.algorithm not in ("EAGLE", "EAGLE3"):
+        return f"speculative_algorithm={args.algorithm} (only EAGLE/EAGLE3 are supported)"
+    if args.topk is not None and args.topk != 1:
+        return f"speculative_eagle_topk={args.topk} (only topk=1 is supported)"
+    attn_dp = int(str(getattr(raw, "attn_dp_size", None) or 1))
+    if attn_dp > 1 or (getattr(raw, "enable_dp_attention", False) and args.dp_size > 1):
+        return "attention DP is not supported (adaptive tier decisions are not synchronized across DP ranks)"
+    return next((reason for name, reason in ADAPTIVE_OFF_FLAGS.items() if getattr(raw, name, False)), None)
+
+
+def _error_name(err: BaseException) -> str:
+    """An exception's name as a traceback's last line gives it: json.decoder.JSONDecodeError."""
+    kind = type(err)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def check_adaptive(args: ServerArgs) -> dict[int, dict] | None:
+    """0.5.23's speculative_hook for --speculative-adaptive: off with SGLang's warning where it
+    falls back, a config that fails to load or a num_steps outside its candidates is fatal; then
+    top-k 1, num_steps the given one or the candidates' middle, draft tokens num_steps + 1."""
+    if not args.adaptive:
+        return None
+    if version_tuple() < (0, 5, 23):
+        log(
+            "stand-in: --speculative-adaptive is modelled from SGLang 0.5.23 on; "
+            "static speculative params run"
+        )
+        args.adaptive = False
+        return None
+    reason = adaptive_off(args)
+    if reason:
+        log(f"speculative_adaptive disabled: {reason}. Falling back to static speculative params.")
+        args.adaptive = False
+        return None
+    for name, message in ADAPTIVE_REFUSED.items():
+        if getattr(args.raw, name, False) or (
+            name == "enable_lora" and getattr(args.raw, "lora_paths", None)
+        ):
+            die([LAUNCH_FRAME, ARGS_FRAME], f"ValueError: {message}")
+    try:
+        slots = _adaptive.load_config(args.adaptive_config)
+    except (OSError, ValueError, AttributeError) as err:
+        die([LAUNCH_FRAME, ARGS_FRAME, ADAPTIVE_FRAME], f"{_error_name(err)}: {err}")
+    union = _adaptive.candidates(slots)
+    if args.steps is not None and args.steps not in union:
+        die(
+            [LAUNCH_FRAME, ARGS_FRAME, ADAPTIVE_FRAME],
+            f"ValueError: --speculative-num-steps={args.steps} is not in the adaptive config candidate_steps "
+            f"{union}. Pass one of those values.",
+        )
+    args.topk = args.topk or 1
+    args.steps = _adaptive.start_steps(slots, args.steps)
+    args.draft_tokens = args.steps + 1
+    return slots
 
 
 def visible_gpus(count: int, env: str | None) -> list[int]:
@@ -202,7 +304,7 @@ def check_gpus(args: ServerArgs, cfg: registry.GpuConfig) -> list[int]:
 def prepare(args: ServerArgs) -> Runtime:
     """The fast checks the real server makes before touching a GPU."""
     model = check_model(args.model_path)
-    check_speculative(args, model)
+    slots = check_speculative(args, model)
     drafter = None
     if args.algorithm in ("EAGLE", "EAGLE3", "STANDALONE") and args.draft_model_path:
         drafter = read_model_dir(args.draft_model_path)
@@ -212,11 +314,12 @@ def prepare(args: ServerArgs) -> Runtime:
     if args.algorithm is not None:
         a = float(drafter.knob("accept_top1")) if drafter else 0.30
         crippled = args.algorithm == "EAGLE" and drafter is not None and drafter.is_eagle3
-        spec = _speed.SpecSettings(args.steps or 1, args.topk or 1, args.draft_tokens or 2, a, crippled)
+        steps = args.steps if args.steps is not None else 1  # an adaptive tier may have 0
+        spec = _speed.SpecSettings(steps, args.topk or 1, args.draft_tokens or 2, a, crippled)
     decode = _speed.decode_model(float(model.knob("base_tok_s")), spec, args.cuda_graph)
     fraction = args.mem_fraction_static if args.mem_fraction_static is not None else DEFAULT_MEM_FRACTION
     args.mem_fraction_static = fraction
     if args.max_running_requests is None:
         args.max_running_requests = 1024 if version_tuple() < (0, 5, 20) else 2048
     trained_on = str(drafter.knob("trained_on")) if drafter else "chat"
-    return Runtime(args, model, drafter, spec, decode, gpus, cfg, fraction, trained_on)
+    return Runtime(args, model, drafter, spec, decode, gpus, cfg, fraction, trained_on, adaptive_slots=slots)
