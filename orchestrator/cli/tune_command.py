@@ -189,6 +189,18 @@ def outcome_json(o: tune_mod.Outcome) -> dict[str, Any]:
         "per_load": [{"setting": h.setting, "profile": h.profile, "levels": h.levels} for h in o.per_load],
         "per_load_line": o.per_load_line,
         "open_points": o.open_points,
+        "adaptive": None
+        if o.adaptive is None
+        else {
+            "tiers": o.adaptive.tiers,
+            "profile": o.adaptive.profile,
+            "skipped": o.adaptive.skipped,
+            "levels": [
+                {"load": load, "best_static": best, "verdict": verdict, "ratio": ratio}
+                for load, best, verdict, ratio in o.adaptive.levels
+            ],
+            "line": o.adaptive.line(),
+        },
         "model": None
         if model is None
         else {
@@ -298,6 +310,8 @@ def _print(o: tune_mod.Outcome) -> None:
         )
     if o.per_load_line:
         out.print(shown(o.per_load_line))
+    if o.adaptive is not None:
+        out.print(shown(o.adaptive.line()))
     out.print(Text(shown(f"verdict: {o.verdict}"), style="bold"))
     if o.winner_file:
         out.print(f"winner written: {shown(o.winner_file)}  (deploy it with -p {shown(o.winner_file)})")

@@ -95,6 +95,30 @@ class Handover:
 
 
 @dataclass
+class AdaptiveReport:
+    """SGLang's adaptive mode (0.5.23), with tiers from the campaign's own per-level winners,
+    against the best static setting at each level."""
+
+    #: batch size -> candidate steps, as the profile gives them
+    tiers: dict[int, list[int]]
+    profile: str
+    #: per level: (load, the best static setting's label, the verdict against it, the ratio)
+    levels: list[tuple[str, str, str, float | None]] = field(default_factory=list)
+    #: why it was not measured ("" when it was)
+    skipped: str = ""
+
+    def line(self) -> str:
+        if self.skipped:
+            return f"adaptive mode not measured: {self.skipped}"
+        tiers = ", ".join(f"{k}: {v}" for k, v in self.tiers.items())
+        parts = [
+            f"{load} {verdict} {best}" + (f" ({ratio:.2f}x)" if ratio is not None else "")
+            for load, best, verdict, ratio in self.levels
+        ]
+        return f"adaptive mode (tiers {{{tiers}}}): " + "; ".join(parts)
+
+
+@dataclass
 class ModelReport:
     """How well the campaign's model predicted the trials it chose, before they ran."""
 
@@ -139,6 +163,7 @@ class Outcome:
     open_points: list[str] = field(default_factory=list)
     model: ModelReport | None = None
     objective: str = ""
+    adaptive: AdaptiveReport | None = None
 
 
 def where(level: sweep_mod.Level) -> str:

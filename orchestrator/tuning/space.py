@@ -534,6 +534,13 @@ def _point(
     return Point(params, name, prof)
 
 
+def derived(x: Expanded, params: dict[str, Any]) -> Point:
+    """A profile the campaign makes beyond the grid (SGLang's adaptive mode with tiers of its own
+    winners): the space's profile with `params` set, through every rule as a point is."""
+    base_data, _ = profile_mod.load_raw(_ref(x.space.extends, x.path))
+    return _point(base_data, x.base.name, x.space.extends, params, x.path, hashed=True)
+
+
 def traffic(space: Space, path: Path) -> bench_mod.Traffic:
     """The space's traffic as bench's (the dataset read here, relative to the space file)."""
     from orchestrator.tuning import datasets

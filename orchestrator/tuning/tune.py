@@ -61,6 +61,25 @@ __all__ = ["Campaign", "LevelBest", "Options", "Outcome", "Status", "Trial", "es
 LOCK_TTL_S = 4 * 3600.0
 
 
+#: The first SGLang with --speculative-adaptive.
+ADAPTIVE_FROM = (0, 5, 23)
+
+
+def adaptive_why_not(x: space_mod.Expanded) -> str:
+    """'' when a campaign of this space also measures SGLang's adaptive mode, else why not."""
+    base = x.base
+    version = tuple(int(p) for p in base.server.sglang_version.split(".")[:3] if p.isdigit())
+    if version < ADAPTIVE_FROM:
+        return f"SGLang {base.server.sglang_version} has no --speculative-adaptive (0.5.23 has)"
+    if base.speculative.algorithm not in ("EAGLE", "EAGLE3", "NEXTN"):
+        return f"it needs EAGLE, EAGLE3 or NEXTN, not {base.speculative.algorithm}"
+    if any(k.startswith("speculative.adaptive") for k in x.space.vary):
+        return "the space varies speculative.adaptive itself"
+    if x.space.traffic.request_rate or len(x.space.traffic.concurrency) < 2:
+        return "its tiers are batch sizes: the traffic needs two concurrency levels or more"
+    return ""
+
+
 def settings_level(s: bench_mod.Settings) -> sweep_mod.Level:
     """The ledger level (sweep.Level) a bench of these settings records."""
     return sweep_mod.level_of(
@@ -147,8 +166,11 @@ class Campaign:
         self.pending: set[str] = set()
         self.reserved = 0
         self.baseline_host: str | None = None
-        #: restarts the search leaves for the leaders' confirmation
-        self.reserve = confirm_reserve(expanded.space)
+        #: why SGLang's adaptive mode is not measured ("": it is, with one restart kept for it)
+        self.adaptive_skip = adaptive_why_not(expanded)
+        self.adaptive_reserve = 0 if self.adaptive_skip else 1
+        #: restarts the search leaves for the leaders' confirmation and the adaptive mode
+        self.reserve = confirm_reserve(expanded.space) + self.adaptive_reserve
 
     # ---- ledger
 
@@ -239,6 +261,9 @@ class Campaign:
         for r in ledger.trials(self.id):
             params = json.loads(r["point"])
             point = self.by_key.get(space_mod.point_key(params))
+            if r["kind"] == "adaptive":
+                params = _adaptive_params(params)
+                point = space_mod.derived(self.x, params)
             prof = point.profile if point and point.profile else self.baseline
             trial = Trial(
                 r["number"],
@@ -414,7 +439,11 @@ class Campaign:
             pending = set(self.pending)
         try:
             fit = ctx = best = None
-            started = len(done) + len(pending) >= self.search.settings.startup_trials
+            # the model chooses once the spread points are in flight and the baseline is measured:
+            # every gain it predicts is against the baseline, which it would otherwise extrapolate
+            started = (
+                len(done) + len(pending) >= self.search.settings.startup_trials and self._have_baseline()
+            )
             if self.search.settings.sampler == "model" and started:
                 rows = self.rows()
                 fit = self.scores.fit(rows, boots=surrogate.BOOTSTRAP)
@@ -700,6 +729,98 @@ class Campaign:
             fit.accept if fit else None,
         )
 
+    def _tiers(self, levels: Sequence[tuple[sweep_mod.Level, Sequence[LevelBest]]]) -> dict[int, list[int]]:
+        """Batch size -> the steps of the best static setting at that concurrency (0: the baseline
+        wins there). SGLang's adaptive tiers draft a chain (top-k 1, steps + 1 tokens), so a
+        winner's tree keeps its depth and loses its width."""
+        names = {t.profile.name: t.profile for t in self.trials}
+        tiers: dict[int, list[int]] = {}
+        for level, rows in levels:
+            best = max(
+                (r for r in rows if r.speedup is not None), key=lambda r: r.speedup or 0.0, default=None
+            )
+            if best is None:
+                continue
+            prof = names.get(best.profile)
+            steps = 0
+            if prof is not None and prof.speculative.algorithm is not None:
+                steps = int(prof.speculative.num_steps or surrogate.AUTO_STEPS)
+            tiers[level.concurrency] = [steps]
+        return tiers
+
+    def _adaptive(
+        self, levels: Sequence[tuple[sweep_mod.Level, Sequence[LevelBest]]]
+    ) -> outcome_mod.AdaptiveReport | None:
+        """SGLang's adaptive mode with tiers from the per-level winners: one restart, the whole
+        curve, then each level against its best static setting."""
+        if self.adaptive_skip:
+            return outcome_mod.AdaptiveReport({}, "", skipped=self.adaptive_skip)
+        tiers = self._tiers(levels)
+        report = outcome_mod.AdaptiveReport(tiers, "")
+        if not any(s for steps in tiers.values() for s in steps):
+            report.skipped = "the baseline is best at every level: no tier would draft"
+            return report
+        params = _adaptive_params(
+            {
+                "speculative.num_steps": None,
+                "speculative.eagle_topk": None,
+                "speculative.num_draft_tokens": None,
+                "speculative.adaptive": {"tiers": tiers},
+            }
+        )
+        point = space_mod.derived(self.x, params)
+        if point.profile is None:
+            report.skipped = f"its profile is refused: {point.pruned}"
+            return report
+        report.profile = point.name
+        done = next((t for t in self.trials if t.kind == "adaptive" and t.profile.name == point.name), None)
+        if done is None:
+            if self.restarts_used >= self.budget:
+                report.skipped = "no restart left in the budget"
+                return report
+            self.phase = "adaptive"
+            host = next(
+                (h for h, p in self.deployed.items() if p is not None and h in self.hosts), self.hosts[0]
+            )
+            job = Trial(-2, "adaptive", params, point.profile, host)
+
+            def measure(h: str) -> None:
+                self._trial(job)
+
+            self._run_hosts(measure, [host])
+            done = job
+        if done.state not in ("complete", "infeasible"):
+            report.skipped = f"it failed: {done.diagnosis}"
+            return report
+        rows = self.rows()
+        fit = self.scores.fit(rows)
+        column = self.goal.metric if self.goal.kind != "goodput" else "tok_s"
+        flip = column in objective_mod.TIMES  # a time: lower is better
+
+        def runs(name: str, level: sweep_mod.Level) -> list[float]:
+            found = [v for _, v in self.scores.runs(rows, name, level, column, fit)]
+            return [1.0 / v for v in found if v > 0] if flip else found
+
+        for level, rows_at in levels:
+            best = max(
+                (r for r in rows_at if r.speedup is not None), key=lambda r: r.speedup or 0.0, default=None
+            )
+            if best is None:
+                continue
+            mine, theirs = runs(point.name, level), runs(best.profile, level)
+            if not mine or not theirs:
+                continue
+            found = stats.compare(mine, theirs)
+            words = {
+                "faster": "beats",
+                "slower": "loses to",
+                "within noise": "is within noise of",
+                "too few runs": "has too few runs against",
+            }[found.verdict]
+            label = "the baseline" if best.profile == self.baseline.name else best.label
+            report.levels.append((level.load, label, words, found.ratio))
+        return report
+
     def _verdict(self, winner: Trial | None) -> tuple[str, bool, list[str]]:
         rows = self.rows()
         mine = self.scores.samples(winner.profile.name, rows) if winner else []
@@ -796,9 +917,11 @@ class Campaign:
         what is left deployed."""
         self._search()
         leaders = self._confirm()
-        if self.restarts_used < self.budget and len(self._measured()) < len(self.x.valid):
+        if self.restarts_used < self.budget - self.adaptive_reserve and len(self._measured()) < len(
+            self.x.valid
+        ):
             # the leaders ran where they still ran, and left their restart: search with it
-            self.reserve = 0
+            self.reserve = self.adaptive_reserve
             self._search()
             leaders = self._confirm()
         ranked = self._ranked()
@@ -806,6 +929,7 @@ class Campaign:
         verdict, beats, still = self._verdict(winner)
         levels = self._levels()
         handovers, line = outcome_mod.per_load(levels, self.baseline.name)
+        adaptive = self._adaptive(levels)
         outcome = Outcome(
             self.id,
             str(self.x.path),
@@ -825,6 +949,7 @@ class Campaign:
             open_points=still,
             model=self._model_report(),
             objective=self.goal.describe(self.level.load),
+            adaptive=adaptive,
         )
         if winner is not None:
             outcome.winner_file = self._write_winner(winner, f"tuned: {verdict}")
@@ -858,6 +983,16 @@ class Campaign:
             ),
         )
         return outcome
+
+
+def _adaptive_params(params: dict[str, Any]) -> dict[str, Any]:
+    """An adaptive trial's fields, its tiers' batch sizes as numbers (JSON wrote them as text)."""
+    out = dict(params)
+    adaptive = dict(out.get("speculative.adaptive") or {})
+    if adaptive.get("tiers"):
+        adaptive["tiers"] = {int(k): list(v) for k, v in adaptive["tiers"].items()}
+        out["speculative.adaptive"] = adaptive
+    return out
 
 
 def _has(data: Mapping[str, Any], dotted: str) -> bool:

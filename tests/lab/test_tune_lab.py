@@ -181,3 +181,42 @@ def test_a_goodput_campaign_reads_the_most_load_off_the_request_rate_curve(lab, 
     assert len(trials) == 2 and all(t["state"] in ("complete", "infeasible") for t in trials), trials
     assert all(t["value"] is not None and 0 <= t["value"] <= 8 for t in trials)  # at most 16/s over 2/s
     assert outcome["verdict"].startswith("over the curve ")
+
+
+def test_sglang_adaptive_mode_is_measured_on_a_0_5_23_host(lab, tmp_path: Path) -> None:
+    """On SGLang 0.5.23 the campaign also runs --speculative-adaptive with tiers of its own per-level
+    winners: the server logs SGLang's own start line for it, and the outcome puts each level against
+    the best static setting there."""
+    host = next(h for h in lab.hosts if h.name == "lab4")
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    for name in ("base", "cg_5tok", "baseline"):
+        (folder / f"{name}.yml").write_text((ROOT / "profiles" / f"{name}.yml").read_text())
+    for name, extends in (("start", "cg_5tok"), ("plain", "baseline")):
+        (folder / f"{name}.yml").write_text(f"extends: {extends}\nserver: {{sglang_version: '0.5.23'}}\n")
+    space = tmp_path / "space.yml"
+    space.write_text(
+        "extends: start\nbaseline: plain\nvary:\n  speculative.num_steps: [1, 3]\n"
+        "  speculative.eagle_topk: [1]\n  speculative.num_draft_tokens: [2, 4]\n"
+        "traffic: {endpoint: generate, concurrency: [1, 8], requests: 8, max_tokens: 32, warmup: 1,"
+        " repeat: 2}\n"
+        "objective: {maximize: tok_s, at_concurrency: 1}\nbudget: {restarts: 5}\nsearch: {confirm: 1}\n"
+    )
+    ssh(host, "python3", "-m", "sglang._set_version", "0.5.23")
+    try:
+        done = orchestrator("--profiles-dir", str(folder), "tune", str(space), "-i", str(lab.inventory),
+                            "--limit", "lab4", "--leave", "none", "--json", timeout=600)  # fmt: skip
+        log = ssh(host, "journalctl", "-u", "sglang.service", "--no-pager", "-n", "400")
+    finally:
+        ssh(host, "python3", "-m", "sglang._set_version", "0.5.9")
+    assert done.returncode in (0, 1), done.stderr
+    outcome = json.loads(done.stdout)
+    adaptive = outcome["adaptive"]
+    print(adaptive["line"])
+    assert adaptive["skipped"] == "", adaptive
+    assert set(adaptive["tiers"]) == {"1", "8"}  # a tier per level: batch sizes 1 and 8
+    assert [r["load"] for r in adaptive["levels"]] == ["c=1", "c=8"]
+    trial = [t for t in outcome["trials"] if t["kind"] == "adaptive"]
+    assert len(trial) == 1 and trial[0]["state"] == "complete", trial
+    assert "AdaptiveSpeculativeParams initialized" in log  # SGLang's own start line, from the unit
+    assert outcome["restarts"] <= 5

@@ -462,3 +462,44 @@ def test_no_speculation_pays_is_said_only_when_the_model_rules_out_the_rest(lab:
     assert outcome.model is not None and outcome.model.predicted >= 1
     assert outcome.model.error is not None and outcome.model.error < 0.1
     assert outcome.left == "baseline"  # --leave best leaves the baseline where nothing beats it
+
+
+def test_sglang_adaptive_mode_is_measured_with_the_campaign_own_tiers(lab: Lab, tmp_path: Path) -> None:
+    """On SGLang 0.5.23 a campaign also measures --speculative-adaptive, its tiers the steps of each
+    level's best static setting (0 where the baseline wins), and puts it against that setting."""
+    for name, extends in (("start", "example:cg_5tok"), ("plain", "example:baseline")):
+        (tmp_path / f"{name}.yml").write_text(f"extends: {extends}\nserver: {{sglang_version: '0.5.23'}}\n")
+    path = write_space(
+        tmp_path,
+        {
+            "speculative.num_steps": [1, 3, 5],
+            "speculative.eagle_topk": [1],
+            "speculative.num_draft_tokens": [2, 4, 6],
+        },
+        extends=str(tmp_path / "start.yml"),
+        baseline=str(tmp_path / "plain.yml"),
+        traffic={"concurrency": [1, 32]},
+        budget={"restarts": 6},
+    )
+    x = space.expand(path)
+    assert len(x.valid) == 3 and tune.adaptive_why_not(x) == ""
+    outcome = campaign(path, ["lab1"], tmp_path).run()
+    assert outcome.restarts <= 6
+    report = outcome.adaptive
+    assert report is not None and not report.skipped, report
+    winner_steps = outcome.winner.profile.speculative.num_steps
+    assert report.tiers == {1: [winner_steps], 32: [0]}  # speculation loses at a batch of 32
+    measured = [t for t in outcome.trials if t.kind == "adaptive"]
+    assert len(measured) == 1 and measured[0].restarted and measured[0].state == "complete"
+    assert measured[0].profile.speculative.adaptive.tiers == report.tiers
+    loads = {load: (best, ratio) for load, best, _, ratio in report.levels}
+    assert loads["c=1"][0] == outcome.winner.label and loads["c=32"][0] == "the baseline"
+    assert all(
+        ratio == pytest.approx(1.0, abs=0.05) for _, ratio in loads.values()
+    )  # each tier runs as its winner
+    assert report.line().startswith("adaptive mode (tiers {1: [")
+
+
+def test_adaptive_mode_is_skipped_with_the_reason(lab: Lab, tmp_path: Path) -> None:
+    x = space.expand(write_space(tmp_path))
+    assert tune.adaptive_why_not(x) == "SGLang 0.5.9 has no --speculative-adaptive (0.5.23 has)"

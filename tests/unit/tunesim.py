@@ -33,9 +33,17 @@ GRID = {
 
 
 def model_of(prof: Any, concurrency: int, accept: float = ACCEPT) -> Any:
+    """The stand-in's speed of `prof` at a batch of `concurrency`. In adaptive mode, a batch runs
+    the steps of its tier (the largest batch size at most this one) as a chain: top-k 1, steps + 1
+    draft tokens, none at 0 steps (single-candidate tiers: the tier alone decides)."""
     s = prof.speculative
     spec = None
-    if s.algorithm is not None:
+    if s.algorithm is not None and s.adaptive is not None and s.adaptive.tiers:
+        size = max((k for k in s.adaptive.tiers if k <= concurrency), default=min(s.adaptive.tiers))
+        steps = s.adaptive.tiers[size][-1]
+        if steps:
+            spec = speed.SpecSettings(steps, 1, steps + 1, accept_top1=accept)
+    elif s.algorithm is not None:
         spec = speed.SpecSettings(s.num_steps, s.eagle_topk, s.num_draft_tokens, accept_top1=accept)
     return speed.decode_model(90.0, spec, prof.server.cuda_graph, batch=concurrency)
 
