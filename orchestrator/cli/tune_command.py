@@ -76,6 +76,12 @@ def check_output(x: space_mod.Expanded, hosts: list[str]) -> None:
         f"search: {x.space.search.sampler}; {est.trials} points measured, one baseline on the first host "
         "free (each host's speed is fitted from the trials)"
     )
+    why = tune_mod.adaptive_why_not(x)
+    out.print(
+        "adaptive mode: measured once, with tiers of the per-level winners (one restart)"
+        if not why
+        else f"adaptive mode: not measured: {why}"
+    )
     out.print(
         f"estimate: {est.restarts} restarts in {est.rounds} rounds, about {_duration(est.wall_s)} "
         f"({est.basis})"

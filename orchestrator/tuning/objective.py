@@ -21,6 +21,7 @@ Three kinds of objective:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -112,7 +113,8 @@ class Goal:
         best = 0.0
         last: tuple[float, Mapping[str, float | None]] | None = None
         for x, means in sorted(curve, key=lambda c: c[0]):
-            broken = [(c, limit) for c, limit in self.limits if (means.get(c) or 0.0) > limit]
+            # a figure not measured at a level is not kept there
+            broken = [(c, limit) for c, limit in self.limits if _or_inf(means.get(c)) > limit]
             if not broken:
                 best, last = x, (x, means)
                 continue
@@ -120,8 +122,8 @@ class Goal:
                 x0, before = last
                 cross = x
                 for c, limit in broken:
-                    y0, y1 = before.get(c) or 0.0, means.get(c) or 0.0
-                    if y1 > y0:
+                    y0, y1 = _or_inf(before.get(c)), _or_inf(means.get(c))
+                    if math.isfinite(y1) and y1 > y0:
                         cross = min(cross, x0 + (x - x0) * (limit - y0) / (y1 - y0))
                 best = max(best, cross)
             break
@@ -166,6 +168,10 @@ def goal(objective: Any, level: int) -> Goal:
     if objective.minimize is not None:
         return Goal("minimize", COLUMNS[objective.minimize], level, ttft_max, floors)
     return Goal("maximize", COLUMNS[objective.maximize or "tok_s"], level, ttft_max, floors)
+
+
+def _or_inf(value: float | None) -> float:
+    return math.inf if value is None else value
 
 
 def ratio(column: str, value: float | None, base: float | None) -> float | None:

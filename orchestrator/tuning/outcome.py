@@ -82,6 +82,14 @@ class LevelBest:
     p99_ttft_ms: float | None
     p99_itl_ms: float | None = None
     total_tok_s: float | None = None
+    #: False for a trial that breaks the objective's limits: shown, never named best
+    feasible: bool = True
+
+
+def best_row(rows: Sequence[LevelBest]) -> LevelBest | None:
+    """The best setting at a level: the highest gain among those that keep the limits."""
+    kept = [r for r in rows if r.speedup is not None and r.feasible]
+    return max(kept, key=lambda r: r.speedup or 0.0, default=None)
 
 
 @dataclass
@@ -179,11 +187,7 @@ def per_load(
     wins neighbouring levels; and a line saying where each takes over."""
     runs: list[Handover] = []
     for level, rows in levels:
-        best = max(
-            (r for r in rows if r.speedup is not None),
-            key=lambda r: r.speedup or 0.0,
-            default=None,
-        )
+        best = best_row(rows)
         if best is None:
             continue
         label = "the baseline" if best.profile == baseline else best.label

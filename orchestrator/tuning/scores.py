@@ -107,27 +107,30 @@ class Scores:
             len(self.levels),
             seed=self.x.space.search.seed or 0,
             boots=boots,
-            run_sigma=self.noise(rows),
+            run_sigma=self.noise(rows, "tok_s"),  # the fit's figures are tok/s and accept lengths
         )
         if boots == 0:
             with self.lock:
                 self._fit, self._fit_rows = found, len(rows)
         return found
 
-    def noise(self, rows: Sequence[Any]) -> float | None:
-        """Run-to-run noise of the scored metric: the pooled coefficient of variation of every point
-        measured more than once on one host at the scored level."""
-        column = self.goal.metric if self.goal.kind != "goodput" else "tok_s"
+    def noise(self, rows: Sequence[Any], column: str | None = None) -> float | None:
+        """Run-to-run noise of a metric (the scored one by default) at the scored level, as a
+        fraction: the pooled standard deviation of every point measured more than once on one host,
+        each run against its group's mean (pooled over the groups' degrees of freedom, so two runs
+        of a point weigh as one)."""
+        column = column or (self.goal.metric if self.goal.kind != "goodput" else "tok_s")
         runs: dict[tuple[str, str], list[float]] = {}
         for r in rows:
             if sweep_mod.measured(r) and sweep_mod.level_of(r) == self.level and r[column] is not None:
                 runs.setdefault((r["profile"], r["host"]), []).append(float(r[column]))
-        cvs = [
-            statistics.stdev(v) / statistics.fmean(v)
-            for v in runs.values()
-            if len(v) > 1 and statistics.fmean(v)
-        ]
-        return statistics.fmean(cvs) if cvs else None
+        squares, dof = 0.0, 0
+        for v in runs.values():
+            mean = statistics.fmean(v)
+            if len(v) > 1 and mean:
+                squares += sum((x / mean - 1.0) ** 2 for x in v)
+                dof += len(v) - 1
+        return (squares / dof) ** 0.5 if dof else None
 
     def runs(
         self,
@@ -136,8 +139,9 @@ class Scores:
         level: sweep_mod.Level,
         column: str,
         fit: surrogate.Fit | None,
-    ) -> list[tuple[int, float]]:
-        """A profile's runs at `level` as (repeat, figure on the average host)."""
+    ) -> list[tuple[tuple[str, int], float]]:
+        """A profile's runs at `level` as ((curve, repeat), figure on the average host): one key per
+        pass over the curve, a leader's extra runs included."""
         out = []
         for r in rows:
             if r["profile"] != profile or not sweep_mod.measured(r) or sweep_mod.level_of(r) != level:
@@ -145,7 +149,7 @@ class Scores:
             factor = fit.host_time_factor(r["host"]) if fit else 1.0
             value = self.goal.adjust(column, r[column], factor)
             if value is not None:
-                out.append((int(r["repeat"] or 0), value))
+                out.append(((str(r["curve_id"]), int(r["repeat"] or 0)), value))
         return out
 
     def means(
@@ -184,7 +188,7 @@ class Scores:
             runs = self.runs(rows, profile, self.level, goal.metric, fit)
             return [g for _, v in runs if (g := goal.gain(v, ref)) is not None]
         ref = base.get((-1, "goodput"))
-        by_repeat: dict[int, dict[tuple[int, str], float]] = {}
+        by_repeat: dict[tuple[str, int], dict[tuple[int, str], float]] = {}
         for i, level in enumerate(self.levels):
             for c, _ in goal.limits:
                 for k, v in self.runs(rows, profile, level, c, fit):

@@ -173,6 +173,14 @@ class Objective(_Model):
             raise ValueError(f"give one of maximize, minimize and goodput, not {' and '.join(given)}")
         if self.goodput is not None and (self.at_concurrency is not None or self.at_request_rate is not None):
             raise ValueError("goodput is read off the whole curve: drop at_concurrency / at_request_rate")
+        one_level = [
+            k for k in ("p99_ttft_ms_max", "tok_s_min", "total_tok_s_min") if getattr(self, k) is not None
+        ]
+        if self.goodput is not None and one_level:
+            raise ValueError(
+                f"{', '.join(one_level)} is a limit at one level, and goodput has none: put p99 limits in "
+                "goodput itself (p99_ttft_ms, p99_itl_ms), or drop it"
+            )
         return self
 
 

@@ -28,13 +28,14 @@ Engine layer: never prints. `Campaign.run()` returns an `Outcome` (outcome.py). 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,7 @@ ADAPTIVE_FROM = (0, 5, 23)
 def adaptive_why_not(x: space_mod.Expanded) -> str:
     """'' when a campaign of this space also measures SGLang's adaptive mode, else why not."""
     base = x.base
-    version = tuple(int(p) for p in base.server.sglang_version.split(".")[:3] if p.isdigit())
+    version = tuple(int(re.sub(r"\D.*", "", p) or 0) for p in base.server.sglang_version.split(".")[:3])
     if version < ADAPTIVE_FROM:
         return f"SGLang {base.server.sglang_version} has no --speculative-adaptive (0.5.23 has)"
     if base.speculative.algorithm not in ("EAGLE", "EAGLE3", "NEXTN"):
@@ -478,6 +479,8 @@ class Campaign:
                 return
             key = "baseline" if t.kind == "baseline" else space_mod.point_key(t.params)
             try:
+                if self.stop.is_set():  # Ctrl-C while this host chose: no new restart
+                    return
                 self._trial(t)
             finally:
                 with self.lock:
@@ -514,6 +517,7 @@ class Campaign:
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
             futures: dict[Future[None], str] = {pool.submit(work, h): h for h in hosts}
             pending = set(futures)
+            crashed: BaseException | None = None
             try:
                 while pending:
                     done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
@@ -522,6 +526,11 @@ class Campaign:
                             f.result()
                         except _Stop:
                             continue
+                        except KeyboardInterrupt:
+                            raise
+                        except Exception as exc:  # one host's crash stops the others' next trial
+                            self.stop.set()
+                            crashed = crashed or exc
             except KeyboardInterrupt:
                 self.stop.set()
                 for f in pending:
@@ -530,6 +539,8 @@ class Campaign:
                     except _Stop:
                         continue
                 raise Interrupted(self._stopped(" while benching")) from None
+        if crashed is not None:
+            raise crashed
         if self.stop.is_set():
             raise Interrupted(self._stopped(""))
 
@@ -557,7 +568,8 @@ class Campaign:
 
     def _confirm(self) -> str:
         """More runs of the two leaders at the scored level until Welch's test separates them:
-        'separated', 'tie', or '' (fewer than two)."""
+        'separated', 'tie' (the test ran and found them within noise), or '' (fewer than two
+        leaders, or too few runs to test)."""
         extra = self.x.space.search.confirm
         self.phase = "confirm"
         for _ in range(extra + 1):
@@ -568,15 +580,23 @@ class Campaign:
             found = stats.compare(self.scores.samples(a.profile.name), self.scores.samples(b.profile.name))
             if found.verdict in ("faster", "slower"):
                 return "separated"
+            tested = "tie" if found.verdict == "within noise" else ""
             done = sum(
                 1
                 for t in self.trials
                 if t.kind == "confirm" and t.profile.name in (a.profile.name, b.profile.name)
             )
             if done >= 2 * extra or self.stop.is_set():
-                return "tie"
+                return tested
             assign: dict[str, Trial] = {}
-            for leader in (a, b):
+            extra_runs = {
+                t.profile.name: sum(
+                    1 for x in self.trials if x.kind == "confirm" and x.profile.name == t.profile.name
+                )
+                for t in (a, b)
+            }
+            # with one host free, the leader with fewer extra runs has it: both get their turn
+            for leader in sorted((a, b), key=lambda t: extra_runs[t.profile.name]):
                 host = next(
                     (
                         h
@@ -593,21 +613,28 @@ class Campaign:
                     host = next((h for h in self.hosts if h not in assign), None)
                     if (
                         host is None
-                        or self.restarts_used + sum(x.restarted for x in assign.values()) >= self.budget
+                        or self.restarts_used + sum(x.restarted for x in assign.values())
+                        >= self.budget - self.adaptive_reserve
                     ):
                         continue
                 assign[host] = Trial(
                     leader.number, "confirm", leader.params, leader.profile, host, restarted=restart
                 )
             if not assign:
-                return "tie"
+                return tested
             jobs = dict(assign)
 
             def confirm_one(host: str, jobs: dict[str, Trial] = jobs) -> None:
                 self._confirm_one(jobs[host])
 
             self._run_hosts(confirm_one, list(jobs))
-        return "tie"
+        ranked = self._ranked()
+        if len(ranked) < 2:
+            return ""
+        last = stats.compare(
+            self.scores.samples(ranked[0].profile.name), self.scores.samples(ranked[1].profile.name)
+        )
+        return {"faster": "separated", "slower": "separated", "within noise": "tie"}.get(last.verdict, "")
 
     def _confirm_one(self, t: Trial) -> None:
         """A leader's extra runs: where it still runs, a bench only; elsewhere a deploy first."""
@@ -649,7 +676,10 @@ class Campaign:
             scored.sort(reverse=True)
             entries = [self._level_row(rows, fit, i, self.baseline.name, "baseline", base, column)]
             entries += [
-                self._level_row(rows, fit, i, name, full[name].label, base, column)
+                replace(
+                    self._level_row(rows, fit, i, name, full[name].label, base, column),
+                    feasible=full[name].state != "infeasible",
+                )
                 for _, name in scored[:top]
             ]
             out.append((level, entries))
@@ -736,9 +766,7 @@ class Campaign:
         names = {t.profile.name: t.profile for t in self.trials}
         tiers: dict[int, list[int]] = {}
         for level, rows in levels:
-            best = max(
-                (r for r in rows if r.speedup is not None), key=lambda r: r.speedup or 0.0, default=None
-            )
+            best = outcome_mod.best_row(rows)
             if best is None:
                 continue
             prof = names.get(best.profile)
@@ -802,9 +830,7 @@ class Campaign:
             return [1.0 / v for v in found if v > 0] if flip else found
 
         for level, rows_at in levels:
-            best = max(
-                (r for r in rows_at if r.speedup is not None), key=lambda r: r.speedup or 0.0, default=None
-            )
+            best = outcome_mod.best_row(rows_at)
             if best is None:
                 continue
             mine, theirs = runs(point.name, level), runs(best.profile, level)
@@ -825,11 +851,34 @@ class Campaign:
         rows = self.rows()
         mine = self.scores.samples(winner.profile.name, rows) if winner else []
         base = self.scores.samples(self.baseline.name, rows)
+        fit = self.scores.fit(rows)
+        means = self.scores.base(rows, fit)
+        if self.goal.kind == "goodput":
+            top = max(scores_mod.load_of(level) for level in self.levels)
+            if (means.get((-1, "goodput")) or 0.0) >= top:
+                return (
+                    "over the curve the baseline keeps the limits up to the highest load measured "
+                    f"({top:g}): no trial can show more goodput; add higher levels to the traffic to tell",
+                    False,
+                    [],
+                )
+        if winner is None:
+            over = [t for t in self.trials if t.kind == "trial" and t.state == "infeasible"]
+            if over:
+                return (
+                    f"{len(over)} trial(s) measured, every one breaks the objective's limits (e.g. "
+                    f"{over[0].label}: {over[0].diagnosis}): no winner",
+                    False,
+                    [],
+                )
         text, beats = outcome_mod.verdict(self.goal, self.level, winner, mine, base, [], 0)
         still: list[str] = []
         if winner is not None and not beats:
             still, left = self._open_points()
             text, beats = outcome_mod.verdict(self.goal, self.level, winner, mine, base, still, left)
+        why = self.goal.feasible({c: v for (i, c), v in means.items() if i == self.goal.level})
+        if why:
+            text += f"; the baseline itself breaks the limits ({why})"
         return text + self._against_incumbent(winner), beats, still
 
     def _against_incumbent(self, winner: Trial | None) -> str:
@@ -967,6 +1016,9 @@ class Campaign:
             self.stop.set()
             ledger.update_campaign(self.id, status="interrupted")
             raise Interrupted(self._stopped("")) from None
+        except Exception:
+            ledger.update_campaign(self.id, status="failed")
+            raise
         winner, verdict, leaders = outcome.winner, outcome.verdict, outcome.leaders
         outcome.wall_s = time.monotonic() - self.started
         ledger.update_campaign(
@@ -1051,10 +1103,11 @@ def confirm_reserve(space: space_mod.Space) -> int:
 
 
 def trials_for(x: space_mod.Expanded, hosts: int) -> int:
-    """How many points a campaign measures: its budget less the one baseline and the restart the
-    leaders' confirmation keeps, at most every valid point. The hosts share one baseline, so
-    their number does not change it."""
-    return min(len(x.valid), max(0, x.space.budget.restarts - 1 - confirm_reserve(x.space)))
+    """How many points a campaign measures: its budget less the one baseline, the restart the
+    leaders' confirmation keeps and the one SGLang's adaptive mode takes, at most every valid
+    point. The hosts share one baseline, so their number does not change it."""
+    adaptive = 0 if adaptive_why_not(x) else 1
+    return min(len(x.valid), max(0, x.space.budget.restarts - 1 - confirm_reserve(x.space) - adaptive))
 
 
 def estimate(x: space_mod.Expanded, hosts: int) -> Estimate:

@@ -48,6 +48,11 @@ def model_of(prof: Any, concurrency: int, accept: float = ACCEPT) -> Any:
     return speed.decode_model(90.0, spec, prof.server.cuda_graph, batch=concurrency)
 
 
+def model_tok_s_of(prof: Any, concurrency: int, accept: float = ACCEPT) -> float:
+    """tok/s of one of `concurrency` streams of `prof`."""
+    return model_of(prof, concurrency, accept).tok_s
+
+
 def model_tok_s(prof: Any, concurrency: int) -> float:
     return model_of(prof, concurrency).tok_s
 
