@@ -27,7 +27,9 @@ Engine layer: never prints. `Campaign.run()` returns an `Outcome` (outcome.py). 
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
 import statistics
 import threading
@@ -760,9 +762,10 @@ class Campaign:
         )
 
     def _tiers(self, levels: Sequence[tuple[sweep_mod.Level, Sequence[LevelBest]]]) -> dict[int, list[int]]:
-        """Batch size -> the steps of the best static setting at that concurrency (0: the baseline
-        wins there). SGLang's adaptive tiers draft a chain (top-k 1, steps + 1 tokens), so a
-        winner's tree keeps its depth and loses its width."""
+        """Batch size -> the steps of the best static setting at each concurrency (0: the baseline
+        wins there); a level's tier starts at the geometric midpoint from the level below.
+        SGLang's adaptive tiers draft a chain (top-k 1, steps + 1 tokens), so a winner's tree
+        keeps its depth and loses its width."""
         names = {t.profile.name: t.profile for t in self.trials}
         tiers: dict[int, list[int]] = {}
         for level, rows in levels:
@@ -774,7 +777,13 @@ class Campaign:
             if prof is not None and prof.speculative.algorithm is not None:
                 steps = int(prof.speculative.num_steps or surrogate.AUTO_STEPS)
             tiers[level.concurrency] = [steps]
-        return tiers
+        # a tier serves batch sizes from its key up to the next key; batches between two measured
+        # levels go to the nearer one on a log scale (the geometric midpoint), not all to the lower
+        sizes = sorted(tiers)
+        keyed = {sizes[0]: tiers[sizes[0]]}
+        for low, high in itertools.pairwise(sizes):
+            keyed[max(low + 1, round(math.sqrt(low * high)))] = tiers[high]
+        return keyed
 
     def _adaptive(
         self, levels: Sequence[tuple[sweep_mod.Level, Sequence[LevelBest]]]

@@ -553,7 +553,9 @@ def test_sglang_adaptive_mode_is_measured_with_the_campaign_own_tiers(lab: Lab, 
     report = outcome.adaptive
     assert report is not None and not report.skipped, report
     winner_steps = outcome.winner.profile.speculative.num_steps
-    assert report.tiers == {1: [winner_steps], 32: [0]}  # speculation loses at a batch of 32
+    # speculation loses at a batch of 32; batches from 6 (the geometric midpoint of 1 and 32) on
+    # take that level's tier
+    assert report.tiers == {1: [winner_steps], 6: [0]}
     measured = [t for t in outcome.trials if t.kind == "adaptive"]
     assert len(measured) == 1 and measured[0].restarted and measured[0].state == "complete"
     assert measured[0].profile.speculative.adaptive.tiers == report.tiers

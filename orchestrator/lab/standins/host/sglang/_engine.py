@@ -180,7 +180,9 @@ class Engine:
                 self._log_lines(self.rt.adaptive.activate(batch))
             spec = self.active_spec
         speed = self.rt.base_tok_s * self.host_speed * factor
-        return spec, batch, _speed.round_cost(spec, self.rt.args.cuda_graph, batch) / speed
+        # a tier of 0 steps drafts nothing (SGLang's "no drafting" tier): a plain decode step
+        costed = None if spec is not None and spec.steps == 0 else spec
+        return spec, batch, _speed.round_cost(costed, self.rt.args.cuda_graph, batch) / speed
 
     def generate(
         self, prompt_tokens: int, max_new_tokens: int, accept_top1: float | None = None
