@@ -27,8 +27,9 @@ Needs the lab (four hosts; brought up if it is not). Takes about 40 minutes on a
 `--simulate` needs no lab. It runs the same search in memory (tests/unit/tunesim.py: the stand-in's
 speed model, 1.5% run noise, four host factors) over three drafters (top-1 acceptance 0.44, 0.3,
 0.7) and two objectives (tok/s at c=1 and at c=8). For each: the exact grid once (the reference
-winner), then `--seeds` campaigns from the valid point farthest from the winner, with a quarter of
-the grid's restarts. A winner within 1.5% (one run's noise) of the reference counts as found.
+winner), then `--seeds` campaigns from the valid point farthest from the winner, with at most a
+quarter of the grid's restarts (7 of 30). A winner within 1.5% (one run's noise) of the reference
+counts as found.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def simulate(seeds: int, accepts: list[float], levels: list[int], hosts: int) ->
             start = folder / "start.yml"
             spec = {k.split(".")[1]: int(v) for k, v in far.params.items()}
             start.write_text(f"extends: example:cg_5tok\nspeculative: {json.dumps(spec)}\n")
-            budget = -(-(len(x.valid) + 1) // 4)  # a quarter of the grid's restarts
+            budget = (len(x.valid) + 1) // 4  # at most a quarter of the grid's restarts
             found, used, errors = 0, [], []
             for seed in range(seeds):
                 path = folder / f"space{seed}.yml"
@@ -185,7 +186,9 @@ def simulate(seeds: int, accepts: list[float], levels: list[int], hosts: int) ->
                 f"({true[best]:.3f}x)  {found}/{seeds}   {statistics.fmean(used):.1f}/{budget}    {err:>6}"
                 f"       {far.label}"
             )
-    print(f"grid: {len(x.valid)} valid points + the baseline; budget a quarter of that; {hosts} host(s)")
+    print(
+        f"grid: {len(x.valid)} valid points + the baseline; budget at most a quarter of that; {hosts} host(s)"
+    )
 
 
 def main() -> None:
