@@ -21,7 +21,7 @@ The stand-in's noise is on (1.5% a run, host factors in [0.96, 1.0]); each campa
 SGLANG_STANDIN_NOISE_SEED to its seed, so each run draws another series.
 
 Usage: python3 benchmarks/tune_quality.py [--seeds 10] [--start cg_16tok] [--hosts 4] [--skip-grid ID]
-       [--skip-hosts] [--simulate]
+       [--skip-hosts] [--only-hosts] [--simulate]
 Needs the lab (four hosts; brought up if it is not). Takes about 40 minutes on a 2-core machine.
 
 `--simulate` needs no lab. It runs the same search in memory (tests/unit/tunesim.py: the stand-in's
@@ -203,6 +203,7 @@ def main() -> None:
         "--start", action="append", help="the space's profile (cg_5tok, cg_16tok; default both)"
     )
     parser.add_argument("--simulate", action="store_true", help="the search in memory: no lab")
+    parser.add_argument("--only-hosts", action="store_true", help="only 1 host against 4, on the lab")
     parser.add_argument("--accept", type=float, action="append", help="--simulate: drafters (0.44, 0.3, 0.7)")
     parser.add_argument("--level", type=int, action="append", help="--simulate: scored concurrency (1, 8)")
     args = parser.parse_args()
@@ -212,6 +213,9 @@ def main() -> None:
     args.start = args.start or ["cg_5tok", "cg_16tok"]
     subprocess.run([sys.executable, "-m", "orchestrator", "lab", "up"], check=True, capture_output=True)
     work = Path(tempfile.mkdtemp(prefix="tune-quality-"))
+    if args.only_hosts:
+        hosts(work)
+        return
 
     # the reference: every valid point, all four hosts, no early stop and no confirmation
     folder = work / "grid"
