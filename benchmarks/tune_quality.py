@@ -186,6 +186,7 @@ def simulate(seeds: int, accepts: list[float], levels: list[int], hosts: int) ->
                 f"({true[best]:.3f}x)  {found}/{seeds}   {statistics.fmean(used):.1f}/{budget}    {err:>6}"
                 f"       {far.label}"
             )
+            print(f"  restarts per seed: {used}; model error per seed: {[f'{e:.1%}' for e in errors]}")
     print(
         f"grid: {len(x.valid)} valid points + the baseline; budget at most a quarter of that; {hosts} host(s)"
     )
