@@ -191,6 +191,29 @@ def rank_scales(vary: Mapping[str, list[Any]]) -> dict[str, Callable[[Any], floa
     return out
 
 
+def _places(
+    points: Sequence[space_mod.Point],
+    shapes: Mapping[str, surrogate.Shape],
+    ranks: Mapping[str, Callable[[Any], float]],
+) -> dict[str, list[float]]:
+    """Search._place of every point."""
+    raw = {}
+    for p in points:
+        s = shapes[p.key]
+        depth = min(s.steps, s.draft - 1) if s.spec else 0
+        known = [float(depth), float(s.draft), float(s.steps), float(s.cuda_graph)]
+        raw[p.key] = known + [ranks[k](v) for k, v in p.params.items() if k not in surrogate.KNOWN]
+    if not raw:
+        return {}
+    width = len(next(iter(raw.values())))
+    low = [min(v[i] for v in raw.values()) for i in range(width)]
+    high = [max(v[i] for v in raw.values()) for i in range(width)]
+    return {
+        k: [(x - lo) / (hi - lo) if hi > lo else 0.0 for x, lo, hi in zip(v, low, high, strict=True)]
+        for k, v in raw.items()
+    }
+
+
 class Search:
     """The order in which a campaign measures the valid points of a space."""
 
@@ -205,13 +228,21 @@ class Search:
             random.Random(self.settings.seed).shuffle(self.order)
         self.incumbent = None if self.settings.sampler == "grid" else x.incumbent
         self.rng = random.Random(self.settings.seed)
+        self._places = _places(self.valid, self.shapes, self.ranks)
+
+    def _place(self, p: space_mod.Point) -> list[float]:
+        """Where `p` lies in what it runs, each axis scaled to 0..1 over the valid points: the
+        tree's depth, its draft tokens, the draft steps, CUDA graphs, then the rank of each field
+        the model has no structure for. Two points that run the same tree (eagle_topk 1 or 4 with
+        2 draft tokens) lie at one place."""
+        return self._places[p.key]
 
     def _distance(self, p: space_mod.Point, measured: Sequence[space_mod.Point]) -> float:
         """How far `p` is from the nearest measured point, 0..1 (the space's diagonal is 1)."""
         if not measured:
             return 1.0
-        mine = _coords(p, self.ranks)
-        near = min(math.dist(mine, _coords(q, self.ranks)) for q in measured)
+        mine = self._place(p)
+        near = min(math.dist(mine, self._place(q)) for q in measured)
         return min(1.0, near / math.sqrt(max(1, len(mine))))
 
     def guesses(
