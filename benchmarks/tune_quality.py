@@ -1,15 +1,17 @@
 """How well `tune` searches, printed as numbers (never asserted).
 
-On the lab (the default):
+On the lab (the default), for each drafter (the stand-in's accept_top1: 0.44, the default; 0.3, a
+weak one; 0.7, a strong one; set with SGLANG_STANDIN_ACCEPT_TOP1 in every profile):
 
 - the exhaustive grid once, as SGLang's bench_speculative.py would run it: every valid point of
-  a 4 x 3 x 5 space (29 of 60 pass the profile rules), the same traffic, no early stop. Its best
-  point at the scored level is the reference winner. The grid measures one baseline; every run
-  is put on its scale with the host factors the campaign's own fit reports;
-- `tune` (the model's search, early stopping, leaders confirmed) with N different noise seeds: for
-  each, the winner, whether it is the reference winner or within noise of it (Welch's test over
-  the grid's own runs of both points), the restarts and the wall time. From cg_5tok, whose own
-  setting (3/4/5) a campaign measures first, and from cg_16tok (5/4/16), far from it;
+  a 4 x 3 x 5 space (29 of 60 pass the profile rules), code prompts at c=1 and c=8, no early
+  stop. Its best point at each level is that level's reference winner. The grid measures one
+  baseline; every run is put on its scale with the host factors the campaign's own fit reports;
+- for each level (the objective: tok/s at c=1, at c=8), `tune` with N noise seeds from the valid
+  point farthest from the reference winner, with at most a quarter of the grid's restarts (7 of
+  30). A winner counts as found when it is the reference, within 1.5% of it (one run's noise) in
+  the grid's runs, or within noise of it by Welch's test over them. Printed: found, the restarts
+  each seed used, the model's error on the points it predicted before measuring them;
 - the same campaign on 1 host and on 4 hosts, with the same budget: the wall times; and a
   restarting deploy onto 4 hosts in one play against one onto 1 host, which bounds what 4 hosts
   can gain on this machine (the lab's hosts share its cores).
@@ -20,9 +22,9 @@ at most 1/4 of the grid's restarts; 4 hosts in at most 0.4x the wall time of 1.
 The stand-in's noise is on (1.5% a run, host factors in [0.96, 1.0]); each campaign's profiles set
 SGLANG_STANDIN_NOISE_SEED to its seed, so each run draws another series.
 
-Usage: python3 benchmarks/tune_quality.py [--seeds 10] [--start cg_16tok] [--hosts 4] [--skip-grid ID]
+Usage: python3 benchmarks/tune_quality.py [--seeds 10] [--hosts 4] [--accept X]... [--level N]...
        [--skip-hosts] [--only-hosts] [--simulate]
-Needs the lab (four hosts; brought up if it is not). Takes about 40 minutes on a 2-core machine.
+Needs the lab (four hosts; brought up if it is not). Takes about an hour on a 2-core machine.
 
 `--simulate` needs no lab. It runs the same search in memory (tests/unit/tunesim.py: the stand-in's
 speed model, 1.5% run noise, four host factors) over three drafters (top-1 acceptance 0.44, 0.3,
@@ -65,19 +67,23 @@ objective: {{maximize: tok_s, at_concurrency: 1}}
 """
 
 
-def profiles(folder: Path, seed: int) -> None:
-    """The example profiles, each with this run's noise seed."""
+def profiles(folder: Path, seed: int, accept: float | None = None) -> None:
+    """The example profiles, each with this run's noise seed (and the drafter's accept_top1)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "base.yml").write_text((ROOT / "profiles/base.yml").read_text())
+    env = f"env:\n  SGLANG_STANDIN_NOISE_SEED: '{seed}'\n"
+    if accept is not None:
+        env += f"  SGLANG_STANDIN_ACCEPT_TOP1: '{accept}'\n"
     for name in ("cg_5tok", "baseline", "eagle3_16tok_nocg", "cg_16tok"):
         text = (ROOT / f"profiles/{name}.yml").read_text()
-        (folder / f"{name}.yml").write_text(text + f"env:\n  SGLANG_STANDIN_NOISE_SEED: '{seed}'\n")
+        (folder / f"{name}.yml").write_text(text + env)
 
 
-def space(folder: Path, search: str, budget: int, extends: str = "cg_5tok") -> Path:
+def space(folder: Path, search: str, budget: int, extends: str = "cg_5tok", level: int = 1) -> Path:
     path = folder / "space.yml"
     head = f"extends: {extends}\nbaseline: baseline\nvary:\n"
-    path.write_text(f"{head}{GRID}{TRAFFIC}budget: {{restarts: {budget}}}\nsearch: {search}\n")
+    traffic = TRAFFIC.replace("at_concurrency: 1", f"at_concurrency: {level}")
+    path.write_text(f"{head}{GRID}{traffic}budget: {{restarts: {budget}}}\nsearch: {search}\n")
     return path
 
 
@@ -93,13 +99,13 @@ def tune(folder: Path, path: Path, hosts: list[str]) -> dict:
     return outcome
 
 
-def runs(campaign: str, profile: str, factors: dict[str, float]) -> list[float]:
-    """A point's decode tok/s at c=1 in a campaign, run by run, each as a ratio to the baseline's
-    mean, both on the average host's scale (`factors`: the campaign's fitted host speeds)."""
+def runs(campaign: str, profile: str, factors: dict[str, float], level: int = 1) -> list[float]:
+    """A point's decode tok/s at c=`level` in a campaign, run by run, each as a ratio to the
+    baseline's mean, both on the average host's scale (`factors`: the campaign's fitted host speeds)."""
     conn = sqlite3.connect(state_dir() / "ledger.sqlite")
     rows = conn.execute(
-        "SELECT host, profile, tok_s FROM bench_results WHERE sweep_id=? AND concurrency=1 AND result='ok'",
-        (campaign,),
+        "SELECT host, profile, tok_s FROM bench_results WHERE sweep_id=? AND concurrency=? AND result='ok'",
+        (campaign, level),
     ).fetchall()
     conn.close()
     base = [tok / factors.get(host, 1.0) for host, name, tok in rows if name == "baseline"]
@@ -170,7 +176,7 @@ def simulate(seeds: int, accepts: list[float], levels: list[int], hosts: int) ->
                         "deployed_target",
                         lambda inv, host, prof: bench.Target(host, "a", 1, prof.name),
                     ),
-                    mock.patch.object(bench, "journal_messages", lambda inv, host, unit="": lambda since: []),
+                    mock.patch.object(bench, "journal_lines", lab.journal_lines),
                 ):
                     options = tune.Options(leave="none", profiles_dir=folder / "out")
                     o = tune.Campaign(space.expand(path), Path("inv"), list(factors), options).run()
@@ -195,91 +201,87 @@ def simulate(seeds: int, accepts: list[float], levels: list[int], hosts: int) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--skip-grid", metavar="CAMPAIGN", help="reuse this grid campaign's id")
     parser.add_argument("--skip-hosts", action="store_true")
     parser.add_argument(
         "--hosts", type=int, default=4, choices=range(1, 5), help="hosts of each seeded campaign"
     )
-    parser.add_argument(
-        "--start", action="append", help="the space's profile (cg_5tok, cg_16tok; default both)"
-    )
     parser.add_argument("--simulate", action="store_true", help="the search in memory: no lab")
     parser.add_argument("--only-hosts", action="store_true", help="only 1 host against 4, on the lab")
-    parser.add_argument("--accept", type=float, action="append", help="--simulate: drafters (0.44, 0.3, 0.7)")
-    parser.add_argument("--level", type=int, action="append", help="--simulate: scored concurrency (1, 8)")
+    parser.add_argument(
+        "--accept", type=float, action="append", help="drafters' accept_top1 (0.44, 0.3, 0.7)"
+    )
+    parser.add_argument("--level", type=int, action="append", help="scored concurrency (1, 8)")
     args = parser.parse_args()
     if args.simulate:
         simulate(args.seeds, args.accept or [0.44, 0.3, 0.7], args.level or [1, 8], args.hosts)
         return
-    args.start = args.start or ["cg_5tok", "cg_16tok"]
     subprocess.run([sys.executable, "-m", "orchestrator", "lab", "up"], check=True, capture_output=True)
     work = Path(tempfile.mkdtemp(prefix="tune-quality-"))
     if args.only_hosts:
         hosts(work)
         return
-
-    # the reference: every valid point, all four hosts, no early stop and no confirmation
-    folder = work / "grid"
-    profiles(folder, 1000)
-    if args.skip_grid:
-        grid_id = args.skip_grid
-        grid = {"campaign_id": grid_id, "restarts": "?", "wall_s": 0.0, "trials": [], "model": None}
-    else:
-        grid = tune(folder, space(folder, "{sampler: grid, early_stop: false, confirm: 0}", 29 + 1), HOSTS)
-        grid_id = grid["campaign_id"]
-    conn = sqlite3.connect(state_dir() / "ledger.sqlite")
-    query = "SELECT DISTINCT profile FROM trials WHERE campaign_id=? AND kind='trial' AND state='complete'"
-    points = [r[0] for r in conn.execute(query, (grid_id,))]
-    conn.close()
-    factors = (grid.get("model") or {}).get("host_factors") or {}
-    scored = {p: runs(grid_id, p, factors) for p in points}
-    reference = max(scored, key=lambda p: sum(scored[p]) / len(scored[p]))
-    ref_mean = sum(scored[reference]) / len(scored[reference])
-    print(
-        f"grid {grid_id}: {len(points)} points measured, {grid['restarts']} restarts, {grid['wall_s']:.0f} s"
-    )
-    print(f"reference winner: {reference} {ref_mean:.3f}x the baseline at c=1")
-    close = sorted(scored, key=lambda p: -sum(scored[p]) / len(scored[p]))[:6]
-    for p in close:
-        verdict = stats.compare(scored[p], scored[reference]).verdict if p != reference else "-"
-        print(f"  {p}: {sum(scored[p]) / len(scored[p]):.3f}x ({verdict} against the reference)")
-
-    for start in args.start:
-        campaigns(work, start, args.seeds, reference, scored, HOSTS[: args.hosts])
+    print("landscape        level  reference winner (gain)  found  restarts per seed     model error  start")
+    for accept in args.accept or [0.44, 0.3, 0.7]:
+        landscape(work, accept, args.level or [1, 8], args.seeds, HOSTS[: args.hosts])
     if not args.skip_hosts:
         hosts(work)
 
 
-def campaigns(
-    work: Path, start: str, seeds: int, reference: str, scored: dict[str, list[float]], on: list[str]
-) -> None:
-    """`tune` from the space profile `start` with each noise seed: how often it finds the reference
-    winner. From cg_5tok (the reference winner's own setting, which a campaign measures first) this
-    shows the verdict; from cg_16tok (5/4/16, far from it) the search itself."""
-    reference = reference.replace("cg_5tok.", f"{start}.", 1)
-    scored = {p.replace("cg_5tok.", f"{start}.", 1): v for p, v in scored.items()}
-    print(f"from {start}:")
-    found = 0
-    for seed in range(seeds):
-        folder = work / f"{start}-seed{seed}"
-        profiles(folder, seed)
-        o = tune(folder, space(folder, f"{{seed: {seed}}}", 8, start), on)
-        winner = o["winner"]
-        if winner == reference:
-            how = "the reference winner"
-        elif winner in scored:
-            verdict = stats.compare(scored[winner], scored[reference]).verdict
-            how = f"{verdict} against the reference"
-        else:
-            how = "not measured by the grid"
-        ok = winner == reference or how.startswith(("within noise", "faster", "too few"))
-        found += ok
-        error = (o.get("model") or {}).get("error")
-        print(f"seed {seed}: winner {winner} ({how}), {o['restarts']} restarts, {o['wall_s']:.0f} s, "
-              f"model error {error if error is None else f'{error:.1%}'}, "
-              f"leaders {o['leaders'] or '-'}: {o['verdict']}")  # fmt: skip
-    print(f"from {start}: the reference winner or one within noise in {found} of {seeds} runs "
-          f"(budget 8 restarts on {len(on)} host(s); the grid: 29 trials + 1 baseline = 30)")  # fmt: skip
+def landscape(work: Path, accept: float, levels: list[int], seeds: int, on: list[str]) -> None:
+    """One drafter: the grid once on four hosts (both levels of the curve), then for each level
+    `seeds` campaigns from the valid point farthest from that level's reference winner."""
+    import statistics
+
+    from orchestrator.tuning import search
+    from orchestrator.tuning import space as space_mod
+
+    folder = work / f"grid-a{accept}"
+    profiles(folder, 1000, accept)
+    grid = tune(folder, space(folder, "{sampler: grid, early_stop: false, confirm: 0}", 30), HOSTS)
+    x = space_mod.expand(folder / "space.yml")
+    suffix = {p.name.split(".", 1)[1]: p for p in x.valid}
+    factors = (grid.get("model") or {}).get("host_factors") or {}
+    ranks = search.rank_scales(x.space.vary)
+    budget = (len(x.valid) + 1) // 4  # at most a quarter of the grid's restarts
+    for level in levels:
+        scored = {k: runs(grid["campaign_id"], f"cg_5tok.{k}", factors, level) for k in suffix}
+        scored = {k: v for k, v in scored.items() if v}
+        mean = {k: statistics.fmean(v) for k, v in scored.items()}
+        ref = max(mean, key=lambda k: mean[k])
+        far = max(
+            x.valid,
+            key=lambda p: sum(
+                (ranks[k](p.params[k]) - ranks[k](suffix[ref].params[k])) ** 2 for k in p.params
+            ),
+        )
+        spec = {k.split(".")[1]: int(v) for k, v in far.params.items()}
+        found, used, errors, walls, notes = 0, [], [], [], []
+        for seed in range(seeds):
+            seeded = work / f"a{accept}-c{level}-seed{seed}"
+            profiles(seeded, seed, accept)
+            (seeded / "far.yml").write_text(f"extends: cg_5tok\nspeculative: {json.dumps(spec)}\n")
+            o = tune(seeded, space(seeded, f"{{seed: {seed}}}", budget, "far", level), on)
+            won = (o["winner"] or ".").split(".", 1)[1]
+            close = won in mean and mean[won] >= mean[ref] * (1 - 0.015)
+            welch = stats.compare(scored[won], scored[ref]).verdict if won in scored and won != ref else "-"
+            ok = won == ref or close or welch == "within noise"
+            found += ok
+            used.append(o["restarts"])
+            walls.append(o["measured_wall_s"])
+            if (o.get("model") or {}).get("error") is not None:
+                errors.append(o["model"]["error"])
+            if not ok:
+                notes.append(f"seed {seed}: {won or 'no winner'} {mean.get(won, 0):.3f}x ({welch})")
+        err = f"{statistics.fmean(errors):.1%}" if errors else "-"
+        print(
+            f"accept_top1 {accept:<4} c={level:<3}  {ref} ({mean[ref]:.3f}x)        {found}/{seeds}   "
+            f"{used} of {budget}  {err:>6}       {far.name.split('.', 1)[1]}"
+        )
+        print(f"  grid {grid['campaign_id']}: {len(scored)} points; each campaign "
+              f"{statistics.fmean(walls):.0f} s on {len(on)} host(s); model error per seed "
+              f"{[f'{e:.1%}' for e in errors]}")  # fmt: skip
+        for n in notes:
+            print(f"  missed: {n}")
 
 
 def hosts(work: Path) -> None:

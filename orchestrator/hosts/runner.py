@@ -97,6 +97,17 @@ class PlayCanceled(OrchestratorError):
         self.partial = partial
 
 
+_canceled = 0  # the newest cancel_plays(); a play in a thread started before it stops
+
+
+def cancel_plays() -> None:
+    """Cancel the plays that other threads run now (a tune campaign's hosts), as Ctrl-C cancels
+    the main thread's. Called by the main thread when it sees the Ctrl-C. A play started after
+    this call (a rollback) runs."""
+    global _canceled
+    _canceled += 1  # only the main thread writes it
+
+
 @contextmanager
 def _interrupts() -> Iterator[Callable[[], bool]]:
     """Ctrl-C, SIGTERM and SIGHUP (the terminal or ssh session went away) as a flag, the old
@@ -108,7 +119,9 @@ def _interrupts() -> Iterator[Callable[[], bool]]:
     """
     caught = threading.Event()
     if threading.current_thread() is not threading.main_thread():
-        yield caught.is_set  # only the main thread gets signals, and may set handlers
+        # only the main thread gets signals and may set handlers: it cancels through cancel_plays
+        began = _canceled
+        yield lambda: _canceled != began
         return
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     # An ignored signal stays ignored: under nohup a hangup must not stop the deploy.

@@ -77,6 +77,8 @@ ACCEPT_TOLERANCE = 0.05
 #: newest 200 hold several. Not more: above about 250 entries the logs play came back empty on
 #: the lab (journalctl's JSON through ansible-runner's events), silently.
 LOG_LINES = 200
+#: entries one read after several runs asks for (the newest, within its --since window)
+LOG_WINDOW_LINES = 2000
 
 
 class BenchError(OrchestratorError):
@@ -272,6 +274,9 @@ class BenchResult:
     accept_len_log: float | None = None
     notes: list[str] = field(default_factory=list)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    #: the measurement's window on this machine's clock (epoch seconds), for a log read later
+    began_epoch: float = 0.0
+    ended_epoch: float = 0.0
     curve_id: str = ""
     repeat: int = 0
 
@@ -606,11 +611,15 @@ def run(
     settings: Settings = Settings(),
     on_progress: Callable[[str, int, int], None] | None = None,
     log_messages: Callable[[float], list[str]] | None = None,
+    *,
+    log_later: bool = False,
 ) -> BenchResult:
     """Warm up, then measure one level; `on_progress(phase, done, total)` after each request.
 
     `log_messages(since_epoch)` gives the server's log lines since the measurement began,
     for the accept-length cross-check (None: no log to read, e.g. a server outside any inventory).
+    `log_later`: the caller reads the log once for several runs and gives each its lines
+    (`logged`); the run's notes come then.
     """
     info = server_info(target)
     model = str(info.get("served_model_name") or info.get("model_path") or "default")
@@ -638,13 +647,15 @@ def run(
     result = BenchResult(target, settings, streams, duration, sglang_version=str(info.get("version", "")))
     result.speculative = bool(after.get("speculative_algorithm"))
     result.accept_len = accept_from_server_info(after) or (None if result.speculative else 1.0)
-    if log_messages is not None and result.speculative:
+    result.began_epoch, result.ended_epoch = began_epoch, time.time()
+    if log_messages is not None and result.speculative and not log_later:
         result.accept_len_log = accept_from_log(log_messages(began_epoch))
     if flushed:
         result.notes.append(
             f"prefix cache not flushed before the run ({flushed}): prompts seen before prefill faster"
         )
-    result.notes += _notes(result)
+    if not log_later:
+        result.notes += _notes(result)
     if not result.ok_streams:
         raise BenchError(f"{target.host}: every request failed: {'; '.join(sorted(set(result.errors)))}")
     return result
@@ -823,3 +834,30 @@ def journal_messages(
         return [line.message for line in batch.lines if line.time >= since]
 
     return read
+
+
+def journal_lines(
+    inventory: Path, host: str, unit_name: str = "sglang.service"
+) -> Callable[[float], list[tuple[float, str]]]:
+    """A reader of the host's unit journal since a time: (epoch seconds, message) of each entry.
+    One read covers several runs (a tune trial's), so it asks journalctl for the window itself."""
+
+    def read(since_epoch: float) -> list[tuple[float, str]]:
+        from orchestrator.hosts import logs_play
+
+        since = datetime.fromtimestamp(since_epoch, UTC)
+        window = f"@{int(since_epoch)}"  # systemd.time's epoch form; the filter below is exact
+        batch = logs_play.read(
+            inventory, unit_name=unit_name, lines=LOG_WINDOW_LINES, since=window, limit=host
+        )
+        return [(line.time.timestamp(), line.message) for line in batch.lines if line.time >= since]
+
+    return read
+
+
+def logged(result: BenchResult, lines: Sequence[tuple[float, str]]) -> None:
+    """A `log_later` run's accept length from the log lines of its own window, and its notes."""
+    if result.speculative:
+        mine = [m for t, m in lines if result.began_epoch <= t <= result.ended_epoch]
+        result.accept_len_log = accept_from_log(mine)
+    result.notes += _notes(result)

@@ -54,8 +54,9 @@ class Scores:
         self.shapes = {p.key: surrogate.shape_of(p.profile, varied) for p in x.valid if p.profile}
         self.base_shape = surrogate.shape_of(self.baseline, varied)
         self.lock = threading.RLock()
-        self._fit: surrogate.Fit | None = None
-        self._fit_rows = -1
+        #: (the runs' ids, bootstrap refits) -> the fit on them
+        self._fits: dict[tuple[tuple[Any, ...], int], surrogate.Fit | None] = {}
+        self._fitting = threading.Lock()
 
     def point_of(self, profile: str) -> str | None:
         """The point key (or the baseline's own key) of a profile name."""
@@ -94,25 +95,28 @@ class Scores:
         return out
 
     def fit(self, rows: Sequence[Any] | None = None, boots: int = 0) -> surrogate.Fit | None:
-        """The model on the campaign's runs (None before any); without bootstrap refits unless asked."""
+        """The model on the campaign's runs (None before any); without bootstrap refits unless asked.
+
+        A fit is made once per set of runs: hosts that ask together wait for one fit and share it
+        (a bootstrap fit takes about half a second, and Python's threads would only take turns)."""
         rows = self.rows() if rows is None else rows
-        with self.lock:
-            if boots == 0 and self._fit is not None and self._fit_rows == len(rows):
-                return self._fit
-        obs = self.observations(rows)
-        if not obs:
-            return None
-        found = surrogate.fit(
-            obs,
-            len(self.levels),
-            seed=self.x.space.search.seed or 0,
-            boots=boots,
-            run_sigma=self.noise(rows, "tok_s"),  # the fit's figures are tok/s and accept lengths
-        )
-        if boots == 0:
-            with self.lock:
-                self._fit, self._fit_rows = found, len(rows)
-        return found
+        key = (tuple(_row_id(r) for r in rows), boots)
+        with self._fitting:
+            if key in self._fits:
+                return self._fits[key]
+            obs = self.observations(rows)
+            found = None
+            if obs:
+                found = surrogate.fit(
+                    obs,
+                    len(self.levels),
+                    seed=self.x.space.search.seed or 0,
+                    boots=boots,
+                    run_sigma=self.noise(rows, "tok_s"),  # the fit's figures are tok/s and accept lengths
+                )
+            self._fits = {k: v for k, v in self._fits.items() if k[1] != boots}  # the newest only
+            self._fits[key] = found
+            return found
 
     def noise(self, rows: Sequence[Any], column: str | None = None) -> float | None:
         """Run-to-run noise of a metric (the scored one by default) at the scored level, as a
@@ -230,3 +234,11 @@ class Scores:
             self.noise(rows) or surrogate.RUN_SIGMA,
             discrepancy,
         )
+
+
+def _row_id(r: Any) -> Any:
+    """A run's ledger id (its figures where it has none: a row built by hand)."""
+    try:
+        return r["id"]
+    except (IndexError, KeyError):
+        return tuple(r.values()) if isinstance(r, dict) else tuple(r)

@@ -209,7 +209,7 @@ def _lsq(rows: list[list[float]], y: list[float], design: _Design, scale: float)
     a = np.array(rows + (np.eye(design.size) * math.sqrt(RIDGE) * scale).tolist())
     b = np.array(y + [0.0] * design.size)
     low, high = design.bounds()
-    return [float(v) for v in lsq_linear(a, b, bounds=(low, high)).x]
+    return [float(v) for v in lsq_linear(a, b, bounds=(low, high), method="bvls").x]
 
 
 # --- the fit ------------------------------------------------------------------------------------

@@ -35,15 +35,16 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from orchestrator import ledger
 from orchestrator.errors import InputError, Interrupted, OrchestratorError
 from orchestrator.hosts import deploy as deploy_mod
+from orchestrator.hosts import runner
 from orchestrator.hosts.runner import TaskEvent
 from orchestrator.profile import model as profile_mod
 from orchestrator.tuning import bench as bench_mod
@@ -119,6 +120,69 @@ class _Stop(Exception):
     """Ctrl-C seen between two bench runs."""
 
 
+#: how long a restart waits for hosts still choosing theirs, to share its play
+GATHER_S = 2.0
+
+
+@dataclass
+class _Play:
+    assign: dict[str, profile_mod.Profile] = field(default_factory=dict)
+    done: threading.Event = field(default_factory=threading.Event)
+    result: dict[str, str] = field(default_factory=dict)
+    error: BaseException | None = None
+
+
+class _Gather:
+    """Restarts asked for together run as one play.
+
+    One ansible-playbook process then restarts several hosts, as `deploy --limit` does: one
+    process's start-up instead of one per host, and Ansible's own forks. The first host to ask
+    waits while other hosts are still choosing their next point (at most GATHER_S), then runs
+    the play for every host that joined. A host that will not restart says so (`done`)."""
+
+    def __init__(self, play: Callable[[dict[str, profile_mod.Profile]], dict[str, str]]):
+        self.play = play
+        self.cond = threading.Condition()
+        #: hosts choosing their next job, which may ask for a restart soon
+        self.soon: set[str] = set()
+        self.forming: _Play | None = None
+
+    def expect(self, hosts: Iterable[str]) -> None:
+        with self.cond:
+            self.soon |= set(hosts)
+
+    def done(self, host: str) -> None:
+        with self.cond:
+            self.soon.discard(host)
+            self.cond.notify_all()
+
+    def restart(self, host: str, prof: profile_mod.Profile) -> dict[str, str]:
+        with self.cond:
+            self.soon.discard(host)
+            play, lead = self.forming, self.forming is None
+            if play is None:
+                play = self.forming = _Play()
+            play.assign[host] = prof
+            self.cond.notify_all()
+            if lead:
+                end = time.monotonic() + GATHER_S
+                while self.soon and (left := end - time.monotonic()) > 0:
+                    self.cond.wait(left)
+                self.forming = None  # closed: who asks next starts another play
+        if lead:
+            try:
+                play.result = self.play(dict(play.assign))
+            except BaseException as exc:  # every host of the play sees it
+                play.error = exc
+            finally:
+                play.done.set()
+        else:
+            play.done.wait()
+        if play.error is not None:
+            raise play.error
+        return play.result
+
+
 @dataclass
 class Options:
     leave: str = "best"  # best, baseline, none
@@ -174,6 +238,7 @@ class Campaign:
         self.adaptive_reserve = 0 if self.adaptive_skip else 1
         #: restarts the search leaves for the leaders' confirmation and the adaptive mode
         self.reserve = confirm_reserve(expanded.space) + self.adaptive_reserve
+        self.gather = _Gather(self._deploy)
 
     # ---- ledger
 
@@ -325,27 +390,19 @@ class Campaign:
         return out
 
     def _session(self, host: str) -> Any:
-        """The bench target (the deployed plan) and a journal reader of `host` (Ansible's in-process
-        inventory is not thread-safe: these reads, and the reader's plays, are serialised)."""
+        """The bench target (the deployed plan) and a journal reader of `host`."""
         prof = self.deployed[host]
         assert prof is not None
-        with Campaign._ansible:
-            reader = bench_mod.journal_messages(self.inventory, host, prof.service.unit_name)
-            target = bench_mod.deployed_target(self.inventory, host, prof)
-        return target, self._serialised(reader)
-
-    _ansible = threading.Lock()
-
-    def _serialised(self, read: Callable[[float], list[str]]) -> Callable[[float], list[str]]:
-        def locked(since: float) -> list[str]:
-            with Campaign._ansible:
-                return read(since)
-
-        return locked
+        reader = bench_mod.journal_lines(self.inventory, host, prof.service.unit_name)
+        return bench_mod.deployed_target(self.inventory, host, prof), reader
 
     def _bench(self, trial: Trial, first_look: bool) -> None:
         """The trial's traffic on its host: the scored level first (one run: the first look, which
-        may stop it), then every level `repeat` times. Fills trial.state and trial.value."""
+        may stop it), then every level `repeat` times. Fills trial.state and trial.value.
+
+        The journal is read once, after the last run, and each run takes the lines of its own
+        window: one play per trial instead of one per run (each is an ansible-playbook process,
+        which the lab's few cores feel when several hosts bench at once)."""
         target, log = self._session(trial.host)
         traffic = self.x.traffic
         levels = traffic.levels()
@@ -363,31 +420,57 @@ class Campaign:
             "profile": trial.profile.name,
             "speculative": int(trial.profile.speculative.algorithm is not None),
         }
-        for i, (settings, k) in enumerate(order):
-            if self.stop.is_set():
-                raise _Stop
-            self.running[trial.host] = f"{trial.label}: bench {settings.level} ({i + 1}/{len(order)})"
-            self._status()
-            try:
-                result = bench_mod.run(target, settings, None, log)
-            except OrchestratorError as exc:
-                sweep_mod._record_failure(
-                    base_row, uuid.uuid4().hex[:12], trial.host, f"bench failed: {exc}", settings
-                )
-                trial.state, trial.diagnosis = "failed", f"{trial.host}: bench failed: {exc}"
-                return
-            result.curve_id, result.repeat = curve_id, k
-            bench_mod.record(result, self.id)
-            if i == 0 and first_look and self._behind(trial):
-                return
+        done: list[bench_mod.BenchResult] = []
+        read = True  # Ctrl-C or a crash: the runs go in without a last play
+        try:
+            for i, (settings, k) in enumerate(order):
+                if self.stop.is_set():
+                    raise _Stop
+                self.running[trial.host] = f"{trial.label}: bench {settings.level} ({i + 1}/{len(order)})"
+                self._status()
+                try:
+                    result = bench_mod.run(target, settings, None, log_later=True)
+                except OrchestratorError as exc:
+                    sweep_mod._record_failure(
+                        base_row, uuid.uuid4().hex[:12], trial.host, f"bench failed: {exc}", settings
+                    )
+                    trial.state, trial.diagnosis = "failed", f"{trial.host}: bench failed: {exc}"
+                    return
+                result.curve_id, result.repeat = curve_id, k
+                done.append(result)
+                if i == 0 and first_look and self._behind(trial, result):
+                    return
+        except BaseException:
+            read = False
+            raise
+        finally:
+            self._record_runs(done, log if read else None)
         self._score(trial)
 
-    def _behind(self, trial: Trial) -> bool:
+    def _record_runs(
+        self,
+        done: Sequence[bench_mod.BenchResult],
+        log: Callable[[float], list[tuple[float, str]]] | None,
+    ) -> None:
+        """Each run into the ledger, with its accept length from the one journal read."""
+        lines: list[tuple[float, str]] = []
+        if log is not None and any(r.speculative for r in done):
+            try:
+                lines = log(min(r.began_epoch for r in done))
+            except OrchestratorError as exc:  # the runs stand without the log's cross-check
+                for r in done:
+                    r.notes.append(f"server log not read: {exc}")
+        for r in done:
+            bench_mod.logged(r, lines)
+            bench_mod.record(r, self.id)
+
+    def _behind(self, trial: Trial, first: bench_mod.BenchResult) -> bool:
         """The first look: stop a trial whose first run trails the best finished trial by more than
         the margin (three run-to-run standard deviations, at least 2%)."""
         if trial.kind != "trial" or not self.x.space.search.early_stop or not self.goal.early_stop:
             return False
-        value = self.scores.value(trial.profile.name)
+        row = {"id": first.run_id, **first.row(self.id)}  # not in the ledger yet
+        value = self.scores.value(trial.profile.name, [*self.rows(), row])
         with self.lock:
             done = [t.value for t in self.trials if t.kind == "trial" and t.state == "complete" and t.value]
         if value is None or not done or value >= max(done) * (1.0 - self.scores.margin()):
@@ -476,6 +559,7 @@ class Campaign:
         while not self.stop.is_set():
             if host not in self.hosts:
                 return
+            self.gather.expect([host])
             t = self._next_job(host)
             if t is None:
                 return
@@ -493,7 +577,7 @@ class Campaign:
         begun = time.monotonic()
         self.running[t.host] = f"{t.label}: deploy"
         self._status()
-        outcome = self._deploy({t.host: t.profile})
+        outcome = self.gather.restart(t.host, t.profile)
         t.restarted = bool(outcome.get(t.host + "\0restarted"))
         t.startup = outcome.get(t.host + "\0startup", "")
         if outcome[t.host]:
@@ -516,8 +600,16 @@ class Campaign:
         is not recorded (its runs never count: rows())."""
         if not hosts:
             return
+
+        def each(host: str) -> None:
+            try:
+                work(host)
+            finally:
+                self.gather.done(host)
+
+        self.gather.expect(hosts)  # every host may restart at once: one play for them
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-            futures: dict[Future[None], str] = {pool.submit(work, h): h for h in hosts}
+            futures: dict[Future[None], str] = {pool.submit(each, h): h for h in hosts}
             pending = set(futures)
             crashed: BaseException | None = None
             try:
@@ -535,12 +627,16 @@ class Campaign:
                             crashed = crashed or exc
             except KeyboardInterrupt:
                 self.stop.set()
+                runner.cancel_plays()  # a host's deploy stops too, and puts back what it changed
+                where = " while benching"
                 for f in pending:
                     try:
                         f.result()
-                    except _Stop:
+                    except (_Stop, KeyboardInterrupt):
                         continue
-                raise Interrupted(self._stopped(" while benching")) from None
+                    except Interrupted:
+                        where = " while deploying (hosts it changed were rolled back)"
+                raise Interrupted(self._stopped(where)) from None
         if crashed is not None:
             raise crashed
         if self.stop.is_set():
@@ -640,8 +736,10 @@ class Campaign:
 
     def _confirm_one(self, t: Trial) -> None:
         """A leader's extra runs: where it still runs, a bench only; elsewhere a deploy first."""
-        if t.restarted:
-            outcome = self._deploy({t.host: t.profile})
+        if not t.restarted:
+            self.gather.done(t.host)
+        else:
+            outcome = self.gather.restart(t.host, t.profile)
             if outcome[t.host]:
                 t.state, t.diagnosis = "failed", outcome[t.host]
                 self._record(t)

@@ -8,6 +8,7 @@ baselines, ties, resume, the winner's file. tests/lab/test_tune_lab.py runs a sm
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Lab:
     monkeypatch.setattr(
         bench, "deployed_target", lambda inv, host, prof: bench.Target(host, "a", 1, prof.name)
     )
-    monkeypatch.setattr(bench, "journal_messages", lambda inv, host, unit="": lambda since: [])
+    monkeypatch.setattr(bench, "journal_lines", fake.journal_lines)
     return fake
 
 
@@ -204,7 +205,8 @@ def test_two_hosts_share_one_baseline_and_the_fit_finds_their_speeds(lab: Lab, t
     assert len(baselines) <= 2  # the measurement, and at most the end's --leave
     assert sum(1 for t in outcome.trials if t.kind == "baseline") == 1
     assert {t.host for t in outcome.trials if t.kind == "trial"} == {"lab1", "lab2"}
-    assert all(len(d) == 1 for d in lab.deploys[:-1])  # each host deploys on its own
+    # hosts that start together share one play: the baseline on one, the first point on the other
+    assert sorted(lab.deploys[0].values())[0] == "baseline" and len(lab.deploys[0]) == 2
     assert outcome.model is not None
     assert outcome.model.hosts["lab2"] / outcome.model.hosts["lab1"] == pytest.approx(0.9, abs=0.03)
     for t in outcome.trials:
@@ -367,13 +369,13 @@ def test_ctrl_c_mid_round_records_the_trials_that_finished(lab: Lab, tmp_path: P
     c = campaign(path, ["lab1", "lab2"], tmp_path)
     real = lab.run
 
-    def run(target, settings, on_progress, log):
+    def run(target, settings, on_progress, log=None, **kw):
         if target.host == "lab2" and lab.running["lab2"].name != "baseline":
             deadline = time.monotonic() + 30
             while not any(t.kind == "baseline" for t in c.trials) and time.monotonic() < deadline:
                 time.sleep(0.01)  # lab1 measures the baseline meanwhile
             raise KeyboardInterrupt  # as Ctrl-C lands in the main thread while lab2 benches
-        return real(target, settings, on_progress, log)
+        return real(target, settings, on_progress, log, **kw)
 
     monkeypatch.setattr(bench, "run", run)
     with pytest.raises((Interrupted, KeyboardInterrupt)):
@@ -473,10 +475,10 @@ def test_a_crash_on_one_host_stops_the_others(lab: Lab, tmp_path: Path, monkeypa
     c = campaign(path, ["lab1", "lab2"], tmp_path)
     real = lab.run
 
-    def run(target, settings, on_progress, log):
+    def run(target, settings, on_progress, log=None, **kw):
         if target.host == "lab2" and lab.running["lab2"].name != "baseline":
             raise RuntimeError("the bench crashed")
-        return real(target, settings, on_progress, log)
+        return real(target, settings, on_progress, log, **kw)
 
     monkeypatch.setattr(bench, "run", run)
     with pytest.raises(RuntimeError, match="the bench crashed"):
@@ -570,3 +572,59 @@ def test_sglang_adaptive_mode_is_measured_with_the_campaign_own_tiers(lab: Lab, 
 def test_adaptive_mode_is_skipped_with_the_reason(lab: Lab, tmp_path: Path) -> None:
     x = space.expand(write_space(tmp_path))
     assert tune.adaptive_why_not(x) == "SGLang 0.5.9 has no --speculative-adaptive (0.5.23 has)"
+
+
+def test_restarts_asked_together_share_one_play() -> None:
+    """Hosts choosing their next point are waited for; a host that will not restart is not; an
+    error of the play reaches every host in it."""
+    plays: list[list[str]] = []
+
+    def play(assign: dict) -> dict[str, str]:
+        plays.append(sorted(assign))
+        if "bad" in assign.values():
+            raise RuntimeError("the play broke")
+        return {h: "" for h in assign}
+
+    gather = tune._Gather(play)
+    gather.expect(["lab1", "lab2", "lab3"])
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(gather.restart, "lab1", "p1")
+        second = pool.submit(gather.restart, "lab2", "p2")
+        gather.done("lab3")  # lab3 benches on: the play does not wait for it
+        assert first.result(timeout=5) == second.result(timeout=5) == {"lab1": "", "lab2": ""}
+    assert plays == [["lab1", "lab2"]]
+    gather.expect(["lab1", "lab2"])
+    with ThreadPoolExecutor(2) as pool:
+        failed = [pool.submit(gather.restart, h, "bad") for h in ("lab1", "lab2")]
+        for f in failed:
+            with pytest.raises(RuntimeError, match="the play broke"):
+                f.result(timeout=5)
+    assert plays[-1] == ["lab1", "lab2"]
+
+
+def test_each_trial_reads_the_journal_once_and_each_run_takes_its_own_window(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """A read is a play (an ansible-playbook process): one per trial, not one per bench run. Each
+    run's accept length is from the log lines of its own window, as a read after it would give."""
+    path = write_space(tmp_path, budget={"restarts": 5})
+    c = campaign(path, ["lab1"], tmp_path)
+    c.run()
+    benched = [t for t in c.trials if t.state in ("complete", "stopped", "infeasible")]
+    assert len(lab.reads) == sum(1 for t in benched if t.kind != "baseline")  # the baseline logs none
+    rows = [r for r in ledger.bench_results() if r["sweep_id"] == c.id and r["speculative"]]
+    assert rows and all(r["accept_len_log"] == pytest.approx(r["accept_len"], abs=0.01) for r in rows)
+    assert len({r["accept_len_log"] for r in rows}) > 1  # runs of other points: other lines
+
+
+def test_a_run_takes_the_log_lines_of_its_own_window() -> None:
+    target = bench.Target("lab1", "a", 1, "p")
+    runs = [bench.BenchResult(target, bench.Settings(), [], 1.0, speculative=True) for _ in range(2)]
+    (runs[0].began_epoch, runs[0].ended_epoch), (runs[1].began_epoch, runs[1].ended_epoch) = (
+        (10, 20),
+        (30, 40),
+    )
+    lines = [(15.0, "accept len: 2.00"), (25.0, "accept len: 9.00"), (35.0, "accept len: 3.00")]
+    for r in runs:
+        bench.logged(r, lines)
+    assert [r.accept_len_log for r in runs] == [2.0, 3.0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import random
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,9 @@ class Lab:
         self.interrupt_at: int | None = None
         #: the drafter's top-1 acceptance on this traffic
         self.accept = ACCEPT
+        #: (host, time, message) lines of the servers' journals, and the hosts of each read
+        self.journal: list[tuple[str, float, str]] = []
+        self.reads: list[str] = []
 
     def deploy(self, prof, inventory, options, on_event, each=None):
         assign = each or {"lab1": prof}
@@ -98,7 +102,7 @@ class Lab:
             self.running[host] = p
         return DeployReport(prof.name, "", False, hosts, "", "run")
 
-    def run(self, target, settings, on_progress, log):
+    def run(self, target, settings, on_progress, log=None, *, log_later=False):
         """c streams of 1 + 100 tokens: the first after a TTFT that grows with the batch, then one
         chunk of the accept length's tokens each round (the stand-in's round time)."""
         prof = self.running[target.host]
@@ -116,4 +120,18 @@ class Lab:
                     events.append((t, min(101, int(n))))
             streams.append(bench.Stream(0.0, events, t))
         spec = prof.speculative.algorithm is not None
-        return bench.BenchResult(target, settings, streams, t, "0.5.9", spec, length if spec else None)
+        result = bench.BenchResult(target, settings, streams, t, "0.5.9", spec, length if spec else None)
+        result.began_epoch = time.time()
+        if spec:  # SGLang's decode log line, in this run's window of the host's journal
+            self.journal.append((target.host, result.began_epoch, f"Decode batch. accept len: {length:.2f}"))
+        result.ended_epoch = time.time()
+        return result
+
+    def journal_lines(self, inventory, host, unit=""):
+        """The journal reader: (time, message) of `host`'s lines since a time; counts its reads."""
+
+        def read(since):
+            self.reads.append(host)
+            return [(t, m) for h, t, m in self.journal if h == host and t >= since]
+
+        return read
