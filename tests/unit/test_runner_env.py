@@ -45,6 +45,32 @@ def test_a_play_is_canceled_by_int_term_or_hup_but_an_ignored_hangup_stays_ignor
             signal.signal(sig, handler)
 
 
+def test_the_main_thread_cancels_the_plays_other_threads_run() -> None:
+    """Only the main thread gets Ctrl-C: a tune campaign's hosts deploy from their own threads,
+    and their plays stop when it calls cancel_plays. A play started afterwards (a rollback) runs."""
+    import threading
+
+    seen: dict[str, bool] = {}
+    started, cancelled = threading.Event(), threading.Event()
+
+    def host() -> None:
+        with runner._interrupts() as interrupted:
+            seen["before"] = interrupted()
+            started.set()
+            cancelled.wait(5)
+            seen["after"] = interrupted()
+        with runner._interrupts() as interrupted:
+            seen["next play"] = interrupted()
+
+    t = threading.Thread(target=host)
+    t.start()
+    started.wait(5)
+    runner.cancel_plays()
+    cancelled.set()
+    t.join(5)
+    assert seen == {"before": False, "after": True, "next play": False}
+
+
 def test_the_plan_of_many_hosts_reaches_the_play_through_a_private_file(tmp_path, monkeypatch) -> None:
     """A HostPlan per host for 100 hosts is ~300 KB of JSON: one argument over 128 KiB would not
     even start (E2BIG), and on argv every local user could read it."""
