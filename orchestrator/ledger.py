@@ -490,7 +490,7 @@ def _shown(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
 
 
-def _row_name(table: str, row: sqlite3.Row) -> str:
+def _row_name(table: str, row: sqlite3.Row | dict[str, Any]) -> str:
     """`id 7`, or the key of a table without an id (last_good: host and unit)."""
     keys = row.keys()
     if "id" in keys:
@@ -613,25 +613,64 @@ def previous_good(host: str, unit_name: str, current_digest: str) -> dict[str, A
 
 def starts(host: str, model: str, limit: int = 5) -> list[list[dict[str, Any]]]:
     """The phases ([{phase, s}]) of the last `limit` healthy starts of `model` on `host`, newest first
-    (a row whose phases cannot be read is passed over)."""
+    (a phase a hand edit broke is left out, with a note: deploy_phases)."""
     query = (
-        "SELECT phases FROM deploys WHERE host=? AND model=? AND result='healthy' AND phases!='[]' "
+        "SELECT id, phases FROM deploys WHERE host=? AND model=? AND result='healthy' AND phases!='[]' "
         "ORDER BY time DESC, id DESC LIMIT ?"
     )
-    found = []
     # A ledger of before start-up phases (read, not migrated, here) has none.
-    for row in _select(
+    rows = _select(
         "deploys",
-        lambda have: query if "phases" in have else "SELECT '[]' AS phases WHERE 0 AND ?||?||?",
+        lambda have: query if "phases" in have else "SELECT 0 AS id, '[]' AS phases WHERE 0 AND ?||?||?",
         (host, model, limit),
-    ):
-        try:
-            phases = json.loads(row["phases"])
-        except ValueError:
-            continue
-        if isinstance(phases, list):
-            found.append([p for p in phases if isinstance(p, dict)])
+    )
+    return [found for found in (deploy_phases(dict(r)) for r in rows) if found]
+
+
+def deploy_phases(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A deploys row's start-up phases, [{phase, s}], as plain JSON values.
+
+    The column is JSON text, which a hand edit can break: text that is not a JSON list, a phase
+    without a name, a duration that is not a number of seconds from 0 to LARGEST (NaN, 1e999). Such
+    a value is left out, and noted (take_unreadable), as a row that does not fit its table is.
+    """
+    text = row.get("phases", "[]")  # a ledger of before start-up phases has none
+    try:
+        data = json.loads(text or "[]")
+    except ValueError:
+        data = None
+    if not isinstance(data, list):
+        _note_phases(row, f"phases holds {_shown(text)}, not a JSON list", "value")
+        return []
+    found = []
+    for item in data:
+        problem = _phase_problem(item)
+        if problem:
+            _note_phases(row, f"phases holds {_shown(item, 60)}, {problem}", "phase")
+        else:
+            found.append({"phase": item["phase"], "s": float(item["s"])})
     return found
+
+
+def _phase_problem(item: Any) -> str:
+    """What is wrong with one entry of a deploys row's phases ("" if nothing)."""
+    if not isinstance(item, dict) or not isinstance(item.get("phase"), str):
+        return "not a phase ({phase: name, s: seconds})"
+    seconds = item.get("s")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return "its s is not a number"
+    if math.isnan(seconds):
+        return "its s is NaN, not a number of seconds"
+    if not (math.isfinite(seconds) and 0 <= seconds <= LARGEST):
+        return f"its s is out of range (0 to {LARGEST:g} seconds)"
+    return ""
+
+
+def _note_phases(row: dict[str, Any], problem: str, what: str) -> None:
+    _unreadable.append(
+        f"ledger {short_path(path())}: deploys row {_row_name('deploys', row)}: {problem}; "
+        f"the {what} is skipped (correct or delete it)"
+    )
 
 
 def history(host: str | None = None, limit: int = 50) -> list[sqlite3.Row]:
@@ -808,3 +847,12 @@ def record_trial(row: dict[str, Any]) -> None:
 def trials(campaign_id: str) -> list[sqlite3.Row]:
     """A campaign's finished trials, oldest first."""
     return _select("trials", "SELECT * FROM trials WHERE campaign_id=? ORDER BY id", (campaign_id,))
+
+
+def note_skipped(table: str, row: sqlite3.Row | dict[str, Any], problem: str) -> None:
+    """Skip a row whose values pass their column's type but not what a reader needs of them (a
+    campaign's hosts, a trial's point), with the same note as a row of a bad type."""
+    _unreadable.append(
+        f"ledger {short_path(path())}: {table} row {_row_name(table, row)}: {problem}; "
+        "the row is skipped (correct or delete it)"
+    )

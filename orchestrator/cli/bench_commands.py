@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import re
 import sys
 import time
@@ -24,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator import ledger
-from orchestrator.cli import console
+from orchestrator.cli import console, params
 from orchestrator.cli.console import (
     check_plot_folder,
     err,
@@ -46,35 +45,6 @@ inventory_option = console.inventory_option("the local lab")
 limit_option = console.limit_option("Only hosts matching this pattern; the first one serves HTTP.")
 
 
-class _Levels(click.ParamType):
-    """A comma list of numbers (`1,8,32`), each in [low, high], none twice."""
-
-    def __init__(self, kind: type, low: float, high: float) -> None:
-        self.kind, self.low, self.high = kind, low, high
-        self.name = "N[,N...]" if kind is int else "R[,R...]"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple:
-        if isinstance(value, tuple):
-            return value
-        levels = []
-        for part in str(value).split(","):
-            text = part.strip()
-            try:
-                number = self.kind(text)
-            except ValueError:
-                what = f"{shown(text)!r}" if text else "an empty item"
-                self.fail(f"{what} in {shown(value)!r} is not {self._what()}", param, ctx)
-            if not (self.low <= number <= self.high) or (self.kind is float and not math.isfinite(number)):
-                self.fail(f"{number:g} is not in {self.low:g}..{self.high:g}", param, ctx)
-            if number in levels:
-                self.fail(f"{number:g} is given twice in {shown(value)!s}", param, ctx)
-            levels.append(number)
-        return tuple(levels)
-
-    def _what(self) -> str:
-        return "a whole number" if self.kind is int else "a number"
-
-
 def load_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The load and traffic a bench puts on the server (shared by bench and sweep)."""
     options = [
@@ -83,7 +53,7 @@ def load_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--num-prompts",
             "-n",
             "requests",
-            type=click.IntRange(1, 100000),
+            type=params.Integer(*bench_mod.Settings.WHOLE_RANGES["requests"]),
             default=16,
             show_default=True,
             help="Requests per run (drawn from --dataset with --seed).",
@@ -91,24 +61,29 @@ def load_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--concurrency",
             "-c",
-            type=_Levels(int, 1, 1024),
+            type=params.Levels(params.Integer(1, bench_mod.Settings.WHOLE_RANGES["concurrency"][1])),
             help="Closed-loop clients (default 1); a list (1,8,32) benches each level in turn: a "
             "curve. With --request-rate: the most requests in flight (default: no cap).",
         ),
         click.option(
             "--request-rate",
-            type=_Levels(float, 0.001, 100000),
+            type=params.Levels(params.Decimal(*bench_mod.Settings.NUMBER_RANGES["request_rate"])),
             metavar="R[,R...]",
             help="Poisson arrivals at R requests/s instead of closed-loop clients; a list is a curve.",
         ),
         click.option(
             "--max-tokens",
-            type=click.IntRange(2, 1_000_000),
+            type=params.Integer(*bench_mod.Settings.WHOLE_RANGES["max_tokens"]),
             default=256,
             show_default=True,
             help="Per request; a dataset's own answer length is used when shorter.",
         ),
-        click.option("--warmup", type=click.IntRange(0, 1000), default=2, show_default=True),
+        click.option(
+            "--warmup",
+            type=params.Integer(*bench_mod.Settings.WHOLE_RANGES["warmup"]),
+            default=2,
+            show_default=True,
+        ),
         click.option(
             "--endpoint",
             type=click.Choice(list(bench_mod.ENDPOINTS)),
@@ -127,14 +102,14 @@ def load_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--temperature",
-            type=click.FloatRange(0, 2),
+            type=params.Decimal(*bench_mod.Settings.NUMBER_RANGES["temperature"]),
             default=0.0,
             show_default=True,
             help="Sampling temperature (speculative acceptance falls above 0).",
         ),
         click.option(
             "--seed",
-            type=click.IntRange(0, 2**31 - 1),
+            type=params.Integer(*bench_mod.Settings.WHOLE_RANGES["seed"]),
             default=0,
             show_default=True,
             help="Which prompts --dataset gives, and the Poisson arrival times.",
@@ -240,10 +215,10 @@ def bench_table(r: bench_mod.BenchResult) -> Table:
     table.add_row("inter-token latency ms", *(_ms(v) for v in (r.itl.mean, r.itl.p50, r.itl.p90, r.itl.p99)))
     table.add_section()
     table.add_row("total output tok/s", _num(r.total_tok_s), "", "", "")
-    accept = (
-        f"{_num(r.accept_len, 2)} (log {_num(r.accept_len_log, 2)}, client {_num(r.accept_len_client, 2)})"
-    )
+    own = bench_mod.own_accept(r.row())  # this run's; the server's mixes every run since it started
+    accept = f"{_num(own, 2)} (client {_num(r.accept_len_client, 2)}, log {_num(r.accept_len_log, 2)})"
     table.add_row("accept length", accept, "", "", "")
+    table.add_row("accept length, server cumulative", _num(r.accept_len, 2), "", "", "")
     errors = f"{len(r.errors)} of {len(r.streams)}"
     table.add_row("errors", plain(errors, "red" if r.errors else ""), "", "", "")
     s = r.settings
@@ -315,7 +290,7 @@ def _mean(values: Sequence[float | None]) -> float | None:
 @load_options
 @click.option(
     "--repeat",
-    type=click.IntRange(1, 100),
+    type=params.Integer(1, 100),
     default=1,
     show_default=True,
     help="Runs per level: from 2 on, each figure gets a 95% interval.",
@@ -388,7 +363,7 @@ def bench(
         err.print(plain(f"failed: {why}", "red"))
     if as_json:
         if len(results) == 1:
-            click.echo(json.dumps({"ledger_id": ids[0], **results[0].row()}, indent=2))
+            click.echo(json.dumps(results[0].to_json(ids[0]), indent=2))
         else:
             click.echo(json.dumps(_curve_json(results, ids), indent=2))
         return
@@ -425,7 +400,7 @@ def _curve_json(results: list[bench_mod.BenchResult], ids: list[int]) -> dict[st
                 "accept_len": _mean([r.accept_len_level for r in runs]),
             }
         )
-    rows = [{"ledger_id": i, **r.row()} for i, r in zip(ids, results, strict=True)]
+    rows = [r.to_json(i) for i, r in zip(ids, results, strict=True)]
     return {"curve_id": results[0].curve_id, "levels": levels, "runs": rows}
 
 
@@ -566,7 +541,7 @@ def _entry_json(e: sweep_mod.Entry, baseline: str) -> dict[str, Any]:
 @click.option("--baseline", metavar="NAME", help="Speed-ups are against this profile (swept too).")
 @click.option(
     "--repeat",
-    type=click.IntRange(1, 100),
+    type=params.Integer(1, 100),
     default=1,
     show_default=True,
     help="Benches per profile and level: from 2 on, intervals and faster/slower/within-noise verdicts.",
@@ -649,7 +624,7 @@ def _sweep_json(report: sweep_mod.SweepReport) -> dict[str, Any]:
     }
 
 
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_RELATIVE = re.compile(r"^([0-9]{1,9}(?:\.[0-9]{1,9})?)\s*([smhdw])$")  # ASCII digits, a bounded count
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -697,7 +672,7 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
             _num(r["total_tok_s"]),
             _ms(r["ttft_p50_s"]),
             _ms(r["itl_p50_s"]),
-            _num(r["accept_len"], 2),
+            _num(bench_mod.own_accept(r), 2),  # the run's own, not the server's since it started
             str(r["errors"]),
             shown(r["git_commit"][:10]),
             plain(r["diagnosis"] or r["notes"], "red" if failed else "yellow"),
@@ -747,10 +722,32 @@ def _with_comparison(rows: list[dict[str, Any]], baseline: str) -> list[dict[str
     metavar="NAME|DIGEST",
     help="Only rows of this dataset: its name, its digest or the digest's first 6+ characters.",
 )
-@click.option("--concurrency", "-c", type=int, metavar="N", help="Only rows at this concurrency.")
-@click.option("--request-rate", type=float, metavar="R", help="Only open-loop rows at R requests/s.")
-@click.option("--temperature", type=float, metavar="T", help="Only rows sampled at this temperature.")
-@click.option("--seed", type=int, metavar="N", help="Only rows with this seed.")
+@click.option(
+    "--concurrency",
+    "-c",
+    # 0: the open-loop rows that had no cap on requests in flight
+    type=params.Integer(*bench_mod.Settings.WHOLE_RANGES["concurrency"]),
+    metavar="N",
+    help="Only rows at this concurrency.",
+)
+@click.option(
+    "--request-rate",
+    type=params.Decimal(0, bench_mod.Settings.NUMBER_RANGES["request_rate"][1], above=True),
+    metavar="R",
+    help="Only open-loop rows at R requests/s.",
+)
+@click.option(
+    "--temperature",
+    type=params.Decimal(*bench_mod.Settings.NUMBER_RANGES["temperature"]),
+    metavar="T",
+    help="Only rows sampled at this temperature.",
+)
+@click.option(
+    "--seed",
+    type=params.Integer(*bench_mod.Settings.WHOLE_RANGES["seed"]),
+    metavar="N",
+    help="Only rows with this seed.",
+)
 @click.option(
     "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
 )
@@ -801,18 +798,17 @@ def results(
         seed=seed,
     )
     rows = [dict(r) for r in found]
+    printed = [bench_mod.printed_row(r) for r in rows]  # accept_len: the run's own figure
     if fmt == "csv":  # escaped as a table is (a terminal shows it); --format json keeps every byte
-        click.echo(
-            ledger.to_csv([{k: shown(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows]),
-            nl=False,
-        )
+        escaped = [{k: shown(v) if isinstance(v, str) else v for k, v in r.items()} for r in printed]
+        click.echo(ledger.to_csv(escaped), nl=False)
     elif fmt == "json":
-        click.echo(json.dumps(_with_comparison(rows, baseline), indent=2))
+        click.echo(json.dumps(_with_comparison(printed, baseline), indent=2))
     else:
-        out.print(results_table(rows))
-        _print_comparison(rows, baseline)
+        out.print(results_table(printed))
+        _print_comparison(printed, baseline)
     if plot is not None:
-        _plot(rows, baseline, plot)
+        _plot(printed, baseline, plot)
 
 
 def _print_comparison(rows: list[dict[str, Any]], baseline: str) -> None:

@@ -276,10 +276,29 @@ def _say_inventory(which: str, why: str) -> None:
 
 
 def check_plot_folder(plot: Path) -> None:
-    """--plot's folder exists, checked before anything runs or prints (results, tune)."""
+    """--plot, checked before anything runs or prints (results, tune): matplotlib is there, the
+    name says a format it writes, the folder exists, and the name is a file or nothing yet."""
+    import importlib.util
+    import stat
+
+    from orchestrator.tuning.plot import FORMATS, plot_format
+
+    if importlib.util.find_spec("matplotlib") is None:  # an extra
+        raise InputError(
+            "--plot draws with matplotlib, which is not installed: pip install 'orchestrator[plot]' "
+            "(under pipx: pipx inject orchestrator matplotlib)"
+        )
+    if plot_format(plot) is None:
+        raise InputError(
+            f"--plot {shown(plot)}: name a {', '.join('.' + f for f in FORMATS)} file: the suffix "
+            "says the format"
+        )
     try:
         there = plot.parent.is_dir()
-    except OSError as exc:  # a name over 255 bytes
+        mode = plot.stat().st_mode if plot.exists() or plot.is_symlink() else None
+    except OSError as exc:  # a name over 255 bytes, a link to nowhere
         raise InputError(f"--plot {shown(plot)}: {exc.strerror or exc}") from None
     if not there:
         raise InputError(f"--plot {shown(plot)}: no folder {shown(plot.parent)} to write it in")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise InputError(f"--plot {shown(plot)}: not a regular file (a folder, a FIFO, a device)")

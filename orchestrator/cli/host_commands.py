@@ -15,7 +15,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from orchestrator.cli import console
+from orchestrator.cli import console, params
 from orchestrator.cli.console import (
     err,
     handle_errors,
@@ -50,7 +50,7 @@ ROLLOUT_OPTIONS = (
     ),
     click.option(
         "--lock-wait",
-        type=click.FloatRange(0, 86400),
+        type=params.Decimal(0, 86400),
         default=120,
         show_default=True,
         help="Seconds to wait for another deploy's lock on a host.",
@@ -60,7 +60,7 @@ ROLLOUT_OPTIONS = (
     ),
     click.option(
         "--max-fail-percent",
-        type=click.IntRange(0, 100),
+        type=params.Integer(0, 100),
         help="Start no further batch once more than this percent of a batch failed (implies --serial 1).",
     ),
     click.option(
@@ -76,7 +76,7 @@ ROLLOUT_OPTIONS = (
     ),
     click.option(
         "--drain-timeout",
-        type=click.FloatRange(0, 86400),
+        type=params.Decimal(0, 86400),
         default=60,
         show_default=True,
         help="Seconds to wait for a drained server's requests in flight before it is stopped anyway.",
@@ -129,7 +129,7 @@ def _rollout(
 )
 @click.option(
     "--forks",
-    type=click.IntRange(1, 5000),
+    type=params.Integer(1, 5000),
     help="Hosts Ansible works on at once (ansible-playbook --forks). Default: ansible.cfg's forks, else 20.",
 )
 @click.option(
@@ -137,7 +137,7 @@ def _rollout(
 )
 @click.option(
     "--canary-margin",
-    type=click.FloatRange(0, 1),
+    type=params.Decimal(0, 1),
     default=0.05,
     show_default=True,
     help="Largest tok/s drop (fraction) the canary may show against the profile it replaced.",
@@ -339,7 +339,7 @@ def rollback(
     "--last",
     "-n",
     "count",
-    type=click.IntRange(1, 10000),
+    type=params.Integer(1, 10000),
     default=30,
     show_default=True,
     help="The newest N rows.",
@@ -351,10 +351,11 @@ def history(host: str | None, count: int, as_json: bool) -> None:
     where each start went (its longest phases)."""
     from orchestrator import ledger
     from orchestrator.hosts import startup_watch
+    from orchestrator.hosts.module_results import Phase
 
     rows = [dict(r) for r in ledger.history(host, count)]
-    for r in rows:
-        r["phases"] = startup_watch.phases_of(r.get("phases", "[]"))
+    for r in rows:  # [{phase, s}], plain JSON: an entry a hand edit broke is left out, with a note
+        r["phases"] = ledger.deploy_phases(r)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -379,7 +380,7 @@ def history(host: str | None, count: int, as_json: bool) -> None:
             plain(r["result"], "red" if r["result"] == "failed" else ""),
             "yes" if r["restarted"] else "no",
             f"{r['duration_s']:.1f} s",
-            plain(startup_watch.longest(r["phases"])),
+            plain(startup_watch.longest([Phase.model_validate(p) for p in r["phases"]])),
             shown(r["diagnosis"]),
         )
     out.print(table)

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.cli import params
 from orchestrator.cli.console import state_dir_problem
 from orchestrator.errors import OrchestratorError
 from orchestrator.lab import gateway as lab_gateway
@@ -54,10 +55,10 @@ def lab() -> None:
 
 @lab.command()
 @click.option(
-    "--hosts", default=nspawn.DEFAULT_HOSTS, show_default=True, type=click.IntRange(1, nspawn.MAX_HOSTS)
+    "--hosts", default=nspawn.DEFAULT_HOSTS, show_default=True, type=params.Integer(1, nspawn.MAX_HOSTS)
 )
 @click.option(
-    "--gpus", default=8, show_default=True, type=click.IntRange(1, 64), help="Stand-in GPUs per host."
+    "--gpus", default=8, show_default=True, type=params.Integer(1, 64), help="Stand-in GPUs per host."
 )
 @click.option("--sglang-version", default="0.5.9", show_default=True, help="SGLang stand-in version.")
 @click.option(
@@ -158,12 +159,12 @@ def gateway() -> None:
 
 
 @gateway.command("up")
-@click.option("--port", default=lab_gateway.DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65534))
+@click.option("--port", default=lab_gateway.DEFAULT_PORT, show_default=True, type=params.Integer(1, 65534))
 @click.option(
     "--worker-port",
     default=lab_gateway.WORKER_PORT,
     show_default=True,
-    type=click.IntRange(1, 65535),
+    type=params.Integer(1, 65535),
     help="The port the hosts' servers listen on.",
 )
 @click.option(

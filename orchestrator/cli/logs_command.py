@@ -15,6 +15,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from orchestrator.cli import params
 from orchestrator.cli.console import (
     handle_errors,
     inventory_option,
@@ -68,7 +69,13 @@ class _Printer:
 @limit_option()
 @unit_option
 @click.option(
-    "--lines", "-n", type=click.IntRange(min=0), default=40, show_default=True, help="Last N lines per host."
+    "--lines",
+    "-n",
+    # journalctl reads -n as a C unsigned int
+    type=params.Integer(0, 2**31 - 1),
+    default=40,
+    show_default=True,
+    help="Last N lines per host.",
 )
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines, about every second, to Ctrl-C.")
 @click.option("--since", metavar="TIME", help='journalctl\'s syntax: "10 min ago", "2026-11-29 13:00".')

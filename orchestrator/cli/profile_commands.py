@@ -15,8 +15,8 @@ from orchestrator.cli.console import (
 )
 from orchestrator.errors import InputError, Problem, ProfileError
 from orchestrator.paths import EXAMPLES_DIR
+from orchestrator.profile import json_schema, sglang_flags
 from orchestrator.profile import model as profile_mod
-from orchestrator.profile import sglang_flags
 from orchestrator.render import launch, systemd_check
 
 profile_option = click.option(
@@ -155,6 +155,6 @@ def schema(kind: str) -> None:
     if kind == "space":
         from orchestrator.tuning import space
 
-        click.echo(json.dumps(space.Space.model_json_schema(), indent=2))
+        click.echo(json.dumps(json_schema.of(space.Space), indent=2))
     else:
-        click.echo(json.dumps(profile_mod.Profile.model_json_schema(), indent=2))
+        click.echo(json.dumps(json_schema.of(profile_mod.Profile), indent=2))

@@ -5,6 +5,7 @@ The engine is tune.py. The file is read by space.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -29,6 +30,7 @@ from orchestrator.cli.console import (
     plain,
     shown,
 )
+from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.tuning import objective as objective_mod
 from orchestrator.tuning import space as space_mod
 from orchestrator.tuning import stats
@@ -49,6 +51,27 @@ def _interval(i: stats.Interval | None) -> str:
 
 def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def check_json(x: space_mod.Expanded, hosts: list[str]) -> dict[str, Any]:
+    """`--check --json`: what --check prints, as one object."""
+    est = tune_mod.estimate(x, len(hosts))
+    levels = [tune_mod.settings_level(s) for s in x.traffic.levels()]
+    level = x.level()
+    goal = objective_mod.goal(x.space.objective, levels.index(tune_mod.settings_level(level)))
+    return {
+        "space": str(x.path),
+        "hosts": hosts,
+        "trials": [{"profile": p.name, "point": p.params} for p in x.valid],
+        "pruned": [{"point": p.params, "reason": p.pruned} for p in x.pruned],
+        "objective": goal.describe(level.level),
+        "baseline": x.baseline.name,
+        "budget": x.space.budget.restarts,
+        "budget_problem": tune_mod.budget_problem(x) or None,
+        "search": x.space.search.sampler,
+        "adaptive": tune_mod.adaptive_why_not(x) or "measured",
+        "estimate": dataclasses.asdict(est),
+    }
 
 
 def check_output(x: space_mod.Expanded, hosts: list[str]) -> None:
@@ -87,6 +110,9 @@ def check_output(x: space_mod.Expanded, hosts: list[str]) -> None:
         f"({est.basis})"
     )
     out.print("nothing was changed (--check)")
+    problem = tune_mod.budget_problem(x)
+    if problem:  # the run refuses it: --check says so the same way
+        raise InputError(problem)
 
 
 def _trial_line(t: tune_mod.Trial) -> Text:
@@ -182,6 +208,7 @@ def outcome_json(o: tune_mod.Outcome) -> dict[str, Any]:
         "winner_setting": o.winner.params if o.winner else None,
         "winner_beats_baseline": o.winner_beats_baseline,
         "winner_file": o.winner_file,
+        "winner_error": o.winner_error,
         "levels": [
             {"level": level.label(), "rows": [level_row(r) for r in rows]} for level, rows in o.levels
         ],
@@ -241,7 +268,8 @@ def outcome_json(o: tune_mod.Outcome) -> dict[str, Any]:
 @click.option(
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Draw tok/s against load for the baseline and the best trials (PNG or SVG; needs matplotlib).",
+    help="Draw tok/s against load for the baseline and the best trials (.png, .svg or .pdf; needs "
+    "matplotlib).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as one JSON object.")
 @handle_errors
@@ -265,9 +293,17 @@ def tune(
     """
     from orchestrator.hosts import inventory as inventory_mod
 
-    x = space_mod.expand(space_file)
+    if resume is not None and not resume.strip():
+        raise InputError("--resume '': give the campaign's id (`history` and `results` show it)")
+    x = _expanded(space_file)
     inv = inventory_or_lab(inventory)
     hosts = [h.name for h in inventory_mod.selected(inv, limit)]
+    if check and as_json:
+        click.echo(json.dumps(check_json(x, hosts), indent=2))
+        problem = tune_mod.budget_problem(x)
+        if problem:
+            raise InputError(problem)
+        return
     if check:
         check_output(x, hosts)
         return
@@ -282,13 +318,35 @@ def tune(
             resume=resume,
         )
         outcome = campaign.run()
-    if plot is not None:
-        _plot(campaign, outcome, plot)
     if as_json:
         click.echo(json.dumps(outcome_json(outcome), indent=2))
     else:
         _print(outcome)
-    sys.exit(0 if outcome.left_ok and outcome.winner is not None else 1)
+    drawn = True
+    if plot is not None:  # after the outcome: what fails here never hides it
+        try:
+            _plot(campaign, outcome, plot)
+        except (OrchestratorError, OSError) as exc:
+            drawn = False
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            err.print(plain(f"--plot {shown(plot)}: not drawn: {why}", "red"))
+    ok = outcome.left_ok and outcome.winner is not None and not outcome.winner_error and drawn
+    sys.exit(0 if ok else 1)
+
+
+def _expanded(path: Path) -> space_mod.Expanded:
+    """The space expanded, with a progress bar on stderr: each point's unit is read by
+    systemd-analyze, so a large space takes a while."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    columns = (TextColumn("checking the space's points"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=err, transient=True) as progress:
+        task = progress.add_task("points", total=None)
+
+        def on_point(total: int) -> None:
+            progress.update(task, total=total, advance=1)
+
+        return space_mod.expand(path, on_point=on_point)
 
 
 def _print(o: tune_mod.Outcome) -> None:
@@ -321,6 +379,8 @@ def _print(o: tune_mod.Outcome) -> None:
     out.print(Text(shown(f"verdict: {o.verdict}"), style="bold"))
     if o.winner_file:
         out.print(f"winner written: {shown(o.winner_file)}  (deploy it with -p {shown(o.winner_file)})")
+    if o.winner_error:
+        err.print(plain(o.winner_error, "red"))
     if o.left_ok:
         out.print(f"left deployed: {shown(o.left)}")
     else:

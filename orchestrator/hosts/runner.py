@@ -207,10 +207,17 @@ def _new_run_dir(playbook: str) -> Path:
 
 
 def _prune_runs(runs: Path) -> None:
-    """Keep the newest KEEP_RUNS runs; older ones go once nobody can still be writing them."""
-    old = sorted(runs.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)[KEEP_RUNS:]
+    """Keep the newest KEEP_RUNS runs; older ones go once nobody can still be writing them. Plays
+    end at once in several threads (a tune campaign's hosts): a run another one removed is gone."""
+    times = {}
+    for path in runs.iterdir():
+        try:
+            times[path] = path.stat().st_mtime
+        except FileNotFoundError:
+            continue
+    old = sorted(times, key=lambda p: times[p], reverse=True)[KEEP_RUNS:]
     for path in old:
-        if time.time() - path.stat().st_mtime > 600:
+        if time.time() - times[path] > 600:
             shutil.rmtree(path, ignore_errors=True)
 
 

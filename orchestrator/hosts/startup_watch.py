@@ -10,12 +10,9 @@ names them, so the two agree on one list.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-from pydantic import ValidationError
 
 from orchestrator import ledger
 from orchestrator.hosts.module_results import Phase, Progress
@@ -70,21 +67,6 @@ def summary(elapsed_s: float, phases: Sequence[Phase], shown: int = 4) -> str:
     their order (launch and phases under a tenth of a second left out)."""
     said = longest(phases, shown)
     return f"healthy after {clock(elapsed_s)}" + (f": {said}" if said else "")
-
-
-def phases_of(text: str) -> list[Phase]:
-    """A ledger row's phases (JSON), the unreadable entries left out."""
-    try:
-        data = json.loads(text or "[]")
-    except ValueError:
-        return []
-    found = []
-    for item in data if isinstance(data, list) else []:
-        try:
-            found.append(Phase.model_validate(item))
-        except ValidationError:
-            continue
-    return found
 
 
 def longest(phases: Sequence[Phase], shown: int = 3) -> str:

@@ -12,6 +12,7 @@ control machine, not a five-minute model load.
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import errno
 import ipaddress
@@ -491,8 +492,8 @@ class Service(_Model):
 
     unit_name: Annotated[str, AfterValidator(_unit_name)] = Field(
         "sglang.service",
-        description="Name of the systemd unit, ending in .service: ASCII letters, digits and ':-_.\\', "
-        f"no '@', at most {UNIT_NAME_LIMIT} characters.",
+        description="Name of the systemd unit, ending in .service: ASCII letters, digits, '-', '_' and '.', "
+        f"not starting with '.', at most {UNIT_NAME_LIMIT} characters.",
     )
     user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$")] = Field(
         "root", description="User the server runs as."
@@ -850,7 +851,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     alias bombs are input errors, not crashes."""
     try:
         # Bytes, not text: PyYAML honours a BOM and names the offset of invalid UTF-8.
-        loader = yaml12.Loader(yaml12.read_bytes(path))
+        raw = yaml12.read_bytes(path)
+        breaks = _yaml11_breaks(path, raw)
+        if breaks:
+            raise ProfileError(breaks)
+        loader = yaml12.Loader(raw)
         loader.max_nodes = MAX_VALUES
         try:
             data = loader.get_single_data()
@@ -871,6 +876,85 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: a profile must be a mapping, got {kind}")
     _check_shape(data, path, loader.aliased)
     return data
+
+
+#: Characters that PyYAML's scanner (YAML 1.1), which reads profiles, takes for line breaks, and YAML
+#: 1.2 for text; with the escape that writes each in a double-quoted string.
+_YAML11_BREAKS = {
+    "\x85": ("NEL", "\\N"),
+    "\u2028": ("LINE SEPARATOR", "\\L"),
+    "\u2029": ("PARAGRAPH SEPARATOR", "\\P"),
+}
+_YAML11_BREAK = re.compile("[\x85\u2028\u2029]")
+
+
+def _yaml11_breaks(path: Path, raw: bytes) -> list[Problem]:
+    """U+0085, U+2028 and U+2029 written as is, one problem per field: they have two readings.
+
+    As a line break, NEL in a quoted value becomes a space, spaces beside any of them are dropped,
+    and one in a comment ends it (the rest is read as YAML). systemd keeps each as written, so the
+    server would get other text than the file shows. Written as an escape, each reaches it intact.
+    """
+    text = _decoded(raw)
+    if text is None or not _YAML11_BREAK.search(text):
+        return []
+    found = list(_YAML11_BREAK.finditer(text))
+    problems: dict[str, Problem] = {}
+    for match, loc in zip(found, _fields_at(raw, [m.start() for m in found]), strict=True):
+        index, (name, escape) = match.start(), _YAML11_BREAKS[match.group()]
+        line, column = text.count("\n", 0, index) + 1, index - text.rfind("\n", 0, index)
+        problems.setdefault(
+            loc,
+            Problem(
+                _display(path),
+                loc,
+                f"line {line}, column {column}: U+{ord(match.group()):04X} ({name}) is written as is: the "
+                "YAML 1.1 reader of profiles takes it for a line break, YAML 1.2 for text, so the text read "
+                f"is not the text written; write it as {escape} in a double-quoted string, or remove it",
+            ),
+        )
+    return list(problems.values())
+
+
+def _decoded(raw: bytes) -> str | None:
+    """The file's text as PyYAML's reader decodes it (UTF-16 after its BOM, else UTF-8), or None."""
+    encoding = "utf-8"
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        encoding = "utf-16-le" if raw.startswith(codecs.BOM_UTF16_LE) else "utf-16-be"
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError:
+        return None  # PyYAML says where
+
+
+def _fields_at(raw: bytes, indexes: list[int]) -> list[str]:
+    """The field whose key or value holds each character index of the file: "" where none does (a
+    comment, or a file that does not parse). Walks each node once (aliases may loop)."""
+    loader = yaml12.Loader(raw)
+    loader.max_nodes = MAX_VALUES
+    try:
+        root = loader.get_single_node()
+    except (yaml.YAMLError, RecursionError):
+        root = None
+    finally:
+        loader.dispose()
+    spans: list[tuple[int, int, str]] = []
+    stack: list[tuple[str, yaml.Node | None]] = [("", root)]
+    seen: set[int] = set()
+    while stack:
+        loc, node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode):
+            spans.append((node.start_mark.index, node.end_mark.index, loc))
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+                stack += [(f"{loc}.{name}" if loc else name, key), (f"{loc}.{name}" if loc else name, value)]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += [(f"{loc}[{i}]", item) for i, item in enumerate(node.value)]
+    return [next((loc for start, end, loc in spans if start <= i < end), "") for i in indexes]
 
 
 def _check_shape(data: dict[str, Any], path: Path, aliased: bool) -> None:
@@ -910,13 +994,24 @@ def _check_shape(data: dict[str, Any], path: Path, aliased: bool) -> None:
 
 
 def _bad_string(path: Path, loc: str, value: Any) -> list[Problem]:
-    """NUL cannot reach argv or a unit file; a lone surrogate is not UTF-8 (`"\\uD800"` in YAML)."""
+    """NUL cannot reach argv or a unit file; a lone surrogate is not UTF-8 (`"\\uD800"` in YAML); a
+    noncharacter (`"\\uFDD0"`) is not UTF-8 to systemd, which drops the unit line holding it."""
     if not isinstance(value, str):
         return []
     if "\0" in value:
         return [Problem(_display(path), loc, f"{_short(value)}: contains a NUL character")]
     if any("\ud800" <= ch <= "\udfff" for ch in value):
         return [Problem(_display(path), loc, f"{_short(value)}: contains an unpaired UTF-16 surrogate")]
+    odd = systemd_rules.noncharacter(value)
+    if odd:
+        return [
+            Problem(
+                _display(path),
+                loc,
+                f"{_short(value)}: contains U+{ord(odd):04X}, a Unicode noncharacter, which systemd refuses "
+                "as not UTF-8 (it would drop the unit's line); remove it",
+            )
+        ]
     return []
 
 
@@ -1033,6 +1128,19 @@ def _service_findings(profile: Profile) -> Iterator[sglang_rules.Finding]:
                 f"service.{name}",
                 "takes effect only with service.restart: on-failure; set that or drop it",
             )
+    yield from _unit_name_findings(profile)
+
+
+def _unit_name_findings(profile: Profile) -> Iterator[sglang_rules.Finding]:
+    """service.unit_name as the things named after it read it: a container, and the unit's own
+    settings (CacheDirectory=). One problem at most: both ask for the same characters."""
+    name = profile.service.unit_name
+    problem = None
+    if profile.runtime.container:
+        problem = container_rules.container_name_problem(PurePosixPath(name).stem)
+    problem = problem or systemd_rules.unit_setting_problem(name)
+    if problem:
+        yield ("service.unit_name", problem)
 
 
 def _deployment_findings(profile: Profile) -> Iterator[sglang_rules.Finding]:
@@ -1084,9 +1192,6 @@ def _container_service_findings(profile: Profile) -> Iterator[sglang_rules.Findi
             "systemd's NAME=\"value\" files do not read the same in the engine's --env-file; "
             "give these variables as secret_env (or env)",
         )
-    problem = container_rules.container_name_problem(PurePosixPath(svc.unit_name).stem)
-    if problem:
-        yield ("service.unit_name", problem)
     if svc.limits.nofile == "infinity":
         yield (
             "service.limits.nofile",
@@ -1099,6 +1204,45 @@ def _container_service_findings(profile: Profile) -> Iterator[sglang_rules.Findi
             yield (f"service.limits.{name}", problem)
 
 
+#: Where systemd makes CacheDirectory= (systemd.exec(5): /var/cache for a system unit).
+CACHE_ROOT = "/var/cache"
+#: The credential name of the API key's --config file (LoadCredential=NAME:PATH); SGLang reads
+#: --config only from a file named .yaml or .yml.
+CREDENTIAL = "sglang-config.yaml"
+#: The credential name of the --speculative-adaptive-config JSON: the file lives in the root-only
+#: state directory, which a non-root service.user cannot read.
+ADAPTIVE_CREDENTIAL = "sglang-adaptive.json"
+
+
+def cache_directory(profile: Profile) -> str:
+    """The unit's CacheDirectory= (relative to CACHE_ROOT), "" when service.compile_cache is off."""
+    if not profile.service.compile_cache:
+        return ""
+    return f"orchestrator/{profile.service.unit_name.removesuffix('.service')}"
+
+
+def credentials_dir(unit_name: str) -> str:
+    """What systemd expands ${CREDENTIALS_DIRECTORY} to for this unit (a container mounts the
+    --config file there, so the argv inside it is the host runtime's)."""
+    return f"/run/credentials/{unit_name}"
+
+
+def unit_mounts(profile: Profile) -> list[tuple[str, str]]:
+    """(owner, target) of what the unit itself mounts into a container (render/launch.py _engine):
+    the cache directory, and the credential files where ${CREDENTIALS_DIRECTORY} points."""
+    own = []
+    cache = cache_directory(profile)
+    if cache:
+        own.append(("service.compile_cache (the unit's cache directory)", f"{CACHE_ROOT}/{cache}"))
+    credentials = credentials_dir(profile.service.unit_name)
+    if profile.api_key is not None:
+        own.append(("api_key (the --config file)", f"{credentials}/{CREDENTIAL}"))
+    adaptive = profile.speculative.adaptive
+    if adaptive is not None and adaptive.tiers is not None:
+        own.append(("speculative.adaptive.tiers (their config file)", f"{credentials}/{ADAPTIVE_CREDENTIAL}"))
+    return own
+
+
 def model_mounts(profile: Profile) -> list[tuple[str, str]]:
     """(field, path) of what a container runtime mounts read-only at its own path without being
     listed in runtime.mounts: the model, and the drafter when there is one."""
@@ -1109,18 +1253,30 @@ def model_mounts(profile: Profile) -> list[tuple[str, str]]:
 
 
 def _container_path_findings(profile: Profile) -> Iterator[sglang_rules.Finding]:
-    """Model and drafter are mounted at their own paths; no mount may land on the same target
-    as the engines clean it (`/data/m/.` is `/data/m`)."""
-    targets: dict[str, str] = {}
+    """Model and drafter are mounted at their own paths, beside the unit's own mounts (unit_mounts);
+    no mount may land on the same target as the engines clean it (`/data/m/.` is `/data/m`): podman
+    refuses a "duplicate mount destination", docker a "duplicate mount point"."""
+    own = {container_rules.clean_path(target): owner for owner, target in unit_mounts(profile)}
+    targets = dict(own)
     for loc, path in model_mounts(profile):
         problem = container_rules.mount_source_problem(path)
         if problem:
             yield (loc, f"is mounted into the container at its own path: {problem}")
-        targets.setdefault(container_rules.clean_path(path), loc)
+        target = container_rules.clean_path(path)
+        if target in own:
+            yield (
+                loc,
+                f"{path} is mounted into the container at its own path, where {own[target]} is mounted "
+                "already: the engines refuse two mounts on one path; move it",
+            )
+        targets.setdefault(target, loc)
     for i, mount in enumerate(profile.runtime.mounts):
         target = container_rules.clean_path(mount.target)
         if target in targets:
-            yield (f"runtime.mounts.{i}.target", f"{mount.target} is already mounted by {targets[target]}")
+            yield (
+                f"runtime.mounts.{i}.target",
+                f"{mount.target} is already mounted by {targets[target]}: choose another target",
+            )
         targets.setdefault(target, f"runtime.mounts.{i}")
 
 

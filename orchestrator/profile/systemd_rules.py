@@ -207,6 +207,42 @@ def unit_name_problems(name: str, suffix: str = ".service") -> list[str]:
     return problems
 
 
+#: Unit name characters that systemd reads otherwise in a setting built from the name: the unit's
+#: CacheDirectory=orchestrator/<stem> (config_parse_exec_directories()) C-unescapes '\\' (`\x2d` is
+#: '-') and splits at ':' (DIRECTORY:SYMLINK), while the cache variables name the text as written.
+_SETTING_UNSAFE = {
+    "\\": ("a backslash", "an escape (\\x2d is '-')"),
+    ":": ("':'", "the start of a link's name"),
+}
+
+
+def unit_setting_problem(name: str) -> str | None:
+    """A unit name of orchestrator's that its settings cannot name as written (CacheDirectory=).
+    Only ASCII letters, digits, '-', '_' and '.' are left (unit_name_problems() refuses the rest)."""
+    bad = [_SETTING_UNSAFE[ch] for ch in _SETTING_UNSAFE if ch in name]
+    if not bad:
+        return None
+    return (
+        f"{_shown(name)} has {' and '.join(what for what, _ in bad)}, which systemd reads in the unit's "
+        f"CacheDirectory= as {' and '.join(why for _, why in bad)}: its directory would not be the one the "
+        "cache variables name; use only ASCII letters, digits, '-', '_' and '.'"
+    )
+
+
+# --- text systemd takes ---------------------------------------------------------------------------
+
+
+def noncharacter(text: str) -> str | None:
+    """The first Unicode noncharacter in `text` (U+FDD0 to U+FDEF, U+FFFE and U+FFFF of every
+    plane), or None. systemd's unichar_is_valid() refuses them: a unit line holding one is "not
+    UTF-8 clean", and systemd drops it (ExecStart= too, so the unit fails to load)."""
+    for ch in text:
+        code = ord(ch)
+        if 0xFDD0 <= code <= 0xFDEF or code & 0xFFFE == 0xFFFE:
+            return ch
+    return None
+
+
 # --- numbers as systemd 252 reads them --------------------------------------------------------
 
 UINT64_MAX = 2**64 - 1

@@ -19,7 +19,12 @@ import jinja2
 from orchestrator.errors import Problem, ProfileError
 from orchestrator.paths import TEMPLATES_DIR
 from orchestrator.profile import container_rules, sglang_flags, systemd_rules
+from orchestrator.profile.model import ADAPTIVE_CREDENTIAL as ADAPTIVE_CREDENTIAL
+from orchestrator.profile.model import CACHE_ROOT as CACHE_ROOT
+from orchestrator.profile.model import CREDENTIAL as CREDENTIAL
 from orchestrator.profile.model import Profile, model_mounts
+from orchestrator.profile.model import cache_directory as cache_directory
+from orchestrator.profile.model import credentials_dir as credentials_dir
 from orchestrator.render import container_unit
 
 UNIT_TEMPLATE = "sglang.service.j2"
@@ -203,27 +208,17 @@ def _scalar(value: object) -> str:
     return str(value)
 
 
-#: The credential name of the API key's --config file (LoadCredential=NAME:PATH); SGLang reads
-#: --config only from a file named .yaml or .yml.
-CREDENTIAL = "sglang-config.yaml"
-#: How the server finds it: systemd expands ${CREDENTIALS_DIRECTORY} in ExecStart= to the
+#: How the server finds the API key's --config file (CREDENTIAL, the model's: validation knows
+#: where a container mounts it): systemd expands ${CREDENTIALS_DIRECTORY} in ExecStart= to the
 #: unit's private credentials directory (/run/credentials/<unit>), readable by service.user
 #: only, so a non-root server reads a key its user could never read from /etc/orchestrator.
 #: The one ExecStart= word written unescaped, at Plan.credential_at: by its place, never by its
 #: text, which a profile may also write (exec_start).
 CREDENTIALS_VAR = "${CREDENTIALS_DIRECTORY}"
 CREDENTIAL_ARG = f"{CREDENTIALS_VAR}/{CREDENTIAL}"
-#: The credential name of the --speculative-adaptive-config JSON, and its word in ExecStart=, which
-#: systemd expands like CREDENTIAL_ARG (by its place, Plan.adaptive_at): the file lives in the
-#: root-only state directory, which a non-root service.user cannot read.
-ADAPTIVE_CREDENTIAL = "sglang-adaptive.json"
+#: The --speculative-adaptive-config JSON's word in ExecStart=, which systemd expands like
+#: CREDENTIAL_ARG (by its place, Plan.adaptive_at).
 ADAPTIVE_ARG = f"{CREDENTIALS_VAR}/{ADAPTIVE_CREDENTIAL}"
-
-
-def credentials_dir(unit_name: str) -> str:
-    """What systemd expands ${CREDENTIALS_DIRECTORY} to for this unit (a container mounts the
-    --config file there, so the argv inside it is the host runtime's)."""
-    return f"/run/credentials/{unit_name}"
 
 
 def secret_path(profile: Profile) -> str:
@@ -262,15 +257,6 @@ COMPILE_CACHES = {
     "FLASHINFER_WORKSPACE_BASE": "flashinfer",
     "CUDA_CACHE_PATH": "nv",
 }
-#: Where systemd makes CacheDirectory= (systemd.exec(5): /var/cache for a system unit).
-CACHE_ROOT = "/var/cache"
-
-
-def cache_directory(profile: Profile) -> str:
-    """The unit's CacheDirectory= (relative to /var/cache), "" when service.compile_cache is off."""
-    if not profile.service.compile_cache:
-        return ""
-    return f"orchestrator/{profile.service.unit_name.removesuffix('.service')}"
 
 
 def build_environment(profile: Profile) -> dict[str, str]:

@@ -42,6 +42,7 @@ TIMEOUT_S = 30
 FIELDS = {
     "User": "service.user",
     "WorkingDirectory": "service.working_directory",
+    "CacheDirectory": "service.unit_name",
     "EnvironmentFile": "service.environment_files",
     "LoadCredential": "api_key",
     "ExecStart": "server",

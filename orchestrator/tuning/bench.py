@@ -26,11 +26,12 @@ What is measured, and why this way:
 - Inter-token latency is per token. With speculation, one chunk carries the accept length's worth
   of tokens, so a chunk's gap is shared by its tokens. sglang's bench_serving reports per-chunk
   gaps, which makes a speculative profile look slower per token than it is.
-- Accept length comes from `/get_server_info` internal_states. That is what SGLang says, cumulative
-  since the server started. It is cross-checked with the `accept len` lines the server logs during
-  the level. On /generate it is also checked with completion tokens / meta_info `spec_verify_ct` of
-  this level's requests. That is the only per-request speculative figure SGLang returns. The OpenAI
-  endpoints carry none, so there the level's figure is the log's.
+- A run's accept length is its own: on /generate, completion tokens / meta_info `spec_verify_ct`
+  of its requests, the only per-request speculative figure SGLang returns. The OpenAI endpoints
+  carry none, so there it is the mean of the `accept len` lines the server logs during the run.
+  `/get_server_info` internal_states gives SGLang's figure too, but cumulative since the server
+  started. The ledger's `accept_len` column keeps that one; what is printed names it
+  `accept_len_server_cumulative` (printed_row).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import statistics
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -109,9 +110,38 @@ class Settings:
     #: flight); None: `concurrency` closed-loop clients
     request_rate: float | None = None
 
+    #: Each count's range: bench's options and the tune space's traffic take the same.
+    #: concurrency 0 is an open loop with no cap on the requests in flight.
+    WHOLE_RANGES = {
+        "requests": (1, 100_000),
+        "concurrency": (0, 1024),
+        "max_tokens": (2, 1_000_000),
+        "warmup": (0, 1000),
+        "warmup_tokens": (1, 1_000_000),
+        "seed": (0, 2**31 - 1),
+    }
+    #: Each number's range; never nan or inf. SGLang refuses a negative temperature; OpenAI's
+    #: API takes at most 2.
+    NUMBER_RANGES = {
+        "temperature": (0, 2),
+        "request_rate": (0.001, 100_000),
+        "timeout_s": (0.001, 86_400),
+    }
+
     def __post_init__(self) -> None:
         if self.endpoint not in ENDPOINTS:
             raise InputError(f"--endpoint {self.endpoint!r}: give one of {', '.join(ENDPOINTS)}")
+        for name, (low, high) in self.WHOLE_RANGES.items():
+            value = getattr(self, name)
+            if type(value) is not int or not low <= value <= high:  # bool is an int subclass
+                raise InputError(f"bench settings: {name} {value!r}: give a whole number in {low}..{high}")
+        for name, (low_f, high_f) in self.NUMBER_RANGES.items():
+            number = getattr(self, name)
+            if number is None and name == "request_rate":
+                continue
+            is_number = isinstance(number, int | float) and not isinstance(number, bool)
+            if not (is_number and low_f <= number <= high_f):  # nan fails every comparison
+                raise InputError(f"bench settings: {name} {number!r}: give a number in {low_f:g}..{high_f:g}")
 
     @property
     def source(self) -> datasets.Dataset:
@@ -363,6 +393,11 @@ class BenchResult:
             "repeat": self.repeat,
         }
 
+    def to_json(self, ledger_id: int | None = None) -> dict[str, Any]:
+        """The run as `bench --json` prints it: its ledger row (with its id), accept lengths named
+        as printed_row names them."""
+        return printed_row({"ledger_id": ledger_id, **self.row()})
+
     def traffic_columns(self) -> dict[str, Any]:
         """What traffic the row measured (ledger migration 4)."""
         s, source = self.settings, self.settings.source
@@ -374,6 +409,38 @@ class BenchResult:
             "temperature": s.temperature,
             "seed": s.seed if s.dataset is not None or s.request_rate is not None else None,
         }
+
+
+#: The printed name of the ledger's accept_len column: /get_server_info's figure, which SGLang
+#: counts since the server started, so it mixes every earlier run on that server.
+SERVER_ACCEPT = "accept_len_server_cumulative"
+
+
+def own_accept(row: Mapping[str, Any]) -> float | None:
+    """A run's own accept length from its ledger row: the client's count (/generate's
+    spec_verify_ct), else the server log's lines during the run. Without speculation it is the
+    recorded 1.0. None where neither was read: the server's cumulative figure is not the run's."""
+    for name in ("accept_len_client", "accept_len_log"):
+        if row.get(name) is not None:
+            return float(row[name])
+    if not row.get("speculative") and row.get("accept_len") is not None:
+        return float(row["accept_len"])
+    return None
+
+
+def printed_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A bench_results row as `bench --json` and `results` print it. `accept_len` is the run's own
+    figure (own_accept); the ledger's accept_len column, the server's since it started, is printed
+    as SERVER_ACCEPT, beside the client's and the log's. The ledger keeps its column names."""
+    shown: dict[str, Any] = {}
+    for name, value in row.items():
+        if name == "accept_len":
+            shown[name] = own_accept(row)
+        elif name != SERVER_ACCEPT:
+            shown[name] = value
+        if name == "accept_len_client" or (name == "accept_len" and "accept_len_client" not in row):
+            shown[SERVER_ACCEPT] = row.get("accept_len")
+    return shown
 
 
 def git_commit() -> str:
@@ -734,10 +801,13 @@ def _notes(result: BenchResult) -> list[str]:
     different deployment."""
     notes = []
     t, server, logged = result.target, result.accept_len, result.accept_len_log
-    accept = server if server is not None else logged
+    # The run's own figure; the server's, cumulative since it started, only where there is none.
+    own = result.accept_len_level
+    accept = own if own is not None else server
+    since = "" if own is not None else " (the server's since it started)"
     if result.speculative and accept is not None and accept <= DRAFTER_FLOOR:
         notes.append(
-            f"{DRAFTER_WARNING}: accept length {accept:.2f} with speculative decoding on, so every "
+            f"{DRAFTER_WARNING}: accept length {accept:.2f}{since} with speculative decoding on, so every "
             "round yields one token at extra cost (an EAGLE-3 drafter under --speculative-algorithm "
             "EAGLE runs exactly like this)"
         )

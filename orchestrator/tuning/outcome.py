@@ -157,6 +157,8 @@ class Outcome:
     winner: Trial | None = None
     winner_beats_baseline: bool = False
     winner_file: str = ""
+    #: why the winner's file was not written ('': it was, or there is no winner)
+    winner_error: str = ""
     left: str = ""
     left_ok: bool = False
     left_message: str = ""
@@ -235,7 +237,8 @@ def verdict(
         )
     noise = "beyond noise " if found is not None and found.verdict == "within noise" else ""
     rest = f"; the model predicts none of the {left_to_try} unmeasured points would" if left_to_try else ""
-    return f"{at} no speculative setting beats the baseline {noise}(best {winner.label}: {said}){rest}", False
+    best = f"(best {winner.label}: {said})"
+    return f"{at} no setting of the space beats the baseline {noise}{best}{rest}", False
 
 
 def open_points(found: Mapping[str, search_mod.Guess], labels: Mapping[str, str], margin: float) -> list[str]:

@@ -3,8 +3,9 @@
 Where the rows hold several loads, it draws one line per profile, with its 95% intervals. Otherwise
 it draws tok/s per profile as bars spanning min..max over repeats, with accept length beside.
 
-Engine layer: writes a PNG, prints nothing. It returns what it drew (bars, lines), so a test can
-check it. matplotlib's Agg backend draws without a display (CI, ssh sessions).
+Engine layer: writes a PNG, SVG or PDF (the file's suffix says which), prints nothing. It returns
+what it drew (bars, lines), so a test can check it. matplotlib's Agg backend draws without a
+display (CI, ssh sessions).
 """
 
 from __future__ import annotations
@@ -28,6 +29,16 @@ class Bar:
     accept_len: float | None
 
 
+#: what --plot writes, by the file's suffix
+FORMATS = ("png", "svg", "pdf")
+
+
+def plot_format(path: Path) -> str | None:
+    """The format a plot file's suffix names (None: one we do not write)."""
+    suffix = path.suffix.lower().lstrip(".")
+    return suffix if suffix in FORMATS else None
+
+
 def bars(entries: list[Entry]) -> list[Bar]:
     """One bar per profile (and level, where the entries hold several) that produced a number, in
     the entries' (ranked) order."""
@@ -44,7 +55,8 @@ def _name(e: Entry, several: bool) -> str:
 
 
 def plot(entries: list[Entry], baseline: str | None, path: Path, title: str = "") -> list[Bar]:
-    """Draw the chart to `path` (PNG); failed profiles are named on the axis with 'failed'."""
+    """Draw the chart to `path` (its suffix names the format); failed profiles are named on the
+    axis with 'failed'."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -63,7 +75,7 @@ def plot(entries: list[Entry], baseline: str | None, path: Path, title: str = ""
         ax.set_xlim(-0.6, max(len(labels), 1) - 0.4)
         ax.set_title(title or "decode speed per profile (bar: min..max over repeats, tick: mean)")
         fig.tight_layout()
-        fig.savefig(path, format="png")
+        fig.savefig(path, format=plot_format(path) or "png")
     finally:
         plt.close(fig)
     return drawn
@@ -156,8 +168,9 @@ def lines(curves: list[Curve], baseline: str | None) -> list[Line]:
 
 
 def plot_curves(curves: list[Curve], baseline: str | None, path: Path, title: str = "") -> list[Line]:
-    """Draw tok/s against load to `path` (PNG): a panel per workload, a line per profile, error
-    bars the 95% interval of the mean, the baseline dashed and named. Returns the lines drawn."""
+    """Draw tok/s against load to `path` (its suffix names the format): a panel per workload, a
+    line per profile, error bars the 95% interval of the mean, the baseline dashed and named.
+    Returns the lines drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -179,7 +192,7 @@ def plot_curves(curves: list[Curve], baseline: str | None, path: Path, title: st
             _draw_lines(ax, [line for line in drawn if (line.workload, line.axis) == (workload, axis)])
             ax.set_title(title or f"decode tok/s against load: {workload}", fontsize="medium")
         fig.tight_layout()
-        fig.savefig(path, format="png")
+        fig.savefig(path, format=plot_format(path) or "png")
     finally:
         plt.close(fig)
     return drawn

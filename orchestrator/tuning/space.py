@@ -6,7 +6,7 @@ Engine layer: never prints.
 - `expand(space)` turns the grid of its `vary` values into points. Each point is a derived profile
   that went through every profile rule, and systemd's reading of its unit. Or it is pruned, with the
   rule's own message.
-- `Space.model_json_schema()` is the file's JSON Schema (`orchestrator schema space`).
+- `json_schema.of(Space)` is the file's JSON Schema (`orchestrator schema space`).
 
 A space file:
 
@@ -29,7 +29,11 @@ import difflib
 import hashlib
 import itertools
 import json
+import os
 import re
+import stat
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -102,7 +106,7 @@ class SpaceTraffic(_Model):
     concurrency: list[Annotated[Int, Field(ge=1, le=1024)]] = Field(
         default_factory=lambda: [1], min_length=1, description="Closed-loop levels: the curve."
     )
-    request_rate: list[Annotated[Number, Field(gt=0, le=100000)]] | None = Field(
+    request_rate: list[Annotated[Number, Field(ge=0.001, le=100000)]] | None = Field(
         None, min_length=1, description="Open-loop levels (requests/s) instead of concurrency."
     )
     requests: Int = Field(16, ge=1, le=100000, description="Requests per run.")
@@ -116,6 +120,13 @@ class SpaceTraffic(_Model):
 
     @model_validator(mode="after")
     def _one_curve(self) -> SpaceTraffic:
+        for name in ("concurrency", "request_rate"):
+            levels = getattr(self, name) or []
+            twice = sorted({v for v in levels if levels.count(v) > 1})
+            if twice:  # bench refuses a level given twice: one curve, each level once
+                raise ValueError(
+                    f"{name} gives {', '.join(f'{v:g}' for v in twice)} more than once: give each level once"
+                )
         if self.request_rate and len(self.concurrency) > 1:
             raise ValueError(
                 "request_rate with a concurrency list: give a curve of one or the other "
@@ -199,7 +210,9 @@ class Search(_Model):
         description="model: a model of speculative decoding fitted to every trial's measurements "
         "chooses (the default); grid: every point in turn; random: points in a seeded order.",
     )
-    seed: Int | None = Field(None, description="The seed: the same seed makes the same choices.")
+    seed: Int | None = Field(
+        None, ge=0, le=2**32 - 1, description="The seed (0 to 2**32-1): the same seed makes the same choices."
+    )
     startup_trials: Int = Field(
         3,
         ge=1,
@@ -376,18 +389,34 @@ def _settings(prof: profile_mod.Profile) -> dict[str, Any]:
     return prof.model_dump(exclude={"name", "description", "extends"})
 
 
+#: what a space file misses, in its own words (a profile's would suggest `extends: base`)
+REQUIRED = {
+    "extends": "required: the profile whose fields vary (a name, example:NAME or a path)",
+    "vary": "required: the fields to vary, each with its values",
+}
+
+
 def load(path: Path) -> Space:
     """The space file, validated; every problem at once (ProfileError), as a profile's."""
+    try:
+        regular = stat.S_ISREG(path.stat().st_mode)
+    except OSError as exc:
+        raise InputError(f"{path}: {exc.strerror or exc}") from None
+    if not regular:  # a FIFO would block the read forever
+        raise InputError(f"{path}: not a regular file (a FIFO, a device): name a space file")
     data = profile_mod._read_yaml(path)
     source = str(path)
     try:
         space = Space.model_validate(data)
     except ValidationError as exc:
-        raise ProfileError(
-            profile_mod._dedupe(
-                [profile_mod._problem_from_pydantic(err, source, data, Space) for err in exc.errors()]
-            )
-        ) from None
+        problems = []
+        for err in exc.errors():
+            if err["type"] == "missing" and len(err["loc"]) == 1:
+                name = str(err["loc"][0])
+                problems.append(Problem(source, name, REQUIRED.get(name, "required in a space file: add it")))
+            else:
+                problems.append(profile_mod._problem_from_pydantic(err, source, data, Space))
+        raise ProfileError(profile_mod._dedupe(problems)) from None
     problems = [Problem(source, f"vary.{field}", why) for field, why in _field_problems(space)]
     if problems:
         raise ProfileError(problems)
@@ -424,7 +453,8 @@ def _field_problem(field: str) -> str:
     for i, part in enumerate(parts):
         if model is None:  # inside a mapping (nccl, env): any key, nothing below it
             if i < len(parts) - 1:
-                return f"{'.'.join(parts[:i])} holds plain values: nothing below {part}"
+                head, below = ".".join(parts[:i]), ".".join(parts[i:])
+                return f"{head} maps a key to a plain value: {below} is not one key (vary {head}.{part})"
             return ""
         fields = model.model_fields
         if part not in fields:
@@ -477,9 +507,10 @@ def _ref(ref: str, space_path: Path) -> str:
     return profile_mod._parent_ref(ref, space_path)
 
 
-def expand(path: Path) -> Expanded:
+def expand(path: Path, on_point: Callable[[int], None] | None = None) -> Expanded:
     """The space file read, its base and baseline profiles loaded, and every point derived and
-    checked (the rules, then systemd's reading of the unit), before any host is touched."""
+    checked (the rules, then systemd's reading of the unit), before any host is touched.
+    `on_point(total)` after each point (a progress display: a large space takes a while)."""
     space = load(path)
     digest = hashlib.sha256(yaml12.read_bytes(path)).hexdigest()[:16]
     base_ref = _ref(space.extends, path)
@@ -488,20 +519,45 @@ def expand(path: Path) -> Expanded:
         base = profile_mod.validate(base_data, source=f"{path}: extends {space.extends}")
         baseline = profile_mod.load(_ref(space.baseline, path))
     except InputError as exc:
-        raise InputError(f"{path}: {exc}") from None
+        said = str(exc)
+        raise InputError(said if said.startswith(f"{path}:") else f"{path}: {said}") from None
     _same_unit(base, baseline, path)
-    points = []
-    values = list(space.vary.values())
-    for combo in itertools.product(*values):
-        params = dict(zip(space.vary, combo, strict=True))
-        points.append(_point(base_data, base.name, space.extends, params, path))
-    names = [p.name for p in points]
-    if len(set(names)) < len(names):  # `a b` and `a_b` read alike in a name: each gets its key's hash
-        points = [_point(base_data, base.name, space.extends, p.params, path, hashed=True) for p in points]
+    combos = [dict(zip(space.vary, c, strict=True)) for c in itertools.product(*space.vary.values())]
+    names = [_name(base.name, params, False) for params in combos]
+    hashed = len(set(names)) < len(names)  # `a b` and `a_b` read alike in a name: each gets its key's hash
+
+    def one(params: dict[str, Value]) -> Point:
+        point = _point(base_data, base.name, space.extends, params, path, hashed=hashed)
+        if on_point is not None:
+            on_point(len(combos))
+        return point
+
+    # Each point's unit is read by systemd-analyze, a process of its own: several at once.
+    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) + 2)) as pool:
+        points = list(pool.map(one, combos))
+    points = _once(points)
     if not any(p.profile is not None for p in points):
         reasons = "; ".join(f"{p.label}: {p.pruned}" for p in points[:3])
         raise InputError(f"{path}: every point of vary is refused by the profile rules ({reasons}): fix vary")
     return Expanded(space, path, digest, base, baseline, points, traffic(space, path))
+
+
+def _once(points: list[Point]) -> list[Point]:
+    """Points whose units are the same are one setting: `0.5`, `0.50` and `5e-1` all render
+    `--mem-fraction-static 0.5`. The first is measured; the others are pruned, naming it."""
+    first: dict[tuple[str, str], Point] = {}
+    out = []
+    for p in points:
+        if p.profile is not None:
+            plan = launch.build(p.profile)
+            # the unit but the trial's name (its comment and Description=), and the files beside it
+            setting = (plan.unit.replace(p.name, "<trial>"), str(plan.adaptive_config or ""))
+            if setting in first:
+                p = Point(p.params, p.name, pruned=f"the same unit as {first[setting].label}: one setting")
+            else:
+                first[setting] = p
+        out.append(p)
+    return out
 
 
 def _same_unit(base: profile_mod.Profile, baseline: profile_mod.Profile, path: Path) -> None:

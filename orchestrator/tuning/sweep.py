@@ -166,14 +166,10 @@ def ranking(rows: Iterable[LedgerRow], baseline: str | None) -> list[Entry]:
 
 
 def _level_accept(row: LedgerRow) -> float | None:
-    """The accept length of this run's own requests: the client's count (/generate's
-    spec_verify_ct), else the server log's lines during the run, else /get_server_info's
-    (cumulative since the server started, so mixed with earlier levels)."""
-    for name in ("accept_len_client", "accept_len_log", "accept_len"):
-        value = _column(row, name, None)
-        if value is not None:
-            return float(value)
-    return None
+    """The accept length of this run's own requests (bench.own_accept): never the server's
+    cumulative figure, which mixes in every request since it started."""
+    names = ("accept_len_client", "accept_len_log", "accept_len", "speculative")
+    return bench_mod.own_accept({k: _column(row, k, None) for k in names})
 
 
 def _rank(rows: Iterable[LedgerRow], baseline: str | None, level: Level | None) -> list[Entry]:

@@ -47,6 +47,7 @@ from orchestrator.hosts import deploy as deploy_mod
 from orchestrator.hosts import runner
 from orchestrator.hosts.runner import TaskEvent
 from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 from orchestrator.tuning import bench as bench_mod
 from orchestrator.tuning import objective as objective_mod
 from orchestrator.tuning import outcome as outcome_mod
@@ -247,7 +248,17 @@ class Campaign:
         flight (a trial cut off by Ctrl-C left runs that a resumed campaign measures anew)."""
         with self.lock:
             curves = set(self.curves)
-        return [r for r in ledger.bench_results() if r["sweep_id"] == self.id and r["curve_id"] in curves]
+        rows = []
+        for r in ledger.bench_results():
+            if r["sweep_id"] != self.id or r["curve_id"] not in curves:
+                continue
+            if r["result"] == "ok" and not (r["tok_s"] is not None and r["tok_s"] > 0):
+                ledger.note_skipped(
+                    "bench_results", r, f"tok_s holds {r['tok_s']!r}: a run measures some speed"
+                )
+                continue
+            rows.append(r)
+        return rows
 
     @property
     def restarts_used(self) -> int:
@@ -290,11 +301,11 @@ class Campaign:
     # ---- set-up
 
     def _start(self) -> None:
-        if not self.resumed and self.budget < 2:
-            raise InputError(
-                f"{self.x.path}: budget.restarts {self.budget} does not cover the baseline and one "
-                "trial: raise it to at least 2"
-            )
+        self._winner_folder()
+        if not self.resumed:
+            problem = budget_problem(self.x)
+            if problem:
+                raise InputError(problem)
         if self.resumed:
             row = ledger.campaign(self.id)
             if row is None:
@@ -308,10 +319,12 @@ class Campaign:
                     f"campaign's {row['space_digest']}): resume with that file, or start a new campaign"
                 )
             if not self.hosts:
-                self.hosts = json.loads(row["hosts"])
+                self.hosts = self._hosts_of(row)
                 self.deployed = dict.fromkeys(self.hosts)
-            ledger.update_campaign(self.id, status="running", hosts=json.dumps(self.hosts))
             self._replay()
+            self._check_unchanged()
+            self._running_now()
+            ledger.update_campaign(self.id, status="running", hosts=json.dumps(self.hosts))
         else:
             ledger.record_campaign(
                 {
@@ -324,14 +337,54 @@ class Campaign:
                 }
             )
 
-    def _replay(self) -> None:
-        """The finished trials of the campaign so far, as they were recorded."""
-        for r in ledger.trials(self.id):
+    def _hosts_of(self, row: Any) -> list[str]:
+        """The hosts a campaign ran on, as its row holds them (a JSON list of names)."""
+        try:
+            hosts = json.loads(row["hosts"])
+        except ValueError:
+            hosts = None
+        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
+            raise InputError(
+                f"campaign {self.id}: its hosts column holds {row['hosts']!r}, not a JSON list of host "
+                "names: give --limit HOSTS, or correct the row"
+            )
+        return hosts
+
+    def _point_of(self, r: Any) -> tuple[dict[str, Any], space_mod.Point | None] | None:
+        """A trial row's point, or None (noted, skipped) when the row cannot be one of this space."""
+        why = ""
+        try:
             params = json.loads(r["point"])
+        except ValueError:
+            params = None
+        if r["kind"] not in ("baseline", "trial", "confirm", "adaptive"):
+            why = f"kind holds {r['kind']!r}, not baseline, trial, confirm or adaptive"
+        elif not isinstance(params, dict):
+            why = f"point holds {r['point']!r}, not a JSON object of the space's fields"
+        elif r["kind"] == "baseline":
+            return params, None
+        elif r["kind"] == "adaptive":
+            params = _adaptive_params(params)
+            found = space_mod.derived(self.x, params)
+            if found.profile is not None:
+                return params, found
+            why = f"point holds {r['point']!r}, which this space does not make: {found.pruned}"
+        else:
             point = self.by_key.get(space_mod.point_key(params))
-            if r["kind"] == "adaptive":
-                params = _adaptive_params(params)
-                point = space_mod.derived(self.x, params)
+            if point is not None and point.profile is not None:
+                return params, point
+            why = f"point holds {r['point']!r}, not a valid point of this space"
+        ledger.note_skipped("trials", r, why)
+        return None
+
+    def _replay(self) -> None:
+        """The finished trials of the campaign so far, as they were recorded (a row that cannot be
+        one is skipped with a note: its point is measured again)."""
+        for r in ledger.trials(self.id):
+            found = self._point_of(r)
+            if found is None:
+                continue
+            params, point = found
             prof = point.profile if point and point.profile else self.baseline
             trial = Trial(
                 r["number"],
@@ -350,6 +403,37 @@ class Campaign:
             self.trials.append(trial)
             if trial.kind == "baseline" and trial.state == "complete":
                 self.baseline_host = trial.host
+
+    def _check_unchanged(self) -> None:
+        """Every finished trial still renders the unit it ran. A profile the space extends, or a
+        file a profile names, may have changed since: its old runs would be scored as the new
+        point, and that winner deployed."""
+        ran: dict[str, set[str]] = {}
+        for r in self.rows():
+            if r["plan_digest"]:
+                ran.setdefault(r["curve_id"], set()).add(r["plan_digest"])
+        for t in self.trials:
+            digests = ran.get(t.curve_id, set())
+            now = launch.build(t.profile).digest
+            if digests and now not in digests:
+                raise InputError(
+                    f"campaign {self.id}: {t.label} ran a unit of digest {sorted(digests)[0]}, and "
+                    f"{self.x.path} now renders {now} for it (a profile it extends, or a file one names, "
+                    "changed since): put the old files back to resume, or start a new campaign"
+                )
+
+    def _running_now(self) -> None:
+        """After --resume: what each host runs, where its last deploy was one of this campaign's
+        profiles and the unit is still that one (else unknown: None)."""
+        by_name = {t.profile.name: t.profile for t in self.trials} | {self.baseline.name: self.baseline}
+        for host in self.hosts:
+            unit = self.baseline.service.unit_name
+            last = next((r for r in ledger.history(host, 20) if r["unit_name"] == unit), None)
+            if last is None or last["result"] not in ("healthy", "unchanged"):
+                continue
+            prof = by_name.get(last["profile"])
+            if prof is not None and last["digest"] == launch.build(prof).digest:
+                self.deployed[host] = prof
 
     def _stopped(self, where: str) -> str:
         return (
@@ -1002,10 +1086,31 @@ class Campaign:
             return f"; {self.x.base.name}'s own setting ({t.label}): {t.state}"
         return f"; {self.x.base.name}'s own setting ({t.label}): {self.goal.words(t.value)}{how}"
 
+    def _winner_folder(self) -> tuple[Path, str]:
+        """Where the winner's file goes, and how a message names it; checked at the start, so
+        that a campaign never ends with nowhere to write."""
+        if self.options.profiles_dir is not None:
+            folder, named = self.options.profiles_dir, str(self.options.profiles_dir)
+        else:
+            folder, named = profile_mod.profiles_dir()
+        for there in (folder, *folder.parents):
+            try:
+                if not there.exists():
+                    continue
+                if not there.is_dir():
+                    raise InputError(
+                        f"the winner's profile file goes in {named}, but {there} is not a folder: "
+                        "name a folder with --profiles-dir or ORCHESTRATOR_PROFILES"
+                    )
+            except OSError as exc:
+                raise InputError(f"the winner's profile folder {named}: {exc.strerror or exc}") from None
+            break
+        return folder, named
+
     def _write_winner(self, winner: Trial, summary: str) -> str:
         """The winner as a new profile file beside the others: the space's profile with the chosen
         fields; never over an existing file. The path, or '' when there is nowhere to write."""
-        folder = self.options.profiles_dir or profile_mod.profiles_dir()[0]
+        folder, _ = self._winner_folder()
         folder.mkdir(parents=True, exist_ok=True)
         stem = f"{self.x.base.name}-tuned-{self.id[:6]}"
         path = folder / f"{stem}.yml"
@@ -1016,7 +1121,10 @@ class Campaign:
         if "/" in extends or extends.endswith((".yml", ".yaml")):
             import os
 
-            extends = os.path.relpath(Path(profile_mod._parent_ref(extends, self.x.path)), folder)
+            # from where the file really lies: a profiles folder may be a link elsewhere
+            extends = os.path.relpath(
+                Path(profile_mod._parent_ref(extends, self.x.path)).resolve(), folder.resolve()
+            )
         data: dict[str, Any] = {}
         parent, _ = profile_mod.load_raw(space_mod._ref(self.x.space.extends, self.x.path))
         for key, value in winner.params.items():
@@ -1028,7 +1136,11 @@ class Campaign:
         header = f"# written by `orchestrator tune` (campaign {self.id}, {self.x.path.name})\n"
         with open(path, "x") as fh:
             fh.write(header + text)
-        profile_mod.load(str(path))  # it must validate, as every trial did
+        try:
+            profile_mod.load(str(path))  # it must validate, as every trial did
+        except OrchestratorError:
+            path.unlink(missing_ok=True)  # no file that does not load is left as the winner
+            raise
         return str(path)
 
     def _leave(self, outcome: Outcome) -> None:
@@ -1047,6 +1159,9 @@ class Campaign:
             prof = None
         assign = {h: prof or self.deployed.get(h) or self.baseline for h in self.hosts}
         outcome.left = prof.name if prof else "as it was (--leave none)"
+        unknown = [h for h in self.hosts if prof is None and self.deployed.get(h) is None]
+        if unknown:  # a deploy releases the campaign's lock: where nothing known runs, the baseline
+            outcome.left += f"; the baseline on {', '.join(unknown)}, whose unit was not known"
         self.phase = f"leave {outcome.left}"
         self._status()
         options = deploy_mod.Options(
@@ -1108,7 +1223,11 @@ class Campaign:
             adaptive=adaptive,
         )
         if winner is not None:
-            outcome.winner_file = self._write_winner(winner, f"tuned: {verdict}")
+            try:
+                outcome.winner_file = self._write_winner(winner, f"tuned: {verdict}")
+            except (OSError, OrchestratorError) as exc:  # the outcome stands; the file is named missing
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                outcome.winner_error = f"the winner's profile file was not written: {why}"
         self._leave(outcome)
         return outcome
 
@@ -1204,6 +1323,24 @@ class Estimate:
     basis: str
 
 
+def budget_problem(x: space_mod.Expanded) -> str:
+    """Why the budget measures nothing ('' when it measures a point): the run and --check say it
+    alike. The baseline takes one restart; the leaders' confirmation and the adaptive mode keep
+    theirs (trials_for)."""
+    if trials_for(x, 1) > 0:
+        return ""
+    least = 2 + confirm_reserve(x.space) + (0 if adaptive_why_not(x) else 1)
+    kept = []
+    if confirm_reserve(x.space):
+        kept.append("one for the leaders' confirmation (search.confirm)")
+    if not adaptive_why_not(x):
+        kept.append("one for SGLang's adaptive mode")
+    return (
+        f"{x.path}: budget.restarts {x.space.budget.restarts} measures no point: one restart is the "
+        f"baseline{''.join('; ' + k for k in kept)}: raise it to at least {least}"
+    )
+
+
 def confirm_reserve(space: space_mod.Space) -> int:
     """Restarts the search leaves for the leaders' confirmation: one when it confirms at all."""
     return 1 if space.search.confirm else 0
@@ -1228,7 +1365,7 @@ def estimate(x: space_mod.Expanded, hosts: int) -> Estimate:
     deploys = [
         float(r["duration_s"])
         for r in ledger.history(limit=200)
-        if r["restarted"] and r["result"] == "healthy" and r["action"] == "deploy"
+        if r["restarted"] and r["result"] == "healthy" and r["action"] == "deploy" and r["duration_s"] > 0
     ]
     basis = []
     if deploys:
@@ -1243,13 +1380,19 @@ def estimate(x: space_mod.Expanded, hosts: int) -> Estimate:
     bench_s, guessed = 0.0, 0
     for s in x.traffic.levels():
         level = settings_level(s)
-        same = [float(r["duration_s"]) for r in rows if sweep_mod.level_of(r) == level and r["duration_s"]]
+        same = [
+            float(r["duration_s"])
+            for r in rows
+            if sweep_mod.level_of(r) == level and r["duration_s"] and r["duration_s"] > 0
+        ]
         if same:
             run_s = statistics.median(same)
         else:
             guessed += 1
             streams = max(1, s.concurrency or 1)
             run_s = s.requests * s.max_tokens / (GUESS_TOK_S * streams)
+            if s.request_rate:  # open loop: the requests arrive over requests / rate seconds at least
+                run_s = max(run_s, s.requests / s.request_rate)
         bench_s += run_s * x.traffic.repeat
     basis.append(
         f"bench {bench_s:.0f} s a trial: "

@@ -25,6 +25,7 @@ def ok_row(profile: str, tok_s: float, accept: float, **more: object) -> dict:
     spec = int(profile != "baseline")
     return {"run_id": "r", "host": "lab2", "profile": profile, "result": "ok", "tok_s": tok_s} | {
         "accept_len": accept,
+        "accept_len_log": accept if spec else None,  # the run's own figure, read from its log
         "speculative": spec,
         **more,
     }

@@ -125,3 +125,21 @@ def test_forks_given_to_a_play_win_over_ansible_cfg(tmp_path, monkeypatch) -> No
     for forks, seen in ((None, 7), (3, 3)):
         play = runner.run_playbook("forks.yml", inv, PlayVars(), forks=forks)
         assert play.hosts["h1"].result_of("ansible.builtin.debug")["msg"] == seen
+
+
+def test_pruning_old_runs_survives_another_thread_removing_them(tmp_path, monkeypatch) -> None:
+    """Plays end at once in a tune campaign's host threads; each prunes the old runs."""
+    for i in range(runner.KEEP_RUNS + 5):
+        (tmp_path / f"run{i}").mkdir()
+        os.utime(tmp_path / f"run{i}", (i, i))  # all old
+    real = Path.stat
+    gone = tmp_path / "run0"
+
+    def stat(self, *a, **kw):
+        if self == gone and os.path.isdir(gone):
+            shutil.rmtree(gone)  # removed by another thread between the listing and this look
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    runner._prune_runs(tmp_path)
+    assert len(list(tmp_path.iterdir())) == runner.KEEP_RUNS

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import posixpath
 import re
 import resource
 import shutil
@@ -218,12 +219,18 @@ def assert_reads_exactly(systemd: Systemd, p: launch.Plan, prof: profile_mod.Pro
     assert launch.parse_unit(p.unit) == (p.argv, p.environment)
     started = launch.parse_unit(p.unit, {"CREDENTIALS_DIRECTORY": CREDENTIALS})
     assert started == (p.started_argv(CREDENTIALS), p.environment)
+    # The compile caches' variables name the directory systemd makes (CacheDirectory=).
+    made = [f"/var/cache/{d}" for d in reading.setting("CacheDirectory")]
+    assert len(made) == int(prof.service.compile_cache), (made, p.unit)
+    caches = set(launch.COMPILE_CACHES) - set(prof.env)
+    assert {posixpath.dirname(v) for k, v in reading.environment.items() if k in caches} <= set(made), p.unit
     return reading
 
 
-def _load(tmp: Path, doc: dict[str, Any]) -> profile_mod.Profile:
+def _load(tmp: Path, doc: dict[str, Any], raw: bool = False) -> profile_mod.Profile:
+    """`raw`: non-ASCII text written as is (PyYAML's allow_unicode), else as YAML escapes."""
     path = tmp / "p.yml"
-    path.write_text(yaml.safe_dump(doc))
+    path.write_text(yaml.safe_dump(doc, allow_unicode=raw))
     return profile_mod.load(str(path))
 
 
@@ -1129,6 +1136,7 @@ def test_arguments_and_environment_over_what_execve_takes_are_refused_as_it_refu
 #: Characters each rule is about, and then any character at all (not NUL or lone surrogates,
 #: which loading refuses before any rule: tests/unit/test_fuzz_inputs.py covers those).
 SPECIAL = [*"\"'\\%$;#~{}=-./ \t\n\r\x01\x1b\x7f", "é", "ü", "\xa0", "\u2028", "\x85", "😀", "..", "$$", "%%"]
+SPECIAL += ["\u2029", "\ufdd0", "\uffff", "\U0001fffe"]  # a YAML 1.1 line break; noncharacters
 chars = st.one_of(
     st.sampled_from(SPECIAL),
     st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
@@ -1146,6 +1154,11 @@ env_names = st.one_of(
     st.sampled_from(["NAÏVE", "A\u0661", "1A", "A-B", "", "É"]),
 )
 FREE_NCCL = ["NCCL_DEBUG_FILE", "NCCL_SOCKET_IFNAME", "NCCL_TOPO_FILE", "NCCL_IB_HCA"]
+#: Unit names of every character systemd takes in one, and those that read otherwise in a setting.
+unit_names = st.one_of(
+    st.sampled_from(["sglang\\x2da", "sglang:x", "a\\\\b", "sglang-a", "a..b", "-a", "a@b"]),
+    st.from_regex(r"[A-Za-z0-9:\\_.@-]{1,12}", fullmatch=True),
+).map(lambda stem: f"{stem}.service")
 
 fields = st.fixed_dictionaries(
     {},
@@ -1158,6 +1171,9 @@ fields = st.fixed_dictionaries(
         "env": st.dictionaries(env_names, texts, max_size=3),
         "nccl": st.dictionaries(st.sampled_from(FREE_NCCL), texts, max_size=2),
         "extra_args": st.lists(texts, max_size=2),
+        "unit_name": unit_names,
+        # The file holds non-ASCII text as is (NEL, U+2028 included), not as YAML escapes.
+        "raw": st.just(True),
     },
 )
 
@@ -1170,8 +1186,9 @@ def _profile_doc(values: dict[str, Any]) -> dict[str, Any]:
     doc: dict[str, Any] = {"extends": "cg_5tok", "server": server}
     if "draft_model_path" in values:
         doc["speculative"] = {"draft_model_path": values["draft_model_path"]}
-    if "working_directory" in values:
-        doc["service"] = {"working_directory": values["working_directory"]}
+    service = {k: values[k] for k in ("working_directory", "unit_name") if k in values}
+    if service:
+        doc["service"] = service
     for section in ("env", "nccl"):
         if section in values:
             doc[section] = values[section]
@@ -1181,7 +1198,7 @@ def _profile_doc(values: dict[str, Any]) -> dict[str, Any]:
 #: Where a refusal of each generated field may be located.
 FIELD_LOCS = re.compile(
     r"(server\.(served_model_name|model_path|python|extra_args\[\d+\])|speculative\.draft_model_path"
-    r"|service\.working_directory|env\..*|nccl\..*|env|nccl)",
+    r"|service\.(working_directory|unit_name)|env\..*|nccl\..*|env|nccl)",
     re.S,
 )
 
@@ -1206,6 +1223,10 @@ def _refused_examples(test: Any) -> Any:
 
 
 @_refused_examples
+@example(values={"unit_name": "sglang\\x2da.service"})  # systemd's CacheDirectory= is orchestrator/sglang-a
+@example(values={"unit_name": "sglang:x.service"})  # orchestrator/sglang, and a link
+@example(values={"env": {"A": "a\x85b"}, "raw": True})  # a space to the YAML 1.1 reader
+@example(values={"env": {"A": "a\ufdd0b"}})  # not UTF-8 clean to systemd
 @given(values=fields)
 @settings(
     max_examples=int(os.environ.get("ORACLE_EXAMPLES", "100")),
@@ -1220,7 +1241,7 @@ def test_systemd_reads_what_the_profile_says(values: dict[str, Any], systemd: Sy
         while True:
             doc = _profile_doc(values)
             try:
-                prof = _load(Path(tmp), doc)
+                prof = _load(Path(tmp), doc, raw=values.get("raw", False))
                 break
             except ProfileError as exc:
                 for problem in exc.problems:
@@ -1229,7 +1250,23 @@ def test_systemd_reads_what_the_profile_says(values: dict[str, Any], systemd: Sy
                     event(f"refused: {problem.loc.split('.')[1].split('[')[0]}")
                     values = _without(values, problem.loc)
     event(f"read back: {len(values)} generated fields")
+    _assert_as_written(prof, doc)
     assert_reads_exactly(systemd, launch.build(prof), prof)
+
+
+def _assert_as_written(prof: profile_mod.Profile, doc: dict[str, Any]) -> None:
+    """Each generated value the profile took is the text the file was given (a YAML reader's line
+    break in it would have been a space)."""
+    for section, model in (
+        ("server", prof.server),
+        ("speculative", prof.speculative),
+        ("service", prof.service),
+    ):
+        for key, value in doc.get(section, {}).items():
+            assert getattr(model, key) == value, (section, key)
+    for section, taken in (("env", prof.env), ("nccl", prof.nccl)):
+        for key, value in doc.get(section, {}).items():
+            assert taken[key] == value, (section, key)
 
 
 # --- YAML 1.2: what the file says is what systemd reads (#21) ----------------------------------

@@ -30,11 +30,17 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Lab:
     fake = Lab({"lab1": 1.0, "lab2": 0.96})
     monkeypatch.setattr(deploy_mod, "deploy", fake.deploy)
     monkeypatch.setattr(bench, "run", fake.run)
-    monkeypatch.setattr(
-        bench, "deployed_target", lambda inv, host, prof: bench.Target(host, "a", 1, prof.name)
-    )
+    monkeypatch.setattr(bench, "deployed_target", target_of)
     monkeypatch.setattr(bench, "journal_lines", fake.journal_lines)
     return fake
+
+
+def target_of(inventory: Any, host: str, prof: Any) -> bench.Target:
+    """The deployed server, with the digest of the unit its profile renders (as the real one)."""
+    from orchestrator.render import launch
+
+    digest = launch.build(prof).digest
+    return bench.Target(host, "a", 1, prof.name, digest, digest)
 
 
 def write_space(folder: Path, vary: dict[str, list[Any]] | None = None, **over: Any) -> Path:
@@ -358,8 +364,9 @@ def test_values_that_read_alike_in_a_name_are_two_trials(tmp_path: Path) -> None
 
 
 def test_a_budget_below_a_baseline_and_a_trial_is_refused(lab: Lab, tmp_path: Path) -> None:
-    path = write_space(tmp_path, budget={"restarts": 1})
-    with pytest.raises(InputError, match="raise it to at least 2"):
+    """The baseline takes one restart and the leaders' confirmation keeps one: 2 measures nothing."""
+    path = write_space(tmp_path, budget={"restarts": 2})
+    with pytest.raises(InputError, match=r"budget.restarts 2 measures no point: .*raise it to at least 3"):
         campaign(path, ["lab1", "lab2"], tmp_path).run()
     assert lab.deploys == []
 
@@ -523,7 +530,7 @@ def test_no_speculation_pays_is_said_only_when_the_model_rules_out_the_rest(lab:
     path = write_space(tmp_path, budget={"restarts": 7})
     outcome = campaign(path, ["lab1"], tmp_path).run()
     assert not outcome.winner_beats_baseline
-    assert "no speculative setting beats the baseline" in outcome.verdict
+    assert "no setting of the space beats the baseline" in outcome.verdict
     assert "the model predicts none of the" in outcome.verdict
     assert outcome.open_points == []
     assert outcome.model is not None and outcome.model.predicted >= 1

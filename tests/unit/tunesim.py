@@ -74,11 +74,14 @@ class Lab:
         #: (host, time, message) lines of the servers' journals, and the hosts of each read
         self.journal: list[tuple[str, float, str]] = []
         self.reads: list[str] = []
+        #: Ctrl-C during the deploy that leaves the hosts at a campaign's end
+        self.interrupt_leave = False
 
     def deploy(self, prof, inventory, options, on_event, each=None):
         assign = each or {"lab1": prof}
         self.deploys.append({h: p.name for h, p in assign.items()})
-        if self.interrupt_at is not None and len(self.deploys) >= self.interrupt_at:
+        leaving = self.interrupt_leave and not options.keep_lock  # tune's last deploy
+        if leaving or (self.interrupt_at is not None and len(self.deploys) >= self.interrupt_at):
             report = DeployReport(prof.name, "", False, [], "", "run")
             report.interrupted = True
             return report
