@@ -856,3 +856,14 @@ def note_skipped(table: str, row: sqlite3.Row | dict[str, Any], problem: str) ->
         f"ledger {short_path(path())}: {table} row {_row_name(table, row)}: {problem}; "
         "the row is skipped (correct or delete it)"
     )
+
+
+def update_bench(row_id: int, **changes: Any) -> None:
+    """Set columns of one bench row: a tune trial reads the server log once, after its runs are
+    in, and fills their accept lengths and notes then."""
+    unknown = set(changes) - set(BENCH_COLUMNS)
+    if unknown:
+        raise ValueError(f"not bench_results columns: {sorted(unknown)}")
+    with connect() as conn:
+        sets = ", ".join(f"{k}=?" for k in changes)
+        conn.execute(f"UPDATE bench_results SET {sets} WHERE id=?", (*changes.values(), row_id))

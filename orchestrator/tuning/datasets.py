@@ -27,12 +27,22 @@ the same in both.
   `{"text": ...}` objects. Or it is plain text, one prompt per line, with blank lines skipped.
 - "builtin": the prompts bench sends when no file is given.
 
-How the format is found. A file whose text is a JSON array is ShareGPT. Otherwise its first
-non-blank line decides. A JSON object or string makes the file JSONL. Then each line's keys say its
-kind: "messages", "conversations", "prompt"/"text", or a string. A file has one kind. A first line
-that is not JSON makes the file plain text, one prompt per line. The exception is a file named
-.json or .jsonl, which must be JSON. Lines are counted at "\\n" only, as editors count them. So a
-U+2028 inside a prompt does not start a line.
+How the format is found. Lines end at "\\n", "\\r\\n" or a lone "\\r", as in Python's universal
+newlines. No other character ends a line: a U+2028 or U+0085 stays inside its prompt. The first
+non-blank line decides:
+- "[" then "{", "[", "]" or the end of the file opens a JSON array. The file is ShareGPT.
+- A JSON object makes the file JSONL. Then each line's keys say its kind: "messages",
+  "conversations", "prompt"/"text", or a string. A file has one kind.
+- A JSON string, or another line that starts with "[", may be a prompt: a quotation, "[INST] ...",
+  '["a", "b"] sort these'. Such a file is JSON only if all of it is: one JSON array, or JSON on
+  every line (JSONL). Otherwise it is plain text.
+- Any other line makes the file plain text, one prompt per line. Blank lines are skipped.
+A file named .json or .jsonl must be JSON. It is never read as plain text.
+
+Bounds. A file holds at most MAX_BYTES. A JSON array is parsed one item at a time, and JSONL one
+line at a time. So a bad item is refused before the rest of the file is parsed. One item (a
+conversation, or a line of JSONL) holds at most MAX_ITEM characters, nested at most MAX_DEPTH deep.
+Both are checked before the item is parsed: parsing builds objects of up to 25 times its size.
 
 Some things bench_serving passes silently, and we refuse. The reason: the benchmark would not be
 the one the file describes. They are:
@@ -41,6 +51,8 @@ the one the file describes. They are:
   but bench would not.
 - a turn with no text. bench_serving reads it as "".
 - an "image" in a custom line. Newer custom.py on SGLang's main sends it. bench sends text only.
+- a key given twice in one object. JSON readers keep one of the two silently.
+- a lone surrogate, such as the escape "\\ud800". It is half a character, and no server takes it.
 """
 
 from __future__ import annotations
@@ -50,8 +62,9 @@ import json
 import random
 import re
 import stat
+import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,9 +72,17 @@ from typing import Any
 from orchestrator.errors import InputError, one_line, short_path
 
 #: The largest dataset file read. ShareGPT_V3_unfiltered_cleaned_split.json, the file
-#: bench_serving downloads, is about 0.7 GB; Python's json holds several times a file's size
-#: in memory, so a bigger file is better sampled down first than read whole.
+#: bench_serving downloads, is about 0.7 GB. Its bytes and its text are held whole (its parsed
+#: items are not), so a bigger file is better sampled down first.
 MAX_BYTES = 1 << 30
+#: The most characters one item may hold: a line of JSONL, or a conversation of a ShareGPT array.
+#: Parsing builds objects of up to 25 times an item's size ("[]" is 2 characters, a list 56
+#: bytes), so an item is measured before it is parsed. 16 million characters is about 4 million
+#: tokens.
+MAX_ITEM = 16_000_000
+#: The deepest an item's lists and objects may nest. A dataset's items nest 3 or 4 deep. Python's
+#: JSON parser recurses once a level, and stops at about 1000.
+MAX_DEPTH = 100
 
 #: Roles SGLang's chat API takes (0.5.9, protocol.py: ChatCompletionMessageUserParam and
 #: ChatCompletionMessageGenericParam), lower case as the user role must be.
@@ -81,8 +102,19 @@ _SHAPE = {
     "prompt": 'a {"prompt": "..."} or "..." (one prompt)',
 }
 _WS = re.compile(r"[ \t\n\r]*")
-#: A text that opens like a JSON array of items, not like a prompt such as "[INST] ...".
-_ARRAY_START = re.compile(r'\[[ \t\n\r]*[\[{"\]]')
+#: A text that opens like a JSON array of items, not like a prompt such as "[INST] ..." or
+#: '["a", "b"] sort these'.
+_ARRAY_START = re.compile(r"\[[ \t\n\r]*(?:[\[{\]]|\Z)")
+#: A JSON string, for _bound: "fast", or "strict", which stops at a control character as a JSON
+#: string must, so that an unclosed one ends at its line.
+_STRING = {
+    "fast": r'"[^"\\]*+(?:\\.[^"\\]*+)*+"',
+    "strict": r'"[^"\\\x00-\x1f]*+(?:\\.[^"\\\x00-\x1f]*+)*+"',
+}
+#: A string at the scan's position: it closes beyond the scan's end, or it does not close.
+_WHOLE_STRING = {name: re.compile(pattern, re.S) for name, pattern in _STRING.items()}
+#: Text up to the next bracket, stepping over whole strings.
+_GAP = {name: re.compile(rf'[^"\[\]{{}}]*+(?:{p}[^"\[\]{{}}]*+)*+', re.S) for name, p in _STRING.items()}
 
 
 @dataclass(frozen=True)
@@ -125,14 +157,6 @@ class _Problem(Exception):
     def __init__(self, line: int, message: str):
         super().__init__(message)
         self.line = line
-
-
-class _ItemProblem(Exception):
-    """What is wrong with item `index` of a ShareGPT array; its line is found only then."""
-
-    def __init__(self, index: int, message: str):
-        super().__init__(message)
-        self.index = index
 
 
 # --- the public functions ----------------------------------------------------------------
@@ -226,44 +250,79 @@ def _decode(data: bytes) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        before = _newlines(data[: exc.start].decode("utf-8"))
+        line, column = _where(before, len(before))
         raise _Problem(
             line, f"not UTF-8 (byte 0x{data[exc.start]:02x} at column {column}): save the file as UTF-8"
         ) from None
-    text = text.removeprefix("\ufeff")  # a byte order mark, which some Windows editors write
-    if not text.strip():
-        raise _Problem(0, "the file is empty: give one prompt per line, JSONL, or a ShareGPT JSON array")
-    return text
+    return _newlines(text.removeprefix("\ufeff"))  # a byte order mark, which some Windows editors write
+
+
+def _newlines(text: str) -> str:
+    """`text` with each "\\r\\n" and lone "\\r" made "\\n", as Python's universal newlines read
+    a file. JSON means the same by it: whitespace, or a control character a string cannot hold."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def _parse(text: str, suffix: str) -> tuple[str, list[Request], Counter[str]]:
-    """The format, the requests and the counts of what was left out."""
-    start = text.lstrip(" \t\n\r")
-    if start.startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as exc:
-            if suffix == ".json" or _ARRAY_START.match(start):
-                raise _Problem(exc.lineno, f"not valid JSON: {_json_why(exc)}") from None
-        else:
-            try:
-                return ("sharegpt", *_sharegpt(items))
-            except _ItemProblem as exc:
-                raise _Problem(_item_line(text, exc.index), str(exc)) from None
-    lines = text.split("\n")
-    first = next(n for n, line in enumerate(lines) if line.strip())
-    if _json_kind_of(lines[first]) is None:
-        if suffix in (".json", ".jsonl"):
-            raise _Problem(first + 1, _not_json(lines[first], text))
-        return "lines", [Request.plain(line.removesuffix("\r")) for line in lines if line.strip()], Counter()
-    return _jsonl(lines)
+    """The format (the module's docstring says how), the requests, the counts of what was left out."""
+    first = next(((n, start, line) for n, start, line in _lines(text) if line.strip()), None)
+    if first is None:
+        raise _Problem(0, "the file is empty: give one prompt per line, JSONL, or a ShareGPT JSON array")
+    number, start, line = first
+    pos = _past_ws(text, start)
+    bracket = text.startswith("[", pos)
+    if bracket and (suffix == ".json" or _ARRAY_START.match(text, pos)):
+        return ("sharegpt", *_sharegpt(text, pos))
+    try:
+        head = _json_kind_of(line)
+    except _Problem as exc:
+        raise _Problem(number, str(exc)) from None
+    if isinstance(head, dict) or (suffix in (".json", ".jsonl") and head is not None):
+        return _jsonl(text)
+    if suffix in (".json", ".jsonl"):
+        raise _Problem(number, _not_json(line, text))
+    if isinstance(head, str) or bracket:  # a prompt, or JSON: JSON only if all of the file is
+        if bracket and _all_json(item for _, item in _items(text, pos, _PLAIN)):
+            return ("sharegpt", *_sharegpt(text, pos))
+        if _all_json(_json_line(line, _PLAIN) for _, _, line in _lines(text) if line.strip()):
+            return _jsonl(text)
+    return "lines", [Request.plain(line) for _, _, line in _lines(text) if line.strip()], Counter()
+
+
+def _lines(text: str) -> Iterator[tuple[int, int, str]]:
+    """Each line of `text` (after _newlines): its number, where it starts, and its text. One at a
+    time: a file of 35 million short lines is not split up front."""
+    start, number = 0, 1
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        yield number, start, text[start:end]
+        start, number = end + 1, number + 1
+
+
+def _where(text: str, pos: int) -> tuple[int, int]:
+    """The line and the column of `pos` in `text`, both from 1 (only when something is wrong)."""
+    return text.count("\n", 0, pos) + 1, pos - text.rfind("\n", 0, pos)
+
+
+def _all_json(values: Iterable[object]) -> bool:
+    """Whether every value parses. None of them is kept."""
+    try:
+        for _ in values:
+            pass
+    except (ValueError, _Problem):  # json.JSONDecodeError is a ValueError
+        return False
+    return True
 
 
 def _json_kind_of(line: str) -> object:
-    """`line` as JSON, if it is an object or a string (what a JSONL dataset's lines are)."""
+    """`line` as JSON, if it is an object or a string (what a JSONL dataset's lines are). One too
+    big or too deep to parse is refused."""
+    if not line.lstrip(" \t").startswith(("{", '"')):
+        return None
     try:
-        item = json.loads(line)
+        item = _json_line(line, _PLAIN)
     except ValueError:
         return None
     return item if isinstance(item, dict | str) else None
@@ -271,33 +330,168 @@ def _json_kind_of(line: str) -> object:
 
 def _not_json(line: str, text: str) -> str:
     try:
-        json.loads(line)
+        _json_line(line, _PLAIN)
     except json.JSONDecodeError as exc:
         why = f"not JSON: {_json_why(exc)}"
+    except _Problem as exc:
+        why = str(exc)
     else:
         why = "a JSON value that is neither an object nor a string"
-    try:
-        whole = json.loads(text)
-    except ValueError:
-        whole = None
-    if isinstance(whole, dict):
-        return "one JSON object over several lines: JSONL is one object a line (jq -c), ShareGPT an array"
+    pos = _past_ws(text, 0)
+    if text.startswith("{", pos):
+        try:
+            whole, end = _value(text, pos, _PLAIN)
+        except (ValueError, _Problem):
+            whole, end = None, pos
+        if isinstance(whole, dict) and _past_ws(text, end) == len(text):
+            return "one JSON object over several lines: JSONL is one object a line (jq -c), ShareGPT an array"
     return f"{why}: each line of a JSONL dataset is a JSON object or string"
+
+
+# --- JSON, one item at a time ------------------------------------------------------------
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused if it gives a key twice: json keeps the last one silently."""
+    item = dict(pairs)
+    if len(item) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Problem(0, f"{_show(key)} is given twice in one object: keep one")
+            seen.add(key)
+    return item
+
+
+#: Parses a dataset's items (see _object).
+_DECODER = json.JSONDecoder(object_pairs_hook=_object)
+#: Only finds out whether a text is JSON, where that decides the format.
+_PLAIN = json.JSONDecoder()
+
+
+def _lone_surrogate(text: str) -> str:
+    """What is wrong with `text` if it holds a lone surrogate, else "". The escape "\\ud800" makes
+    one: half a character, which no UTF-8 text holds. Sending it would fail. Each text a request
+    takes from the file is checked; text bench does not send ("id", "from") is not."""
+    if text.isascii():
+        return ""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"has a lone surrogate, \\u{ord(text[exc.start]):04x}, at character {exc.start + 1}: it is "
+            "half a character, not text a server can take: write the whole character, or remove it"
+        )
+    return ""
+
+
+def _value(text: str, pos: int, decoder: json.JSONDecoder, *, measured: bool = False) -> tuple[Any, int]:
+    """The JSON value at `pos` and where it ends. A list or an object is measured first, unless
+    the caller has `measured` it."""
+    if not measured and text.startswith(("[", "{"), pos):
+        _bound(text, pos)
+    try:
+        return decoder.raw_decode(text, pos)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # an integer longer than Python reads (4300 digits unless set otherwise)
+        most = sys.get_int_max_str_digits()
+        raise _Problem(0, f"a number too long to read: give one of at most {most} digits") from None
+    except RecursionError:  # under MAX_DEPTH, but called from deep in the stack
+        why = "lists and objects nested too deep to parse: a dataset's items nest 3 or 4 deep"
+        raise _Problem(0, why) from None
+
+
+def _bound(text: str, start: int) -> None:
+    """Refuse the list or object at `start` if it is over MAX_ITEM characters or nests deeper than
+    MAX_DEPTH. A scan from bracket to bracket finds out, and builds nothing. The fast scan may
+    misread broken JSON, so the strict one confirms a refusal. Where the JSON is broken, the
+    strict scan stops, and the parser says what is wrong."""
+    if _scan(text, start, "fast"):
+        why = _scan(text, start, "strict")
+        if why:
+            raise _Problem(0, why)
+
+
+def _scan(text: str, start: int, how: str) -> str:
+    """What is wrong with the size or depth of the list or object at `start`, else ""."""
+    gaps, strings = _GAP[how], _WHOLE_STRING[how]
+    end = min(len(text), start + MAX_ITEM)
+    pos, depth = start, 0
+    while pos < end:
+        if text[pos] in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return (
+                    f"lists and objects nested more than {MAX_DEPTH} deep: a dataset's items nest 3 or 4 deep"
+                )
+        elif text[pos] in "]}":
+            depth -= 1
+            if depth == 0:
+                return ""
+        elif strings.match(text, pos) is None:  # a string that does not close
+            return ""
+        else:  # a string that closes beyond `end`
+            break
+        gap = gaps.match(text, pos + 1, end)
+        assert gap is not None  # it matches the empty string too
+        pos = gap.end()
+    return f"over {MAX_ITEM:,} characters, the most one item may hold: shorten it" if end < len(text) else ""
+
+
+def _items(text: str, pos: int, decoder: json.JSONDecoder) -> Iterator[tuple[int, Any]]:
+    """The items of the JSON array that opens at `pos`, each with where it starts. One at a time:
+    a bad item is refused before the rest are parsed."""
+    pos = _past_ws(text, pos + 1)
+    index = 0
+    while not text.startswith("]", pos):
+        try:
+            item, end = _value(text, pos, decoder)
+        except json.JSONDecodeError as exc:
+            raise _not_valid(text, exc.pos, exc.msg) from None
+        except _Problem as exc:
+            raise _Problem(_where(text, pos)[0], f"conversation {index + 1}: {exc}") from None
+        yield pos, item
+        pos = _past_ws(text, end)
+        if text.startswith(",", pos):
+            pos, index = _past_ws(text, pos + 1), index + 1
+        elif not text.startswith("]", pos):
+            raise _not_valid(text, pos, "Expecting ',' delimiter" if pos < len(text) else "Expecting ']'")
+    pos = _past_ws(text, pos + 1)
+    if pos < len(text):
+        raise _not_valid(text, pos, "Extra data")
+
+
+def _not_valid(text: str, pos: int, why: str) -> _Problem:
+    line, column = _where(text, pos)
+    return _Problem(line, f"not valid JSON: {why} at column {column}")
+
+
+def _json_line(line: str, decoder: json.JSONDecoder) -> Any:
+    """One line of JSONL, parsed. It raises json.JSONDecodeError where the line is not JSON."""
+    if len(line) > MAX_ITEM:
+        raise _Problem(0, f"over {MAX_ITEM:,} characters, the most one line may hold: shorten it")
+    few = line.count("[") + line.count("{") <= MAX_DEPTH  # then it cannot nest deeper
+    value, end = _value(line, _past_ws(line, 0), decoder, measured=few)
+    if _past_ws(line, end) < len(line):
+        raise json.JSONDecodeError("Extra data", line, _past_ws(line, end))
+    return value
 
 
 # --- ShareGPT and bench_serving's custom JSONL -------------------------------------------
 
 
-def _sharegpt(items: list[Any]) -> tuple[list[Request], Counter[str]]:
+def _sharegpt(text: str, pos: int) -> tuple[list[Request], Counter[str]]:
+    """The requests of the ShareGPT array that opens at `pos`."""
     requests: list[Request] = []
     skipped: Counter[str] = Counter()
-    for index, item in enumerate(items):
+    for index, (start, item) in enumerate(_items(text, pos, _DECODER)):
         try:
             if not isinstance(item, dict):
                 raise _Problem(0, f'{_a(item)}: give {{"conversations": [...]}}')
             pair = _two_turns(item, "value")
         except _Problem as exc:
-            raise _ItemProblem(index, f"conversation {index + 1}: {exc}") from None
+            raise _Problem(_where(text, start)[0], f"conversation {index + 1}: {exc}") from None
         _add_pair(pair, requests, skipped)
     return requests, skipped
 
@@ -332,6 +526,8 @@ def _turn_text(turn: object, key: str, index: int, text_keys: str) -> str:
     text = turn[found[0]]
     if not isinstance(text, str):
         raise _Problem(0, f'{where}: "{found[0]}" is {_a(text)}: give a string')
+    if why := _lone_surrogate(text):
+        raise _Problem(0, f'{where}: "{found[0]}" {why}')
     return text
 
 
@@ -357,18 +553,6 @@ def _skip_note(skipped: Counter[str], before: str, after: str) -> str:
     return f"{before}{', '.join(parts)}{after}" if parts else ""
 
 
-def _item_line(text: str, index: int) -> int:
-    """The line where item `index` of the JSON array `text` starts (only when one is wrong)."""
-    decoder = json.JSONDecoder()
-    pos = _past_ws(text, 0) + 1
-    for _ in range(index):
-        pos = _past_ws(text, pos)
-        _, pos = decoder.raw_decode(text, pos)
-        pos = _past_ws(text, pos) + 1  # the comma
-    pos = _past_ws(text, pos)
-    return text.count("\n", 0, pos) + 1
-
-
 def _past_ws(text: str, pos: int) -> int:
     """Where the JSON whitespace that starts at `pos` ends."""
     match = _WS.match(text, pos)
@@ -379,18 +563,21 @@ def _past_ws(text: str, pos: int) -> int:
 # --- JSONL -------------------------------------------------------------------------------
 
 
-def _jsonl(lines: list[str]) -> tuple[str, list[Request], Counter[str]]:
+def _jsonl(text: str) -> tuple[str, list[Request], Counter[str]]:
+    """The requests of a JSONL file, read a line at a time: a bad line stops it."""
     requests: list[Request] = []
     skipped: Counter[str] = Counter()
     kind, kind_line = "", 0
-    for number, line in enumerate(lines, 1):
+    for number, _, line in _lines(text):
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
+            item = _json_line(line, _DECODER)
         except json.JSONDecodeError as exc:
             why = f"not JSON: {_json_why(exc)}: each line of a JSONL file is one JSON value"
             raise _Problem(number, f"{why} (line {kind_line} is JSON, so this file is JSONL)") from None
+        except _Problem as exc:
+            raise _Problem(number, str(exc)) from None
         try:
             this = _line_kind(item)
             if not kind:
@@ -440,6 +627,8 @@ def _one_prompt(item: str | dict[str, Any]) -> Request:
     text = item if isinstance(item, str) or key is None else item[key]
     if not isinstance(text, str):
         raise _Problem(0, f'"{key}" is {_a(text)}: give a string')
+    if why := _lone_surrogate(text):
+        raise _Problem(0, f"the prompt {why}" if key is None else f'"{key}" {why}')
     if not text.strip():
         raise _Problem(0, "an empty prompt: give its text, or remove the line")
     return Request.plain(text)
@@ -498,7 +687,7 @@ def _content(content: object, where: str) -> str:
     a chat template that takes strings (jinja_template_utils.process_content_for_template_format).
     Image, audio and video parts are refused: bench sends text."""
     if isinstance(content, str):
-        return content
+        return _string(content, f"{where}: content")
     if not isinstance(content, list):
         raise _Problem(0, f"{where}: content is {_a(content)}: give a string")
     texts = []
@@ -509,7 +698,7 @@ def _content(content: object, where: str) -> str:
                 0,
                 f'{where}: content[{i}] is {kind}: bench sends text; give {{"type": "text", "text": "..."}}',
             )
-        texts.append(part["text"])
+        texts.append(_string(part["text"], f"{where}: content[{i}].text"))
     return " ".join(texts)
 
 
@@ -539,8 +728,11 @@ def _json_why(exc: json.JSONDecodeError) -> str:
 
 
 def _string(value: object, where: str) -> str:
+    """`value`, a string a request sends."""
     if not isinstance(value, str):
         raise _Problem(0, f"{where} is {_a(value)}: give a string")
+    if why := _lone_surrogate(value):
+        raise _Problem(0, f"{where} {why}")
     return value
 
 

@@ -338,11 +338,13 @@ class Fit:
 def _jitter(o: Observation, sigma: float, rng: random.Random) -> Observation:
     """One run drawn again: each figure moved by the run-to-run noise."""
 
+    # log-normal: a figure drawn again stays positive however large the runs' noise (a hand-edited
+    # ledger row can make it so); for small noise it is the same as 1 + N(0, sigma)
     def moved(value: float | None) -> float | None:
-        return None if value is None else value * (1.0 + rng.gauss(0.0, sigma))
+        return None if value is None else value * math.exp(rng.gauss(0.0, sigma))
 
-    speed = 1.0 + rng.gauss(0.0, sigma)
-    length = o.accept_len * (1.0 + rng.gauss(0.0, sigma / 2)) if o.accept_len else o.accept_len
+    speed = math.exp(rng.gauss(0.0, sigma))
+    length = o.accept_len * math.exp(rng.gauss(0.0, sigma / 2)) if o.accept_len else o.accept_len
     return replace(
         o,
         tok_s=o.tok_s * speed,

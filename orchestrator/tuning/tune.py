@@ -380,9 +380,18 @@ class Campaign:
     def _replay(self) -> None:
         """The finished trials of the campaign so far, as they were recorded (a row that cannot be
         one is skipped with a note: its point is measured again)."""
+        measured = {
+            r["curve_id"]
+            for r in ledger.bench_results()
+            if r["sweep_id"] == self.id and sweep_mod.measured(r) and r["tok_s"] > 0
+        }
         for r in ledger.trials(self.id):
             found = self._point_of(r)
             if found is None:
+                continue
+            if r["state"] in ("complete", "stopped", "infeasible") and r["curve_id"] not in measured:
+                why = f"state holds {r['state']!r}, but no run of its curve measured anything"
+                ledger.note_skipped("trials", r, why)
                 continue
             params, point = found
             prof = point.profile if point and point.profile else self.baseline
@@ -504,8 +513,8 @@ class Campaign:
             "profile": trial.profile.name,
             "speculative": int(trial.profile.speculative.algorithm is not None),
         }
-        done: list[bench_mod.BenchResult] = []
-        read = True  # Ctrl-C or a crash: the runs go in without a last play
+        done: dict[int, bench_mod.BenchResult] = {}  # ledger id -> the run
+        read = True  # Ctrl-C or a crash: the runs stand without a last play
         try:
             for i, (settings, k) in enumerate(order):
                 if self.stop.is_set():
@@ -521,40 +530,41 @@ class Campaign:
                     trial.state, trial.diagnosis = "failed", f"{trial.host}: bench failed: {exc}"
                     return
                 result.curve_id, result.repeat = curve_id, k
-                done.append(result)
-                if i == 0 and first_look and self._behind(trial, result):
+                # in the ledger at once: the model fits it while the trial goes on, on other hosts too
+                done[bench_mod.record(result, self.id)] = result
+                if i == 0 and first_look and self._behind(trial):
                     return
         except BaseException:
             read = False
             raise
         finally:
-            self._record_runs(done, log if read else None)
+            if read:
+                self._read_log(done, log)
         self._score(trial)
 
-    def _record_runs(
-        self,
-        done: Sequence[bench_mod.BenchResult],
-        log: Callable[[float], list[tuple[float, str]]] | None,
+    def _read_log(
+        self, done: Mapping[int, bench_mod.BenchResult], log: Callable[[float], list[tuple[float, str]]]
     ) -> None:
-        """Each run into the ledger, with its accept length from the one journal read."""
+        """The trial's runs' accept lengths from one journal read, and their notes, into their rows."""
         lines: list[tuple[float, str]] = []
-        if log is not None and any(r.speculative for r in done):
+        notes: list[str] = []
+        if any(r.speculative for r in done.values()):
             try:
-                lines = log(min(r.began_epoch for r in done))
+                lines = log(min(r.began_epoch for r in done.values()))
             except OrchestratorError as exc:  # the runs stand without the log's cross-check
-                for r in done:
-                    r.notes.append(f"server log not read: {exc}")
-        for r in done:
+                notes.append(f"server log not read: {exc}")
+        for row_id, r in done.items():
+            r.notes += notes
             bench_mod.logged(r, lines)
-            bench_mod.record(r, self.id)
+            row = r.row(self.id)
+            ledger.update_bench(row_id, accept_len_log=row["accept_len_log"], notes=row["notes"])
 
-    def _behind(self, trial: Trial, first: bench_mod.BenchResult) -> bool:
+    def _behind(self, trial: Trial) -> bool:
         """The first look: stop a trial whose first run trails the best finished trial by more than
         the margin (three run-to-run standard deviations, at least 2%)."""
         if trial.kind != "trial" or not self.x.space.search.early_stop or not self.goal.early_stop:
             return False
-        row = {"id": first.run_id, **first.row(self.id)}  # not in the ledger yet
-        value = self.scores.value(trial.profile.name, [*self.rows(), row])
+        value = self.scores.value(trial.profile.name)
         with self.lock:
             done = [t.value for t in self.trials if t.kind == "trial" and t.state == "complete" and t.value]
         if value is None or not done or value >= max(done) * (1.0 - self.scores.margin()):
@@ -759,7 +769,10 @@ class Campaign:
             if len(ranked) < 2:
                 return ""
             a, b = ranked[0], ranked[1]
-            found = stats.compare(self.scores.samples(a.profile.name), self.scores.samples(b.profile.name))
+            mine, theirs = self.scores.samples(a.profile.name), self.scores.samples(b.profile.name)
+            if not mine or not theirs:  # a leader without runs at the scored level: nothing to compare
+                return ""
+            found = stats.compare(mine, theirs)
             if found.verdict in ("faster", "slower"):
                 return "separated"
             tested = "tie" if found.verdict == "within noise" else ""

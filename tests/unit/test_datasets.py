@@ -295,7 +295,9 @@ BAD = [
     ("a.jsonl", jsonl({"conversations": [], "image": "cat.png"}), 1, '"image": bench sends text only'),
     ("a.jsonl", jsonl({"prompt": "a", "text": "b"}), 1, 'both "prompt" and "text": keep one'),
     ("a.txt", jsonl("fine", "  "), 2, "an empty prompt"),
-    ("p.txt", '"a quoted first prompt"\nthen plain text\n', 2, "(line 1 is JSON, so this file is JSONL)"),
+    ("p.txt", '{"prompt": "a"}\nthen plain text\n', 2, "(line 1 is JSON, so this file is JSONL)"),
+    ("p.txt", '{"prompt": "a"}\r{"prompt": 5}\r', 2, '"prompt" is a number'),
+    ("a.jsonl", jsonl({"prompt": "a"}) + '{"prompt": 1' + "0" * 5000 + "}\n", 2, "a number too long to read"),
 ]
 
 
@@ -361,3 +363,194 @@ def test_hostile_text_in_a_file_reaches_the_message_escaped(tmp_path: Path) -> N
     with pytest.raises(InputError) as caught:
         datasets.load(key)
     assert str(caught.value).isprintable()
+
+
+# --- files that once crashed the loader or meant something else ---------------------------
+
+
+def error(path: Path) -> str:
+    """The one-line message load() gives for `path`."""
+    with pytest.raises(InputError) as caught:
+        datasets.load(path)
+    message = str(caught.value)
+    assert "\n" not in message and message.isprintable(), message
+    return message
+
+
+def test_deep_nesting_is_refused_with_the_file_and_line(tmp_path: Path) -> None:
+    deep = write(tmp_path, "deep.json", "[" * 100_000)
+    assert error(deep) == (
+        f"--dataset {deep}:1: conversation 1: lists and objects nested more than 100 deep: "
+        "a dataset's items nest 3 or 4 deep"
+    )
+    line = write(tmp_path, "deep.jsonl", jsonl({"prompt": "fine"}) + '{"prompt": ' + "[" * 100_000 + "\n")
+    assert error(line).startswith(f"--dataset {line}:2: lists and objects nested more than 100 deep")
+    first = write(tmp_path, "deep.txt", '{"a": ' + "[" * 100_000 + "\n")
+    assert error(first).startswith(f"--dataset {first}:1: lists and objects nested more than 100 deep")
+
+
+LONE = "\\ud800"  # the JSON escape, six characters, as the file holds it
+SURROGATE_CASES = [
+    (
+        "s.json",
+        SHARE + '  {"conversations": [{"value": "ab' + LONE + '"}, {"value": "an answer"}]}\n]',
+        3,
+        'conversation 2: conversations[0]: "value" has a lone surrogate, \\ud800, at character 3: '
+        "it is half a character, not text a server can take: write the whole character, or remove it",
+    ),
+    (
+        "s.json",
+        SHARE + '  {"conversations": [{"value": "a question"}, {"value": "\\udc00 answer"}]}\n]',
+        3,
+        'conversation 2: conversations[1]: "value" has a lone surrogate, \\udc00, at character 1',
+    ),
+    ("s.txt", f'"a prompt {LONE}"\n"another"\n', 1, "the prompt has a lone surrogate, \\ud800, at character"),
+    ("s.jsonl", f'{{"text": "{LONE}"}}\n', 1, '"text" has a lone surrogate'),
+    (
+        "s.jsonl",
+        f'{{"messages": [{{"role": "user", "content": "x{LONE}"}}]}}\n',
+        1,
+        "messages[0]: content has a lone surrogate, \\ud800, at character 2",
+    ),
+    (
+        "s.jsonl",
+        f'{{"messages": [{{"role": "user", "content": [{{"type": "text", "text": "{LONE}"}}]}}]}}\n',
+        1,
+        "messages[0]: content[0].text has a lone surrogate",
+    ),
+    (
+        "s.jsonl",
+        f'{{"messages": [{{"role": "user", "content": "x", "name": "{LONE}"}}]}}\n',
+        1,
+        "messages[0]: name has a lone surrogate",
+    ),
+    (
+        "s.jsonl",
+        f'{{"conversations": [{{"content": "a question"}}, {{"content": "an answer{LONE}"}}]}}\n',
+        1,
+        'conversations[1]: "content" has a lone surrogate',
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "line", "fragment"), SURROGATE_CASES, ids=[c[3][:40] for c in SURROGATE_CASES]
+)
+def test_a_lone_surrogate_is_refused_at_load(
+    tmp_path: Path, name: str, body: str, line: int, fragment: str
+) -> None:
+    path = write(tmp_path, name, body)
+    message = error(path)
+    assert message.startswith(f"--dataset {path}:{line}: "), message
+    assert fragment in message, message
+
+
+def test_the_same_escape_in_plain_text_is_text(tmp_path: Path) -> None:
+    # Not all of the file is JSON, so it is plain text: the prompt is the six characters as written.
+    path = write(tmp_path, "p.txt", f'"a prompt {LONE}"\nthen plain text\n')
+    assert [r.prompt for r in datasets.load(path).requests] == [f'"a prompt {LONE}"', "then plain text"]
+
+
+DUPLICATES = [
+    (
+        "d.json",
+        SHARE + '  {"conversations": [], "conversations": [{"value": "question"}, {"value": "answer"}]}\n]',
+        3,
+        'conversation 2: "conversations" is given twice in one object: keep one',
+    ),
+    (
+        "d.json",
+        '[{"conversations": [{"value": "question", "from": "me", "value": "other"}, {"value": "answer"}]}]',
+        1,
+        'conversation 1: "value" is given twice in one object: keep one',
+    ),
+    (
+        "d.jsonl",
+        jsonl({"prompt": "a"}) + '{"prompt": "b", "prompt": "c"}\n',
+        2,
+        '"prompt" is given twice in one object: keep one',
+    ),
+    (
+        "d.jsonl",
+        '{"messages": [{"role": "user", "content": "a", "content": "b"}]}\n',
+        1,
+        '"content" is given twice in one object',
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "line", "fragment"), DUPLICATES, ids=[c[3][:40] for c in DUPLICATES]
+)
+def test_a_key_given_twice_is_refused(tmp_path: Path, name: str, body: str, line: int, fragment: str) -> None:
+    path = write(tmp_path, name, body)
+    message = error(path)
+    assert message.startswith(f"--dataset {path}:{line}: "), message
+    assert fragment in message, message
+
+
+def test_a_lone_cr_ends_a_line_and_no_other_character_does(tmp_path: Path) -> None:
+    inside = "a\u2028b\u2029c\u0085d\x0be\x0cf\x1cg"  # str.splitlines() would split at each of these
+    path = write(tmp_path, "mac.txt", f"first prompt\rsecond prompt\r\n\rthird {inside}\r")
+    assert [r.prompt for r in datasets.load(path).requests] == [
+        "first prompt",
+        "second prompt",
+        f"third {inside}",
+    ]
+    lines = write(tmp_path, "mac.jsonl", '{"prompt": "a"}\r\r{"prompt": "b"}\r')
+    assert [r.prompt for r in datasets.load(lines).requests] == ["a", "b"]
+    bad = write(tmp_path, "mac.json", '[\r  {"conversations": [],}\r]')
+    assert error(bad).startswith(f"--dataset {bad}:2: not valid JSON: Expecting property name")
+    latin1 = write(tmp_path, "l.txt", "first\rcaf\xe9 au lait\r".encode("latin-1"))
+    assert error(latin1) == f"--dataset {latin1}:2: not UTF-8 (byte 0xe9 at column 4): save the file as UTF-8"
+
+
+@pytest.mark.parametrize(
+    ("body", "prompts"),
+    [
+        ('"a quoted first prompt"\nthen plain text\n', ['"a quoted first prompt"', "then plain text"]),
+        ('["a", "b"] sort these\nnext\n', ['["a", "b"] sort these', "next"]),
+        ('[ "x" marks the spot\n', ['[ "x" marks the spot']),
+        ('"one"\n["a", "b"] sort these\n', ['"one"', '["a", "b"] sort these']),
+    ],
+)
+def test_a_prompt_that_looks_like_json_on_its_first_line_is_text(
+    tmp_path: Path, body: str, prompts: list[str]
+) -> None:
+    ds = datasets.load(write(tmp_path, "p.txt", body))
+    assert (ds.fmt, [r.prompt for r in ds.requests]) == ("lines", prompts)
+
+
+def test_a_file_that_is_all_json_is_still_json(tmp_path: Path) -> None:
+    strings = write(tmp_path, "s.txt", '"a quoted first prompt"\n"another"\n')
+    assert [r.prompt for r in datasets.load(strings).requests] == ["a quoted first prompt", "another"]
+    array = write(tmp_path, "a.txt", '["a", "b"]\n')
+    assert error(array) == f'--dataset {array}:1: conversation 1: a string: give {{"conversations": [...]}}'
+    lists = write(tmp_path, "l.txt", '["a", "b"]\n["c"]\n')
+    assert error(lists).startswith(f"--dataset {lists}:1: a list: give")
+    named = write(tmp_path, "n.jsonl", '"a quoted first prompt"\nthen plain text\n')
+    assert error(named).startswith(f"--dataset {named}:2: not JSON")
+
+
+def test_a_bad_item_is_refused_before_the_rest_is_parsed(tmp_path: Path) -> None:
+    # Item 1 is wrong; item 3 is not even JSON. Item 1 is named: the parse stopped there.
+    path = write(tmp_path, "a.json", "[\n  [],\n" + SHARE[2:] + '  {"conversations": [1,}\n]')
+    assert error(path) == f'--dataset {path}:2: conversation 1: a list: give {{"conversations": [...]}}'
+
+
+def test_an_item_too_big_to_parse_safely_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(datasets, "MAX_ITEM", 1000)
+    many = write(tmp_path, "many.json", '[\n{"conversations": [' + ",".join(["[]"] * 400) + "]}\n]")
+    assert error(many) == (
+        f"--dataset {many}:2: conversation 1: over 1,000 characters, the most one item may hold: shorten it"
+    )
+    string = write(tmp_path, "string.json", '[{"conversations": [{"value": "' + "x" * 1000 + '"}]}]')
+    assert "conversation 1: over 1,000 characters" in error(string)
+    line = write(tmp_path, "line.jsonl", jsonl({"prompt": "a"}, {"prompt": "x" * 1000}))
+    assert error(line) == f"--dataset {line}:2: over 1,000 characters, the most one line may hold: shorten it"
+    # Broken JSON is named as broken, though its scan ran past the limit.
+    broken = write(tmp_path, "broken.json", '[{"conversations": "unclosed\n' + "x" * 1000 + '"}]')
+    assert error(broken).startswith(f"--dataset {broken}:1: not valid JSON: Invalid control character")
+    # Items under the limit load, however big the file.
+    items = [{"conversations": [turn("human", f"question {i}"), turn("gpt", "answer")]} for i in range(200)]
+    assert len(datasets.load(write(tmp_path, "fine.json", json.dumps(items))).requests) == 200
