@@ -103,7 +103,9 @@ def accept_from_log(messages: Sequence[str]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def request(unit_name: str, lines: int, since: str | None, cursors: dict[str, str]) -> PlayVars:
+def request(
+    unit_name: str, lines: int, since: str | None, cursors: dict[str, str], grep: str | None = None
+) -> PlayVars:
     """The journalctl argv lists the playbook picks from per host.
 
     A first read uses --reverse: with --since, journalctl's -n alone keeps the *oldest* N.
@@ -115,6 +117,8 @@ def request(unit_name: str, lines: int, since: str | None, cursors: dict[str, st
     # is ~30 fields, and ansible-runner drops a task result over MAX_EVENT_RES (700 kB) whole.
     base = ["journalctl", "-u", unit_name, "-o", "json", "--output-fields=MESSAGE,_PID", "--no-pager"]
     window = ["--since", since] if since else []
+    if grep:  # only the entries that match, so a long window stays a small answer
+        window += ["--grep", grep]
     logs = LogsRequest(
         first_argv=[*base, "--reverse", "-n", str(max(lines, 1)), *window],
         next_argv=[*base, "-n", str(FOLLOW_BATCH), *window],
@@ -151,10 +155,12 @@ def read(
     since: str | None = None,
     limit: str | None = None,
     cursors: dict[str, str] | None = None,
+    grep: str | None = None,
 ) -> LogBatch:
-    """One play: each host's last `lines` entries, or (hosts in `cursors`) the entries after them."""
+    """One play: each host's last `lines` entries, or (hosts in `cursors`) the entries after them;
+    with `grep`, only those matching it (journalctl --grep)."""
     known = dict(cursors or {})
-    play = run_playbook("logs.yml", inventory, request(unit_name, lines, since, known), limit=limit)
+    play = run_playbook("logs.yml", inventory, request(unit_name, lines, since, known, grep), limit=limit)
     if not play.hosts:
         raise no_match(inventory, limit)
     batch = LogBatch(hosts=sorted(play.hosts), lines=[], cursors=known)

@@ -209,8 +209,9 @@ def _gpu_set(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     out: list[int] = []
-    for part in value.replace(" ", "").split(","):
-        low, dash, high = part.partition("-")
+    for part in value.split(","):
+        low, dash, high = (side.strip() for side in part.partition("-"))
+        part = part.strip()  # spaces around a number only: '1 2' is not GPU 12
         if not _gpu_index(low) or (dash and not _gpu_index(high)):
             raise ValueError(f"{_short(value)} is not a GPU list: write [4, 5, 6, 7], '4-7' or '0-1,6,7'")
         first, last = int(low), int(high) if dash else int(low)

@@ -78,8 +78,13 @@ ACCEPT_TOLERANCE = 0.05
 #: newest 200 hold several. Not more: above about 250 entries the logs play came back empty on
 #: the lab (journalctl's JSON through ansible-runner's events), silently.
 LOG_LINES = 200
-#: entries one read after several runs asks for (the newest, within its --since window)
-LOG_WINDOW_LINES = 2000
+#: entries one read after several runs asks for (the newest, within its --since window); only
+#: SGLang's decode lines (journalctl --grep), so a trial's window stays far below that limit
+LOG_WINDOW_LINES = 200
+ACCEPT_GREP = "accept len"
+#: seconds a journal's clock may be off the control machine's: a run takes the lines of its
+#: window and those this close to it (the next run's warm-up comes later than that)
+CLOCK_SLACK_S = 1.0
 
 
 class BenchError(OrchestratorError):
@@ -918,8 +923,10 @@ def journal_lines(
         since = datetime.fromtimestamp(since_epoch, UTC)
         window = f"@{int(since_epoch)}"  # systemd.time's epoch form; the filter below is exact
         batch = logs_play.read(
-            inventory, unit_name=unit_name, lines=LOG_WINDOW_LINES, since=window, limit=host
+            inventory, unit_name=unit_name, lines=LOG_WINDOW_LINES, since=window, limit=host, grep=ACCEPT_GREP
         )
+        if batch.failures:  # the runs stand; their notes say the log was not read, and why
+            raise BenchError(f"{host}: the server log was not read: {batch.failures[0].message}")
         return [(line.time.timestamp(), line.message) for line in batch.lines if line.time >= since]
 
     return read
@@ -928,6 +935,7 @@ def journal_lines(
 def logged(result: BenchResult, lines: Sequence[tuple[float, str]]) -> None:
     """A `log_later` run's accept length from the log lines of its own window, and its notes."""
     if result.speculative:
-        mine = [m for t, m in lines if result.began_epoch <= t <= result.ended_epoch]
+        began, ended = result.began_epoch - CLOCK_SLACK_S, result.ended_epoch + CLOCK_SLACK_S
+        mine = [m for t, m in lines if began <= t <= ended]
         result.accept_len_log = accept_from_log(mine)
     result.notes += _notes(result)

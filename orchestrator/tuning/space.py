@@ -542,6 +542,13 @@ def expand(path: Path, on_point: Callable[[int], None] | None = None) -> Expande
     return Expanded(space, path, digest, base, baseline, points, traffic(space, path))
 
 
+def _field(prof: profile_mod.Profile, dotted: str) -> Any:
+    value: Any = prof
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value.model_dump() if isinstance(value, BaseModel) else value
+
+
 def _once(points: list[Point]) -> list[Point]:
     """Points whose units are the same are one setting: `0.5`, `0.50` and `5e-1` all render
     `--mem-fraction-static 0.5`. The first is measured; the others are pruned, naming it."""
@@ -567,6 +574,14 @@ def _same_unit(base: profile_mod.Profile, baseline: profile_mod.Profile, path: P
             f"{path}: baseline {baseline.name}'s service.unit_name {baseline.service.unit_name} is not "
             f"{base.name}'s {base.service.unit_name}: the baseline and the trials must be the same unit"
         )
+    secrets = ("api_key", "secret_env", "service.environment_files")
+    for name in secrets:
+        mine, theirs = _field(baseline, name), _field(base, name)
+        if mine != theirs:  # one play carries one set of secrets, and hosts share plays
+            raise InputError(
+                f"{path}: baseline {baseline.name}'s {name} is not {base.name}'s: the baseline and the "
+                "trials share their plays, and a play carries one set of secrets; give them the same"
+            )
     for prof in (base, baseline):
         if prof.deployment.kind == "multinode":
             raise InputError(

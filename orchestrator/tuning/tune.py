@@ -141,8 +141,13 @@ class _Gather:
     waits while other hosts are still choosing their next point (at most GATHER_S), then runs
     the play for every host that joined. A host that will not restart says so (`done`)."""
 
-    def __init__(self, play: Callable[[dict[str, profile_mod.Profile]], dict[str, str]]):
+    def __init__(
+        self,
+        play: Callable[[dict[str, profile_mod.Profile]], dict[str, str]],
+        stopped: Callable[[], bool] = lambda: False,
+    ):
         self.play = play
+        self.stopped = stopped
         self.cond = threading.Condition()
         #: hosts choosing their next job, which may ask for a restart soon
         self.soon: set[str] = set()
@@ -172,6 +177,8 @@ class _Gather:
                 self.forming = None  # closed: who asks next starts another play
         if lead:
             try:
+                if self.stopped():  # Ctrl-C while it gathered: no play starts after it
+                    raise _Stop
                 play.result = self.play(dict(play.assign))
             except BaseException as exc:  # every host of the play sees it
                 play.error = exc
@@ -239,7 +246,7 @@ class Campaign:
         self.adaptive_reserve = 0 if self.adaptive_skip else 1
         #: restarts the search leaves for the leaders' confirmation and the adaptive mode
         self.reserve = confirm_reserve(expanded.space) + self.adaptive_reserve
-        self.gather = _Gather(self._deploy)
+        self.gather = _Gather(self._deploy, self.stop.is_set)
 
     # ---- ledger
 
@@ -418,9 +425,19 @@ class Campaign:
         file a profile names, may have changed since: its old runs would be scored as the new
         point, and that winner deployed."""
         ran: dict[str, set[str]] = {}
+        levels: dict[str, set[sweep_mod.Level]] = {}
         for r in self.rows():
             if r["plan_digest"]:
                 ran.setdefault(r["curve_id"], set()).add(r["plan_digest"])
+            if sweep_mod.measured(r):
+                levels.setdefault(r["curve_id"], set()).add(sweep_mod.level_of(r))
+        for t in self.trials:
+            if levels.get(t.curve_id) and not levels[t.curve_id] & set(self.levels):
+                raise InputError(
+                    f"campaign {self.id}: {t.label} was measured with other traffic than "
+                    f"{self.x.path} gives now (its dataset file, or what a level is, changed since): put "
+                    "the old dataset back to resume, or start a new campaign"
+                )
         for t in self.trials:
             digests = ran.get(t.curve_id, set())
             now = launch.build(t.profile).digest
@@ -730,6 +747,8 @@ class Campaign:
                         continue
                     except Interrupted:
                         where = " while deploying (hosts it changed were rolled back)"
+                    except Exception as exc:  # a host's own error, seen while stopping: named, resumable
+                        where += f" (a host also failed: {exc})"
                 raise Interrupted(self._stopped(where)) from None
         if crashed is not None:
             raise crashed
@@ -1170,9 +1189,14 @@ class Campaign:
             prof = self.baseline
         else:
             prof = None
-        assign = {h: prof or self.deployed.get(h) or self.baseline for h in self.hosts}
+        touched = {t.host for t in self.trials} | {h for h, p in self.deployed.items() if p is not None}
+        hosts = self.hosts if prof is not None else [h for h in self.hosts if h in touched]
+        assign = {h: prof or self.deployed.get(h) or self.baseline for h in hosts}
         outcome.left = prof.name if prof else "as it was (--leave none)"
-        unknown = [h for h in self.hosts if prof is None and self.deployed.get(h) is None]
+        if not assign:  # --leave none, and no host was deployed: nothing to put back, no lock held
+            outcome.left_ok = True
+            return
+        unknown = [h for h in hosts if prof is None and self.deployed.get(h) is None]
         if unknown:  # a deploy releases the campaign's lock: where nothing known runs, the baseline
             outcome.left += f"; the baseline on {', '.join(unknown)}, whose unit was not known"
         self.phase = f"leave {outcome.left}"

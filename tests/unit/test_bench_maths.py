@@ -90,6 +90,7 @@ def test_a_deployed_digest_other_than_the_profiles_is_noted() -> None:
 def row(profile: str, tok_s: float | None, accept: float | None, spec: bool, diagnosis: str = "") -> dict:
     result = "ok" if tok_s is not None else "failed"
     return {"profile": profile, "tok_s": tok_s, "accept_len": accept, "speculative": int(spec)} | {
+        "accept_len_log": accept if spec else None,  # the run's own figure, from its log
         "result": result,
         "diagnosis": diagnosis,
     }

@@ -1,19 +1,24 @@
-"""The JSON Schemas `orchestrator schema` prints hold the models' own bounds, in JSON Schema's words.
+"""The JSON Schemas `orchestrator schema` prints say what the loader and the models say.
 
-An editor checks a profile or a space file against them. A bound written under a name only pydantic
-knows (`ge`, `le`, ...) is ignored there: the editor would accept `speculative.num_steps: 0`, which
-the model refuses. Each case below is refused twice: by the model, through the real loader, and by
-the `jsonschema` package, against the schema the CLI prints.
+An editor checks a profile or a space file against them. Where the schema is looser, the editor
+misses a mistake. Where it is stricter, the editor flags a valid file. So:
+- A bound written under a name only pydantic knows (`ge`, `le`, ...) is ignored there: the editor
+  would accept `speculative.num_steps: 0`. Each such case is refused twice: by the model, through the
+  real loader, and by the `jsonschema` package, against the schema the CLI prints.
+- What the loader reads in, the schema takes: a file without `name:`, a variant that leaves its
+  parent's keys out, a number as text (`NCCL_MIN_NCHANNELS: 16`), `gpus: '4-7'`. Every shipped
+  profile and every example space is valid to it.
 
-The schema cannot resolve `extends:`, so jsonschema reads the file as written and its verdict is the
-one at the field's path; a profile still lacks what its parent gives (`server.model_path`), which
-jsonschema reports at other paths.
+The schema cannot resolve `extends:`, so jsonschema reads the file as written; its verdict is the one
+at the field's path.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +28,12 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator, validators
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from orchestrator.cli.main import cli
-from orchestrator.errors import ProfileError
+from orchestrator.errors import InputError, ProfileError
 from orchestrator.profile import model as profile_mod
+from orchestrator.profile import yaml12
 from orchestrator.tuning import space as space_mod
 
 #: Keywords that only pydantic reads: a JSON Schema validator skips them.
@@ -64,6 +70,8 @@ ANNOTATIONS = {
     "contentEncoding",
     "contentSchema",
 }
+#: Keywords of Draft 2020-12 that `if` reads: the validator has none of their own.
+IF_BRANCHES = {"then", "else"}
 #: Where a schema holds values, not schemas: a property may be called `ge`.
 DATA = {"default", "examples", "enum", "const"}
 NAMED = {"properties", "patternProperties", "$defs", "dependentSchemas"}
@@ -116,7 +124,7 @@ def keywords(node: Any, where: str = "#") -> list[tuple[str, str]]:
 def test_the_schema_has_no_keyword_only_pydantic_reads(kind: str) -> None:
     found = keywords(printed(kind))
     assert [f"{where}/{key}" for where, key in found if key in PYDANTIC_ONLY] == []
-    known = set(Draft202012Validator.VALIDATORS) | ANNOTATIONS
+    known = set(Draft202012Validator.VALIDATORS) | ANNOTATIONS | IF_BRANCHES
     assert [f"{where}/{key}" for where, key in found if key not in known] == []
 
 
@@ -152,6 +160,14 @@ PROFILE_CASES = [
     ({"speculative": {"adaptive": {"up_hysteresis": 32.5}}}, ["speculative.adaptive.up_hysteresis"]),
     ({"speculative": {"adaptive": {"ceiling_coeff": 1001}}}, ["speculative.adaptive.ceiling_coeff"]),
     ({"service": {"health_poll_interval_s": 0.001}}, ["service.health_poll_interval_s"]),
+    # What the schema now reads in keeps its bounds: no index past 63, no boolean as text.
+    ({"server": {"gpus": "0-64"}}, ["server.gpus"]),
+    ({"server": {"gpus": "4-5-7"}}, ["server.gpus"]),
+    ({"server": {"gpus": "4,,5"}}, ["server.gpus"]),
+    ({"server": {"gpus": "1 2"}}, ["server.gpus"]),  # a space inside a number: not GPU 12
+    ({"service": {"restart": True}}, ["service.restart"]),
+    ({"env": {"A": True}}, ["env.A"]),
+    ({"description": False}, ["description"]),
 ]
 SPACE_CASES = [
     ({"traffic": {"concurrency": [0, 5000]}}, ["traffic.concurrency.0", "traffic.concurrency.1"]),
@@ -236,6 +252,7 @@ def test_the_base_documents_are_valid() -> None:
     """The property below changes one field of these: anything else wrong would blur its verdict."""
     profile_mod.Profile.model_validate(PROFILE)
     space_mod.Space.model_validate(SPACE)
+    assert _schema_refusals("profile", PROFILE) == {}
     assert _schema_refusals("space", SPACE) == {}
 
 
@@ -313,12 +330,17 @@ def _model_refusals(model: type[BaseModel], document: dict[str, Any]) -> set[str
     return set()
 
 
+def _at(at: str, refusals: Any) -> bool:
+    """Whether a refusal is at `at` or inside it: one GPU index (`gpus: 64`) is refused as the list's item."""
+    return any(loc == at or loc.startswith(f"{at}.") for loc in refusals)
+
+
 def _same_verdict(kind: str, model: type[BaseModel], base: dict[str, Any], field: Any, value: Any) -> None:
     path, in_list, _ = field
     document = _set(base, path, [value] if in_list else value)
     at = ".".join(path) + (".0" if in_list else "")
-    by_model = at in _model_refusals(model, document)
-    by_schema = at in _schema_refusals(kind, document)
+    by_model = _at(at, _model_refusals(model, document))
+    by_schema = _at(at, _schema_refusals(kind, document))
     assert by_model == by_schema, f"{at}: {value!r}: model refuses: {by_model}, schema refuses: {by_schema}"
 
 
@@ -336,3 +358,264 @@ def test_the_schema_and_the_space_model_agree_near_every_bound(data: st.DataObje
     field = data.draw(st.sampled_from(SPACE_FIELDS))
     value = data.draw(near_a_bound(field[2]))
     _same_verdict("space", space_mod.Space, SPACE, field, value)
+
+
+# --- what the loader reads in, the schema takes -----------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _read(text: str | bytes) -> Any:
+    """The document as the loader reads it (YAML 1.2: `1.10` is a number, `no` is text)."""
+    loader = yaml12.Loader(text.encode() if isinstance(text, str) else text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _shipped_profiles() -> dict[str, Path]:
+    """The repository's profiles/*.yml and the examples the package ships, once each."""
+    found = {f"example:{name}": path for name, path in profile_mod.examples().items()}
+    for path in sorted((REPO / "profiles").glob("*.yml")):
+        if path.resolve() not in {p.resolve() for p in found.values()}:
+            found[f"profiles/{path.name}"] = path
+    return found
+
+
+SHIPPED = _shipped_profiles()
+
+
+def test_the_shipped_profiles_are_found() -> None:
+    assert {"example:base", "example:cg_5tok", "example:cg_16tok"} <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("ref", list(SHIPPED))
+def test_every_shipped_profile_is_valid_to_the_schema(ref: str) -> None:
+    profile_mod.load(str(SHIPPED[ref]))
+    assert _schema_refusals("profile", _read(SHIPPED[ref].read_bytes())) == {}
+
+
+def _example_spaces() -> dict[str, tuple[str, str]]:
+    """The space files the README, docs/tuning.md and space.py show: their text, and the whole space
+    it stands in.
+
+    A block of docs/tuning.md without `vary:` is a part of one (`objective: ...`). It stands in the
+    page's first whole space, as a user would put it."""
+    found = {}
+    readme = (REPO / "README.md").read_text()
+    for i, text in enumerate(re.findall(r"cat > \S+\.yml <<'EOF'\n(.*?\n)EOF\n", readme, re.S)):
+        found[f"README.md#{i}"] = (text, text)
+    blocks = re.findall(r"```yaml\n(.*?\n)```", (REPO / "docs/tuning.md").read_text(), re.S)
+    whole = next(b for b in blocks if "\nvary:" in f"\n{b}")
+    for i, text in enumerate(blocks):
+        keys = set(_read(text))
+        if keys <= set(space_mod.Space.model_fields):
+            found[f"docs/tuning.md#{i}"] = (text, text if "vary" in keys else _replace_keys(whole, text))
+    doc = space_mod.__doc__ or ""
+    text = textwrap.dedent(doc.split("A space file:\n\n", 1)[1].split("\n\n", 1)[0]) + "\n"
+    found["space.py"] = (text, text)
+    return found
+
+
+def _replace_keys(whole: str, part: str) -> str:
+    """`whole` with the top-level keys `part` gives taken from `part` (lines of one key each)."""
+    keys = set(_read(part))
+    kept = [line for line in whole.splitlines(keepends=True) if line.split(":", 1)[0] not in keys]
+    return "".join(kept) + part
+
+
+SPACES = _example_spaces()
+
+
+def test_the_example_spaces_are_found() -> None:
+    assert {"README.md#0", "space.py"} <= set(SPACES)
+    assert len([name for name in SPACES if name.startswith("docs/tuning.md")]) >= 4
+
+
+@pytest.mark.parametrize("name", list(SPACES))
+def test_every_example_space_is_valid_to_the_schema(name: str, tmp_path: Path) -> None:
+    """A whole space through the loader; a part's sections each by their own model (a part's
+    `at_concurrency: 32` is a level of a traffic the page does not show)."""
+    text, whole = SPACES[name]
+    if text == whole:
+        path = tmp_path / "space.yml"
+        path.write_text(text)
+        space_mod.load(path)
+    else:
+        for key, value in _read(text).items():
+            TypeAdapter(space_mod.Space.model_fields[key].annotation).validate_python(value)
+    assert _schema_refusals("space", _read(whole)) == {}
+
+
+#: A variant that gives its parent's required keys again, so that only the case's values are new.
+VARIANT: dict[str, Any] = {
+    "name": "variant",
+    "extends": "example:cg_5tok",
+    "server": {"model_path": "/data/models/Kimi-K2.5"},
+}
+READ_IN = [
+    {"env": {"OMP_NUM_THREADS": 16}},
+    {"env": {"SGLANG_TAG": 1.5}},
+    {"nccl": {"NCCL_MIN_NCHANNELS": 16}},
+    {"server": {"served_model_name": 7}, "description": 2024},
+    {"server": {"extra_args": ["--chunked-prefill-size", 4096]}},
+    {"server": {"tp_size": 4, "gpus": "4-7"}},
+    {"server": {"tp_size": 4, "gpus": " 0 - 1, 6,7 "}},
+    {"server": {"tp_size": 1, "gpus": 5}},
+    {"service": {"restart": False}},
+    {"service": {"limits": {"nofile": 65536, "memlock": 0}}},
+    {"service": {"extra": {"Nice": 5}}},
+]
+
+
+def _loader_accepts(document: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / "variant.yml"
+    path.write_text(yaml.safe_dump(document))
+    profile_mod.load(str(path))
+
+
+@pytest.mark.parametrize("fragment", READ_IN, ids=[_id(f) for f in READ_IN])
+def test_a_value_the_loader_reads_in_the_schema_takes(fragment: dict[str, Any], tmp_path: Path) -> None:
+    document = _merge(VARIANT, fragment)
+    _loader_accepts(document, tmp_path)
+    assert _schema_refusals("profile", document) == {}
+
+
+LEFT_OUT = {
+    "no name": {"server": {"model_path": "/data/m"}},
+    "extends, no name, no server": {"extends": "example:cg_5tok"},
+    "extends, part of server": {"name": "variant", "extends": "example:cg_5tok", "server": {"port": 30001}},
+}
+
+
+@pytest.mark.parametrize("case", list(LEFT_OUT))
+def test_a_key_the_loader_fills_in_the_schema_lets_the_file_leave_out(case: str, tmp_path: Path) -> None:
+    _loader_accepts(LEFT_OUT[case], tmp_path)
+    assert _schema_refusals("profile", LEFT_OUT[case]) == {}
+
+
+LOADER_REFUSES = {
+    "no extends, no server": ({"name": "x"}, "server"),
+    "no extends, no model_path": ({"server": {"port": 30001}}, "server.model_path"),
+    "extends: null, no server": ({"extends": None}, "server"),
+}
+
+
+@pytest.mark.parametrize("case", list(LOADER_REFUSES))
+def test_a_key_the_loader_needs_the_schema_needs(case: str, tmp_path: Path) -> None:
+    """What the parent would give, a file without `extends:` must give itself."""
+    document, field = LOADER_REFUSES[case]
+    path = tmp_path / "alone.yml"
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(ProfileError) as info:
+        profile_mod.load(str(path))
+    assert [p.loc for p in info.value.problems] == [field]
+    messages = [error.message for error in _checker("profile").iter_errors(document)]
+    assert messages == [f"'{field.rsplit('.', 1)[-1]}' is a required property"]
+
+
+def test_extends_is_text_to_the_schema_as_to_the_loader(tmp_path: Path) -> None:
+    path = tmp_path / "variant.yml"
+    path.write_text("extends: 5\n")
+    with pytest.raises(InputError, match="extends: must be a profile name"):
+        profile_mod.load(str(path))
+    assert "extends" in _schema_refusals("profile", {"extends": 5})
+
+
+def _put(document: dict[str, Any], path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
+    """`document` with `value` at `path`; an int in the path is a list of one item."""
+    head, *rest = path
+    if isinstance(head, int):
+        raise ValueError(f"{path}: a path starts with a key")
+    inner: Any = value
+    if rest:
+        if isinstance(rest[0], int):
+            inner = [_put({"item": {}}, ("item", *rest[1:]), value)["item"] if rest[1:] else value]
+        else:
+            inner = _put(
+                document.get(head) if isinstance(document.get(head), dict) else {}, tuple(rest), value
+            )
+    return {**document, head: inner}
+
+
+#: Keys of a mapping of free names that a rule would not refuse for its name alone.
+FREE_KEYS = {"nccl": "NCCL_MIN_NCHANNELS", "service.extra": "Nice"}
+
+
+def text_fields(root: dict[str, Any]) -> list[tuple[str | int, ...]]:
+    """The path of every field whose schema may take text (a list's item as 0, a free key by name)."""
+    found: list[tuple[str | int, ...]] = []
+
+    def visit(node: dict[str, Any], path: tuple[str | int, ...]) -> None:
+        node = _resolve(root, node)
+        for branch in node.get("anyOf", []):
+            visit(branch, path)
+        for name, sub in node.get("properties", {}).items():
+            visit(sub, (*path, name))
+        if isinstance(node.get("items"), dict):
+            visit(node["items"], (*path, 0))
+        if isinstance(node.get("additionalProperties"), dict):
+            key = FREE_KEYS.get(".".join(map(str, path)), "A")
+            visit(node["additionalProperties"], (*path, key))
+        kinds = node.get("type", [])
+        if ("string" in kinds or "enum" in node) and path not in found:
+            found.append(path)
+
+    visit(root, ())
+    return found
+
+
+def test_a_number_or_boolean_the_loader_takes_as_text_the_schema_takes(tmp_path: Path) -> None:
+    """Every text field, as the schema lists them, given a number or a boolean: where the loader
+    reads one in (`env: {A: 16}` is "16", `restart: false` is "no"), the schema must not flag it."""
+    fields = text_fields(printed("profile"))
+    assert {("env", "A"), ("nccl", "NCCL_MIN_NCHANNELS"), ("service", "restart"), ("name",)} <= set(fields)
+    flagged = []
+    for path in fields:
+        at = ".".join(map(str, path))
+        for value in (16, 1.5, True, False):
+            document = _put({"name": "variant", "extends": "example:cg_5tok"}, path, value)
+            if _loader_refuses_at(at, document, tmp_path):
+                continue
+            if _at(at, _schema_refusals("profile", document)):
+                flagged.append(f"{at}: {value!r}")
+    assert flagged == []
+
+
+def _loader_refuses_at(at: str, document: dict[str, Any], tmp_path: Path) -> bool:
+    path = tmp_path / "variant.yml"
+    path.write_text(yaml.safe_dump(document))
+    try:
+        profile_mod.load(str(path))
+    except InputError:
+        return True
+    except ProfileError as exc:
+        return _at(at, [p.loc for p in exc.problems])
+    return False
+
+
+#: What the model refuses in `server.gpus` text that a pattern cannot say: order and counting.
+UNSAYABLE_GPU_RULES = ("counts down", "GPUs; no host has that many", "is listed twice")
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.text(alphabet="0123456789 -,", max_size=14) | st.from_regex(r"\A[0-9]{1,2}(-[0-9]{1,2})?\Z"))
+def test_the_schema_and_the_model_read_gpus_text_alike(text: str) -> None:
+    """`server.gpus: '4-7'`: the schema takes what the model reads; it refuses the rest but for
+    order and counts."""
+    document = _set(PROFILE, ("server", "gpus"), text)
+    try:
+        profile_mod.Profile.model_validate(document)
+        by_model = ""
+    except ValidationError as exc:
+        by_model = "; ".join(
+            e["msg"] for e in exc.errors() if _at("server.gpus", [".".join(map(str, e["loc"]))])
+        )
+    by_schema = _at("server.gpus", _schema_refusals("profile", document))
+    if not by_model:
+        assert not by_schema, f"{text!r}: the model reads it, the schema refuses it"
+    elif not by_schema:
+        assert any(rule in by_model for rule in UNSAYABLE_GPU_RULES), (
+            f"{text!r}: the schema takes it: {by_model}"
+        )

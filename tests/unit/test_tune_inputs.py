@@ -247,3 +247,78 @@ def test_a_concurrency_given_twice_is_refused(tmp_path: Path) -> None:
     path = write_space(tmp_path, traffic={"concurrency": [8, 8]})
     with pytest.raises(InputError, match="concurrency gives 8 more than once: give each level once"):
         space.expand(path)
+
+
+# --- found by a hostile review of the above ----------------------------------------------------
+
+
+def test_ctrl_c_while_a_play_gathers_starts_no_play() -> None:
+    from orchestrator.tuning import tune
+
+    plays: list[Any] = []
+    stop = [False]
+    gather = tune._Gather(lambda assign: plays.append(assign) or {}, lambda: stop[0])
+    gather.expect(["lab1", "lab2"])
+    stop[0] = True  # Ctrl-C lands while lab1 waits for lab2
+    with pytest.raises(tune._Stop):
+        gather.restart("lab1", "p")
+    assert plays == []
+
+
+def test_leave_none_restarts_no_host_the_campaign_never_used(lab: Lab, tmp_path: Path) -> None:
+    path = write_space(
+        tmp_path, {"speculative.num_steps": [3]}, budget={"restarts": 2}, search={"confirm": 0}
+    )
+    outcome = campaign(path, ["lab1", "lab2", "lab3"], tmp_path, leave="none").run()
+    used = {t.host for t in outcome.trials}
+    assert used and "lab3" not in used
+    assert all("lab3" not in d for d in lab.deploys)  # not even the end's leave play
+
+
+def test_resume_refuses_runs_of_another_dataset(lab: Lab, tmp_path: Path) -> None:
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("Write a haiku about GPUs.\nExplain a mutex in one line.\n")
+    path = write_space(tmp_path, budget={"restarts": 8}, traffic={"dataset": str(prompts)})
+    first = campaign(path, ["lab1"], tmp_path)
+    lab.interrupt_at = 4
+    with pytest.raises(Interrupted):
+        first.run()
+    lab.interrupt_at = None
+    prompts.write_text("Something else entirely.\n")
+    with pytest.raises(InputError, match=r"was measured with other traffic .*put the old dataset back"):
+        campaign(path, [], tmp_path, resume=first.id).run()
+
+
+def test_a_baseline_with_other_secrets_than_the_trials_is_refused_at_expand(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The baseline and the trials share plays, and one play carries one set of secrets."""
+    from orchestrator.tuning import space
+
+    monkeypatch.setenv("MYKEY", "k" * 20)
+    keyed = tmp_path / "keyed.yml"
+    keyed.write_text("extends: example:baseline\napi_key: {env: MYKEY}\n")
+    path = write_space(tmp_path, baseline=str(keyed))
+    with pytest.raises(
+        InputError, match=r"baseline .*'s api_key is not .*: the baseline and the trials share"
+    ):
+        space.expand(path)
+
+
+def test_a_journal_that_cannot_be_read_is_named_in_each_runs_notes(
+    lab: Lab, tmp_path: Path, monkeypatch
+) -> None:
+    from orchestrator import ledger
+    from orchestrator.tuning import bench
+
+    def unreadable(inventory: Any, host: str, unit: str = "") -> Any:
+        def read(since: float) -> Any:
+            raise bench.BenchError(f"{host}: the server log was not read: MAX_EVENT_RES")
+
+        return read
+
+    monkeypatch.setattr(bench, "journal_lines", unreadable)
+    c = campaign(write_space(tmp_path, budget={"restarts": 4}), ["lab1"], tmp_path)
+    c.run()
+    spec = [r for r in ledger.bench_results() if r["sweep_id"] == c.id and r["speculative"]]
+    assert spec and all("server log not read: lab1: the server log was not read" in r["notes"] for r in spec)

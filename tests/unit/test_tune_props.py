@@ -134,14 +134,13 @@ def _lab(mp: pytest.MonkeyPatch, folder: Path) -> Lab:
     return sim
 
 
+EDITS = st.sampled_from(sorted(COLUMNS)).flatmap(lambda c: st.tuples(st.just(c), COLUMNS[c]))
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    edits=st.lists(
-        st.sampled_from(sorted(COLUMNS)).flatmap(lambda c: st.tuples(st.just(c), COLUMNS[c])),
-        min_size=1,
-        max_size=3,
-    )
-)
+@given(edits=st.lists(EDITS, min_size=1, max_size=3))
+@example(edits=[(("bench_results", "tok_s"), 1.0), (("trials", "kind"), "confirm")])  # a math domain error
+@example(edits=[(("bench_results", "tok_s"), None), (("trials", "state"), "complete")])  # no samples
 def test_any_hand_edit_of_a_campaign_resumes_or_is_refused(
     edits: list[tuple[tuple[str, str], Any]], interrupted: tuple[Path, str, Path], tmp_path_factory: Any
 ) -> None:
