@@ -19,6 +19,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator import ledger
 from orchestrator.cli.console import (
     check_plot_folder,
     err,
@@ -51,6 +52,13 @@ def _interval(i: stats.Interval | None) -> str:
 
 def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def _points(x: space_mod.Expanded, trials: int) -> str:
+    """How many points a campaign measures: one more where the leaders' kept restart goes back to
+    the search (both leaders still run somewhere, so their extra runs need none)."""
+    more = tune_mod.confirm_reserve(x.space) and trials < len(x.valid)
+    return f"{trials} or {trials + 1} points" if more else f"{trials} points"
 
 
 def check_json(x: space_mod.Expanded, hosts: list[str]) -> dict[str, Any]:
@@ -96,8 +104,8 @@ def check_output(x: space_mod.Expanded, hosts: list[str]) -> None:
         f"the baseline); on {len(hosts)} host(s): {', '.join(shown(h) for h in hosts)}"
     )
     out.print(
-        f"search: {x.space.search.sampler}; {est.trials} points measured, one baseline on the first host "
-        "free (each host's speed is fitted from the trials)"
+        f"search: {x.space.search.sampler}; {_points(x, est.trials)} measured, one baseline on the first "
+        "host free (each host's speed is fitted from the trials)"
     )
     why = tune_mod.adaptive_why_not(x)
     out.print(
@@ -298,6 +306,10 @@ def tune(
     x = _expanded(space_file)
     inv = inventory_or_lab(inventory)
     hosts = [h.name for h in inventory_mod.selected(inv, limit)]
+    if check and resume is not None and ledger.campaign(resume) is None:  # the run refuses it too
+        raise InputError(
+            f"--resume {resume}: no such campaign in the ledger: check the id (`history` shows it)"
+        )
     if check and as_json:
         click.echo(json.dumps(check_json(x, hosts), indent=2))
         problem = tune_mod.budget_problem(x)

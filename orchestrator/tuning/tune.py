@@ -1398,7 +1398,8 @@ def estimate(x: space_mod.Expanded, hosts: int) -> Estimate:
     restarting deploys, bench time from its runs at the same levels."""
     hosts = max(1, hosts)
     trials = trials_for(x, hosts)
-    restarts = min(x.space.budget.restarts, 1 + len(x.valid) + confirm_reserve(x.space))
+    adaptive = 0 if adaptive_why_not(x) else 1
+    restarts = min(x.space.budget.restarts, 1 + len(x.valid) + confirm_reserve(x.space) + adaptive)
     deploys = [
         float(r["duration_s"])
         for r in ledger.history(limit=200)

@@ -343,9 +343,9 @@ def test_check_says_one_baseline_serves_every_host(lab: Lab, tmp_path: Path) -> 
     said = " ".join(four.output.split())
     assert four.exit_code == 0, four.output
     assert "objective: maximize tok/s of one request at c=1, against baseline" in said
-    assert "9 points measured, one baseline on the first host free" in said
+    assert "9 or 10 points measured, one baseline on the first host free" in said
     one = CliRunner().invoke(cli, [*argv, "--limit", "lab1"])
-    assert one.exit_code == 0 and "9 points measured" in " ".join(one.output.split())
+    assert one.exit_code == 0 and "9 or 10 points measured" in " ".join(one.output.split())
 
 
 def test_a_null_winner_is_written_as_null_and_means_the_default(lab: Lab, tmp_path: Path) -> None:

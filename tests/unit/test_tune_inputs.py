@@ -322,3 +322,8 @@ def test_a_journal_that_cannot_be_read_is_named_in_each_runs_notes(
     c.run()
     spec = [r for r in ledger.bench_results() if r["sweep_id"] == c.id and r["speculative"]]
     assert spec and all("server log not read: lab1: the server log was not read" in r["notes"] for r in spec)
+
+
+def test_check_refuses_a_resume_of_no_campaign(lab: Lab, tmp_path: Path) -> None:
+    done = check(tmp_path, write_space(tmp_path), "--resume", "nosuchid")
+    assert done.exit_code != 0 and "--resume nosuchid: no such campaign in the ledger" in done.output
