@@ -205,6 +205,9 @@ def main() -> None:
     parser.add_argument(
         "--hosts", type=int, default=4, choices=range(1, 5), help="hosts of each seeded campaign"
     )
+    parser.add_argument(
+        "--grid-id", metavar="CAMPAIGN", help="reuse this grid campaign (of the one --accept given)"
+    )
     parser.add_argument("--simulate", action="store_true", help="the search in memory: no lab")
     parser.add_argument("--only-hosts", action="store_true", help="only 1 host against 4, on the lab")
     parser.add_argument(
@@ -222,12 +225,14 @@ def main() -> None:
         return
     print("landscape        level  reference winner (gain)  found  restarts per seed     model error  start")
     for accept in args.accept or [0.44, 0.3, 0.7]:
-        landscape(work, accept, args.level or [1, 8], args.seeds, HOSTS[: args.hosts])
+        landscape(work, accept, args.level or [1, 8], args.seeds, HOSTS[: args.hosts], args.grid_id)
     if not args.skip_hosts:
         hosts(work)
 
 
-def landscape(work: Path, accept: float, levels: list[int], seeds: int, on: list[str]) -> None:
+def landscape(
+    work: Path, accept: float, levels: list[int], seeds: int, on: list[str], grid_id: str | None = None
+) -> None:
     """One drafter: the grid once on four hosts (both levels of the curve), then for each level
     `seeds` campaigns from the valid point farthest from that level's reference winner."""
     import statistics
@@ -237,7 +242,18 @@ def landscape(work: Path, accept: float, levels: list[int], seeds: int, on: list
 
     folder = work / f"grid-a{accept}"
     profiles(folder, 1000, accept)
-    grid = tune(folder, space(folder, "{sampler: grid, early_stop: false, confirm: 0}", 30), HOSTS)
+    path = space(folder, "{sampler: grid, early_stop: false, confirm: 0}", 30)
+    if grid_id:  # the grid of an earlier run of the same drafter: the host factors fitted anew
+        from orchestrator.profile import model as profile_mod
+        from orchestrator.tuning import tune as tune_mod
+
+        profile_mod._profiles_dir_option = folder
+        old = tune_mod.Campaign(space_mod.expand(path), Path("inv"), ["lab1"], resume=grid_id)
+        old._replay()
+        fit = old.scores.fit(old.rows())
+        grid = {"campaign_id": grid_id, "model": {"host_factors": fit.hosts if fit else {}}}
+    else:
+        grid = tune(folder, path, HOSTS)
     x = space_mod.expand(folder / "space.yml")
     suffix = {p.name.split(".", 1)[1]: p for p in x.valid}
     factors = (grid.get("model") or {}).get("host_factors") or {}
