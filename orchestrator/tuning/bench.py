@@ -801,9 +801,10 @@ DRAFTER_FLOOR = 1.05
 DRAFTER_WARNING = "drafter not helping: check algorithm and drafter"
 
 
-def _notes(result: BenchResult) -> list[str]:
+def _notes(result: BenchResult, log_read: bool = True) -> list[str]:
     """What a reader of the numbers should know: a useless drafter, disagreeing sources, a
-    different deployment."""
+    different deployment. `log_read` False: the log was not read (its own note says why), so a
+    missing line in it says nothing."""
     notes = []
     t, server, logged = result.target, result.accept_len, result.accept_len_log
     # The run's own figure; the server's, cumulative since it started, only where there is none.
@@ -821,7 +822,7 @@ def _notes(result: BenchResult) -> list[str]:
             f"deployed digest {t.digest} ({t.profile or 'unknown profile'}) differs from the given "
             f"profile's plan digest {t.plan_digest}: bench measured what runs"
         )
-    if result.speculative and result.accept_len_log is None and server is not None:
+    if log_read and result.speculative and result.accept_len_log is None and server is not None:
         notes.append("no `accept len` line in the server log to cross-check the accept length")
     # The cross-check is between this run's own figures (server_info's is cumulative since start).
     client = result.accept_len_client
@@ -932,10 +933,13 @@ def journal_lines(
     return read
 
 
-def logged(result: BenchResult, lines: Sequence[tuple[float, str]]) -> None:
-    """A `log_later` run's accept length from the log lines of its own window, and its notes."""
-    if result.speculative:
+def logged(result: BenchResult, lines: Sequence[tuple[float, str]], unread: str = "") -> None:
+    """A `log_later` run's accept length from the log lines of its own window, and its notes.
+    `unread`: why the log could not be read (the run stands without the cross-check)."""
+    if unread:
+        result.notes.append(f"server log not read: {unread}")
+    elif result.speculative:
         began, ended = result.began_epoch - CLOCK_SLACK_S, result.ended_epoch + CLOCK_SLACK_S
         mine = [m for t, m in lines if began <= t <= ended]
         result.accept_len_log = accept_from_log(mine)
-    result.notes += _notes(result)
+    result.notes += _notes(result, log_read=not unread)

@@ -564,15 +564,14 @@ class Campaign:
     ) -> None:
         """The trial's runs' accept lengths from one journal read, and their notes, into their rows."""
         lines: list[tuple[float, str]] = []
-        notes: list[str] = []
+        unread = ""
         if any(r.speculative for r in done.values()):
             try:
                 lines = log(min(r.began_epoch for r in done.values()))
             except OrchestratorError as exc:  # the runs stand without the log's cross-check
-                notes.append(f"server log not read: {exc}")
+                unread = str(exc)
         for row_id, r in done.items():
-            r.notes += notes
-            bench_mod.logged(r, lines)
+            bench_mod.logged(r, lines, unread)
             row = r.row(self.id)
             ledger.update_bench(row_id, accept_len_log=row["accept_len_log"], notes=row["notes"])
 

@@ -17,6 +17,10 @@ from tunesim import Lab
 from orchestrator.cli.main import cli
 from orchestrator.errors import InputError, Interrupted
 from orchestrator.profile import model as profile_mod
+from orchestrator.tuning import bench as _bench
+
+#: the real journal reader (the lab fixture replaces it)
+JOURNAL_LINES = _bench.journal_lines
 
 
 def run_tune(tmp_path: Path, *extra: str, budget: int = 4, env: dict[str, str] | None = None) -> Any:
@@ -308,20 +312,22 @@ def test_a_baseline_with_other_secrets_than_the_trials_is_refused_at_expand(
 def test_a_journal_that_cannot_be_read_is_named_in_each_runs_notes(
     lab: Lab, tmp_path: Path, monkeypatch
 ) -> None:
+    """The logs play answers a host's failure (a task result over ansible-runner's limit) instead of
+    lines: each run says the log was not read, and why, never 'no accept len line'."""
     from orchestrator import ledger
+    from orchestrator.hosts import logs_play
     from orchestrator.tuning import bench
 
-    def unreadable(inventory: Any, host: str, unit: str = "") -> Any:
-        def read(since: float) -> Any:
-            raise bench.BenchError(f"{host}: the server log was not read: MAX_EVENT_RES")
-
-        return read
-
-    monkeypatch.setattr(bench, "journal_lines", unreadable)
+    failed = logs_play.HostFailure("lab1", "task result over MAX_EVENT_RES", False)
+    batch = logs_play.LogBatch(["lab1"], [], failures=[failed])
+    monkeypatch.setattr(bench, "journal_lines", JOURNAL_LINES)  # the real reader, over a failed play
+    monkeypatch.setattr(logs_play, "read", lambda *a, **kw: batch)
     c = campaign(write_space(tmp_path, budget={"restarts": 4}), ["lab1"], tmp_path)
     c.run()
     spec = [r for r in ledger.bench_results() if r["sweep_id"] == c.id and r["speculative"]]
-    assert spec and all("server log not read: lab1: the server log was not read" in r["notes"] for r in spec)
+    said = "the server log was not read: task result over MAX_EVENT_RES"
+    assert spec and all(said in r["notes"] for r in spec)
+    assert not any("no `accept len` line" in r["notes"] for r in spec)
 
 
 def test_check_refuses_a_resume_of_no_campaign(lab: Lab, tmp_path: Path) -> None:
