@@ -25,7 +25,12 @@ from orchestrator.tuning import bench, space, tune
 
 @pytest.fixture
 def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Lab:
-    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    return installed(monkeypatch, tmp_path / "state")
+
+
+def installed(monkeypatch: pytest.MonkeyPatch, state: Path) -> Lab:
+    """The in-memory lab in place of deploy, bench and the journal, its ledger in `state`."""
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(state))
     monkeypatch.setenv("SGLANG_STANDIN_EXACT", "1")
     fake = Lab({"lab1": 1.0, "lab2": 0.96})
     monkeypatch.setattr(deploy_mod, "deploy", fake.deploy)

@@ -23,6 +23,16 @@ from orchestrator.tuning import bench as _bench
 JOURNAL_LINES = _bench.journal_lines
 
 
+def stopped(lab: Lab, path: Path, tmp_path: Path) -> Any:
+    """A campaign on lab1 stopped by Ctrl-C in its fourth deploy: the baseline and two trials in."""
+    first = campaign(path, ["lab1"], tmp_path)
+    lab.interrupt_at = 4
+    with pytest.raises(Interrupted):
+        first.run()
+    lab.interrupt_at = None
+    return first
+
+
 def run_tune(tmp_path: Path, *extra: str, budget: int = 4, env: dict[str, str] | None = None) -> Any:
     path = write_space(tmp_path, budget={"restarts": budget})
     (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    lab1: {}\n")
@@ -116,11 +126,7 @@ def test_resume_refuses_a_trial_whose_unit_changed_since(lab: Lab, tmp_path: Pat
     data = yaml.safe_load(path.read_text())
     data["extends"] = str(parent)
     path.write_text(yaml.safe_dump(data))
-    first = campaign(path, ["lab1"], tmp_path)
-    lab.interrupt_at = 4
-    with pytest.raises(Interrupted):
-        first.run()
-    lab.interrupt_at = None
+    first = stopped(lab, path, tmp_path)
     parent.write_text("extends: example:cg_5tok\nenv:\n  MY_FLAG: '1'\n")
     with pytest.raises(
         InputError, match=f"campaign {first.id}: .* ran a unit of digest .*put the old files back"
@@ -170,11 +176,7 @@ def test_hand_edited_campaign_rows_never_crash_resume(
     from orchestrator import ledger
 
     path = write_space(tmp_path, budget={"restarts": 8})
-    first = campaign(path, ["lab1"], tmp_path)
-    lab.interrupt_at = 4
-    with pytest.raises(Interrupted):
-        first.run()
-    lab.interrupt_at = None
+    first = stopped(lab, path, tmp_path)
     with sqlite3.connect(ledger.path()) as conn:
         conn.execute(edit, (first.id,))
     ledger.take_unreadable()
@@ -283,11 +285,7 @@ def test_resume_refuses_runs_of_another_dataset(lab: Lab, tmp_path: Path) -> Non
     prompts = tmp_path / "p.txt"
     prompts.write_text("Write a haiku about GPUs.\nExplain a mutex in one line.\n")
     path = write_space(tmp_path, budget={"restarts": 8}, traffic={"dataset": str(prompts)})
-    first = campaign(path, ["lab1"], tmp_path)
-    lab.interrupt_at = 4
-    with pytest.raises(Interrupted):
-        first.run()
-    lab.interrupt_at = None
+    first = stopped(lab, path, tmp_path)
     prompts.write_text("Something else entirely.\n")
     with pytest.raises(InputError, match=r"was measured with other traffic .*put the old dataset back"):
         campaign(path, [], tmp_path, resume=first.id).run()

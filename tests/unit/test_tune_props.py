@@ -13,7 +13,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_tune import campaign, write_space
+from test_tune import campaign, installed, write_space
 from test_tune import lab as lab
 from tunesim import Lab
 
@@ -119,19 +119,7 @@ def interrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Pa
 
 
 def _lab(mp: pytest.MonkeyPatch, folder: Path) -> Lab:
-    from test_tune import target_of
-
-    from orchestrator.hosts import deploy as deploy_mod
-    from orchestrator.tuning import bench
-
-    mp.setenv("ORCHESTRATOR_STATE_DIR", str(folder / "state"))
-    mp.setenv("SGLANG_STANDIN_EXACT", "1")
-    sim = Lab({"lab1": 1.0, "lab2": 0.96})
-    mp.setattr(deploy_mod, "deploy", sim.deploy)
-    mp.setattr(bench, "run", sim.run)
-    mp.setattr(bench, "deployed_target", target_of)
-    mp.setattr(bench, "journal_lines", sim.journal_lines)
-    return sim
+    return installed(mp, folder / "state")
 
 
 EDITS = st.sampled_from(sorted(COLUMNS)).flatmap(lambda c: st.tuples(st.just(c), COLUMNS[c]))
