@@ -32,7 +32,6 @@ from orchestrator.cli.console import (
     shown,
 )
 from orchestrator.errors import InputError, OrchestratorError
-from orchestrator.tuning import objective as objective_mod
 from orchestrator.tuning import space as space_mod
 from orchestrator.tuning import stats
 from orchestrator.tuning import tune as tune_mod
@@ -64,9 +63,7 @@ def _points(x: space_mod.Expanded, trials: int) -> str:
 def check_json(x: space_mod.Expanded, hosts: list[str]) -> dict[str, Any]:
     """`--check --json`: what --check prints, as one object."""
     est = tune_mod.estimate(x, len(hosts))
-    levels = [tune_mod.settings_level(s) for s in x.traffic.levels()]
-    level = x.level()
-    goal = objective_mod.goal(x.space.objective, levels.index(tune_mod.settings_level(level)))
+    level, goal = x.level(), tune_mod.goal_of(x)
     return {
         "space": str(x.path),
         "hosts": hosts,
@@ -95,9 +92,7 @@ def check_output(x: space_mod.Expanded, hosts: list[str]) -> None:
     out.print(table)
     for p in x.pruned:
         out.print(Text.assemble(("pruned ", "yellow"), shown(p.label), ": ", shown(p.pruned)))
-    level = x.level()
-    levels = [tune_mod.settings_level(s) for s in x.traffic.levels()]
-    goal = objective_mod.goal(x.space.objective, levels.index(tune_mod.settings_level(level)))
+    level, goal = x.level(), tune_mod.goal_of(x)
     out.print(f"objective: {goal.describe(level.level)}, against {shown(x.baseline.name)}")
     out.print(
         f"budget: {x.space.budget.restarts} restarts (the exhaustive grid is {len(x.valid)} trials + "

@@ -218,10 +218,9 @@ class Campaign:
         self.options = options or Options()
         self.id = resume or uuid.uuid4().hex[:12]
         self.resumed = resume is not None
-        s = expanded.space
         self.levels = [settings_level(v) for v in expanded.traffic.levels()]
         self.level = settings_level(expanded.level())
-        self.goal = objective_mod.goal(s.objective, self.levels.index(self.level))
+        self.goal = goal_of(expanded)
         self.baseline = expanded.baseline
         self.by_key = {p.key: p for p in expanded.points}
         self.scores = scores_mod.Scores(expanded, self.levels, self.goal, self.rows)
@@ -1357,6 +1356,12 @@ class Estimate:
     wall_s: float
     #: where the figures come from
     basis: str
+
+
+def goal_of(x: space_mod.Expanded) -> objective_mod.Goal:
+    """The space's objective, at the level of the curve it scores."""
+    levels = [settings_level(v) for v in x.traffic.levels()]
+    return objective_mod.goal(x.space.objective, levels.index(settings_level(x.level())))
 
 
 def budget_problem(x: space_mod.Expanded) -> str:
