@@ -173,6 +173,13 @@ MIGRATIONS = [
     """
     ALTER TABLE trials ADD COLUMN predicted REAL
     """,
+    # 8: the files a start read (the model's and drafter's digests), so that results never mix two
+    # checkpoints; and its GPU memory, predicted before the stop and measured from the server's log.
+    """
+    ALTER TABLE deploys ADD COLUMN model_digest TEXT NOT NULL DEFAULT '';
+    ALTER TABLE deploys ADD COLUMN memory TEXT NOT NULL DEFAULT '{}';   -- JSON {predicted, measured}
+    ALTER TABLE bench_results ADD COLUMN model_digest TEXT NOT NULL DEFAULT ''
+    """,
 ]
 
 
@@ -546,6 +553,10 @@ class DeployRow:
     model: str = ""
     #: The start's phases, [{phase, s}] (startup_watch.PHASES), when the server was started.
     phases: list[dict[str, Any]] = field(default_factory=list)
+    #: The model's and drafter's files (host_report.model_digest); "" where not scanned.
+    model_digest: str = ""
+    #: GPU memory of the start: {predicted, measured} (HostReport.memory).
+    memory: dict[str, Any] = field(default_factory=dict)
 
 
 def record_deploy(row: DeployRow, good_unit: str | None = None, facts: dict[str, Any] | None = None) -> None:
@@ -554,7 +565,8 @@ def record_deploy(row: DeployRow, good_unit: str | None = None, facts: dict[str,
     with connect() as conn:
         conn.execute(
             "INSERT INTO deploys (run_id, time, host, unit_name, profile, digest, action, result, restarted,"
-            " duration_s, diagnosis, model, phases) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " duration_s, diagnosis, model, phases, model_digest, memory)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 row.run_id,
                 now,
@@ -569,6 +581,8 @@ def record_deploy(row: DeployRow, good_unit: str | None = None, facts: dict[str,
                 row.diagnosis,
                 row.model,
                 json.dumps(row.phases),
+                row.model_digest,
+                json.dumps(row.memory),
             ),
         )
         if good_unit is not None:
@@ -625,6 +639,47 @@ def starts(host: str, model: str, limit: int = 5) -> list[list[dict[str, Any]]]:
         (host, model, limit),
     )
     return [found for found in (deploy_phases(dict(r)) for r in rows) if found]
+
+
+def measured_memory(host: str, model: str, limit: int = 20) -> list[dict[str, Any]]:
+    """The GPU memory of the last healthy starts of `model` on `host`, newest first: each start's
+    {predicted, measured} (HostReport.memory) where the server logged its figures, with the
+    `model_digest` of the files it read. A value a hand edit broke is passed over."""
+    query = (
+        "SELECT memory, model_digest FROM deploys WHERE host=? AND model=? AND result='healthy' "
+        "AND memory!='{}' ORDER BY time DESC, id DESC LIMIT ?"
+    )
+    rows = _select(
+        "deploys",
+        lambda have: (
+            query if "memory" in have else "SELECT '{}' AS memory, '' AS model_digest WHERE ?||?||? AND 0"
+        ),
+        (host, model, limit),
+    )
+    found = []
+    for r in rows:
+        try:
+            memory = json.loads(r["memory"] or "{}")
+        except ValueError:
+            continue
+        if isinstance(memory, dict) and isinstance(memory.get("measured"), dict):
+            found.append({**memory, "model_digest": r["model_digest"]})
+    return found
+
+
+def model_digest_of(host: str, unit_digest: str, db: Path | None = None) -> str:
+    """The files the newest healthy start of this unit text on `host` read; "" when not known."""
+    query = (
+        "SELECT model_digest FROM deploys WHERE host=? AND digest=? AND result='healthy' "
+        "AND model_digest!='' ORDER BY time DESC, id DESC LIMIT 1"
+    )
+    rows = _select(
+        "deploys",
+        lambda have: query if "model_digest" in have else "SELECT '' AS model_digest WHERE 0 AND ?||?",
+        (host, unit_digest),
+        db,
+    )
+    return str(rows[0]["model_digest"]) if rows else ""
 
 
 def deploy_phases(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -727,6 +782,7 @@ BENCH_COLUMNS = [
     "seed",
     "curve_id",
     "repeat",
+    "model_digest",
 ]
 
 
@@ -735,6 +791,9 @@ def record_bench(row: dict[str, Any], db: Path | None = None) -> int:
     unknown = set(row) - set(BENCH_COLUMNS)
     if unknown:
         raise ValueError(f"not bench_results columns: {sorted(unknown)}")
+    if not row.get("model_digest") and row.get("host") and row.get("digest"):
+        # The files the server it measured was started with, as its deploy recorded them.
+        row = {**row, "model_digest": model_digest_of(str(row["host"]), str(row["digest"]), db)}
     return _insert("bench_results", row, db)
 
 

@@ -69,6 +69,12 @@ ROLLOUT_OPTIONS = (
         help="Skip the read-only checks before a restart (to debug a failing start).",
     ),
     click.option(
+        "--no-read-ahead",
+        is_flag=True,
+        help="Do not read the model's files into the page cache before the stop (it is done only "
+        "where the host has the memory for all of them).",
+    ),
+    click.option(
         "--no-drain",
         is_flag=True,
         help="Behind a gateway (orchestrator_gateway_url): restart under traffic, without taking "
@@ -98,6 +104,7 @@ def _rollout(
     serial: str | None,
     max_fail_percent: int | None,
     no_preflight: bool,
+    no_read_ahead: bool,
     no_drain: bool,
     drain_timeout: float,
 ) -> dict[str, Any]:
@@ -110,6 +117,7 @@ def _rollout(
         "serial": _serial(serial),
         "max_fail_percent": max_fail_percent,
         "preflight": not no_preflight,
+        "read_ahead": not no_read_ahead,
         "drain": not no_drain,
         "drain_timeout_s": drain_timeout,
     }
@@ -294,6 +302,7 @@ def _show(run: Callable[..., Any], title: str, as_json: bool, check: bool = Fals
 def preflight(profile_ref: str, inventory: Path | None, limit: str | None, as_json: bool) -> None:
     """Read-only checks a deploy makes before stopping anything: SGLang version and flags, model and
     drafter, GPUs for TP x DP, the port, log space. One line per problem per host."""
+    from orchestrator.cli import view
     from orchestrator.hosts import preflight_play
 
     prof = profile_mod.load(profile_ref)
@@ -310,6 +319,9 @@ def preflight(profile_ref: str, inventory: Path | None, limit: str | None, as_js
                 out.print(f"{shown(r.host)}: note: {shown(note)}", style="yellow", soft_wrap=True)
             for problem in r.problems:
                 out.print(f"{shown(r.host)}: {shown(problem)}", style="red", soft_wrap=True)
+        table = view.memory_table(results)
+        if table is not None:
+            out.print(table)
     sys.exit(0 if results and all(r.ok for r in results) else 1)
 
 

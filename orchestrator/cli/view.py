@@ -20,6 +20,7 @@ from orchestrator.cli.console import plain, shown
 from orchestrator.hosts import startup_watch
 from orchestrator.hosts.host_report import DeployReport
 from orchestrator.hosts.module_results import HEALTH, HealthResult, ResultError
+from orchestrator.hosts.preflight_play import PreflightResult
 from orchestrator.hosts.readback import step_of, typed
 from orchestrator.hosts.runner import TaskEvent
 from orchestrator.render.launch import flag_changes
@@ -112,8 +113,86 @@ def progress_line(ev: TaskEvent) -> str:
 
 
 def startup_lines(report: DeployReport) -> Group:
-    """`lab1: healthy after 6m12s: weights 4m10s, CUDA graphs 1m40s, warm-up 22s`, per started host."""
-    return Group(*(Text.assemble(shown(h.host), ": ", plain(h.startup)) for h in report.hosts if h.startup))
+    """`lab1: healthy after 6m12s: weights 4m10s, CUDA graphs 1m40s, warm-up 22s`, per started host;
+    below it what was read into the page cache before the stop, and the memory the server logged
+    against the prediction."""
+    lines = []
+    for h in report.hosts:
+        for what in (h.startup, read_ahead_text(h.read_ahead), memory_text(h.memory)):
+            if what:
+                lines.append(Text.assemble(shown(h.host), ": ", plain(what)))
+    return Group(*lines)
+
+
+def read_ahead_text(r: dict[str, Any]) -> str:
+    """`page cache: read 8.0 GiB ahead in 3.1 s, before the stop` (or why nothing was read)."""
+    if not r:
+        return ""
+    total = _gib(int(r.get("total_bytes") or 0) / 2**20)
+    if r.get("stopped") == "memory":
+        free = _gib(max(0, int(r.get("available_bytes") or 0)) / 2**20)
+        return f"page cache: not read ahead: the model's {total} do not fit in the {free} free"
+    read = _gib(int(r.get("read_bytes") or 0) / 2**20)
+    stopped = f" (stopped: {r['stopped']})" if r.get("stopped") else ""
+    seconds = float(r.get("seconds") or 0)
+    return f"page cache: read {read} of {total} ahead in {seconds:.1f} s, before the stop{stopped}"
+
+
+def memory_text(memory: dict[str, Any]) -> str:
+    """`memory per GPU: weights 71.7 GiB (predicted 71.7 GiB), KV cache 587,687 tokens (predicted ...)`."""
+    measured, predicted = memory.get("measured") or {}, memory.get("predicted") or {}
+    parts = []
+    for key, name, show in (("weights_mib", "weights", _gib), ("kv_tokens", "KV cache tokens", _tokens)):
+        if measured.get(key) is None:
+            continue
+        said = f"{name} {show(measured[key])}"
+        if predicted.get(key) is not None:
+            said += f" (predicted {show(predicted[key])})"
+        parts.append(said)
+    return "memory per GPU: " + ", ".join(parts) if parts else ""
+
+
+def _gib(mib: Any) -> str:
+    return f"{float(mib) / 1024:.1f} GiB" if isinstance(mib, int | float) else "-"
+
+
+def _tokens(count: Any) -> str:
+    return f"{int(count):,}" if isinstance(count, int | float) else "-"
+
+
+def memory_table(results: list[PreflightResult]) -> Table | None:
+    """Per host, the GPU memory of the planned start as predicted from the safetensors headers,
+    and what the server logged on its last start of the same files and layout: per GPU, the
+    static pool, the weights (target and drafter), the KV cache in tokens and the CUDA graphs."""
+    fits = [(r.host, r.memory) for r in results if r.memory]
+    if not fits:
+        return None
+    table = Table(title="GPU memory per GPU (predicted / last measured)", title_justify="left")
+    for col in ("host", "GPU", "TP", "static pool", "weights", "drafter", "KV tokens", "needs", "graphs"):
+        table.add_column(col, overflow="fold")
+    for host, m in fits:
+        last = m.get("last_measured") or {}
+        gpu, settings = m.get("gpu") or {}, m.get("settings") or {}
+
+        def pair(key: str, show: Any, m: dict[str, Any] = m, last: dict[str, Any] = last) -> str:
+            mine = show(m.get(key))
+            return f"{mine} / {show(last[key])}" if last.get(key) is not None else mine
+
+        fraction = m.get("mem_fraction_static")
+        pool = f"{fraction:.3f} x = {_gib(m.get('static_mib'))}" if isinstance(fraction, float) else "-"
+        table.add_row(
+            shown(host),
+            shown(f"{gpu.get('name', '')} {_gib(gpu.get('total_mib'))}"),
+            str(settings.get("tp_size", "-")),
+            shown(pool),
+            pair("weights_mib", _gib),
+            pair("draft_weights_mib", _gib),
+            pair("kv_tokens", _tokens),
+            _tokens(m.get("needs_tokens")),
+            pair("graph_mib", _gib),
+        )
+    table.caption = "a / b: predicted / last measured (the server's own log lines of its last start)"
+    return table
 
 
 def deploy_table(report: DeployReport) -> Table:

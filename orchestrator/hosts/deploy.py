@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator import ledger
 from orchestrator.errors import InputError
+from orchestrator.hosts import host_report as host_report_mod
 from orchestrator.hosts import inventory as inventory_mod
-from orchestrator.hosts import playvars, readback, rotation, startup_watch
+from orchestrator.hosts import playvars, preflight_play, readback, rotation, startup_watch
 from orchestrator.hosts.host_report import DeployReport, HostReport, host_report
 from orchestrator.hosts.playvars import GatewayPlan, HostPlan, Placement, PlayVars, placements
 from orchestrator.hosts.rollback import record, rollback_hosts
@@ -45,6 +47,8 @@ class Options:
     max_fail_percent: int | None = None
     #: Run the read-only checks before a restart (off only to provoke or debug a failing start).
     preflight: bool = True
+    #: Read the model's files into the page cache before the stop, where the host has the memory.
+    read_ahead: bool = True
     #: Behind a gateway (orchestrator_gateway_url): take each batch out of its rotation and wait
     #: for the requests in flight before the stop, put it back once it generates.
     drain: bool = True
@@ -71,8 +75,9 @@ class Options:
     lock_detached: bool = False
 
 
-#: (host, plan digest) pairs that passed preflight in this process: a sweep's repeats skip them.
-_PREFLIGHT_PASSED: set[tuple[str, str]] = set()
+#: (host, plan digest) pairs that passed preflight in this process, with the model files their
+#: preflight read (host_report.model_digest): a sweep's repeats skip them.
+_PREFLIGHT_PASSED: dict[tuple[str, str], str] = {}
 
 
 def gateways(where: dict[str, Placement], options: Options) -> dict[str, GatewayPlan]:
@@ -106,16 +111,20 @@ def play_vars(
         )
     drained = gateways(where, options)
     hosts = {
-        name: playvars.for_profile(
-            mine.get(name, prof),
-            p.plan,
-            p.facts,
-            preflight=options.preflight and (name, p.plan.digest) not in _PREFLIGHT_PASSED,
-            lock=lock,
-            force_restart=options.force_restart,
-            kill_gpu_holders=options.kill_gpu_holders,
-            gateway=drained.get(name),
-            **_startup_plan(mine.get(name, prof), name, p.facts.model, options.check),
+        name: preflight_play.calibrated(
+            playvars.for_profile(
+                mine.get(name, prof),
+                p.plan,
+                p.facts,
+                preflight=options.preflight and (name, p.plan.digest) not in _PREFLIGHT_PASSED,
+                lock=lock,
+                force_restart=options.force_restart,
+                kill_gpu_holders=options.kill_gpu_holders,
+                gateway=drained.get(name),
+                read_ahead=playvars.read_ahead(mine.get(name, prof)) if options.read_ahead else {},
+                **_startup_plan(mine.get(name, prof), name, p.facts.model, options.check),
+            ),
+            name,
         )
         for name, p in where.items()
     }
@@ -162,6 +171,9 @@ def deploy(
     what they share (secrets, the lock's profile text)."""
     run_id = uuid.uuid4().hex[:12]
     where, orch = planned(prof, inventory, options, run_id, each)
+    if len(where) > 1 and each is None and options.preflight and not _all_running(where):
+        same_files(prof, inventory, where)
+        orch = play_vars(prof, where, options, run_id, each)  # the hosts that passed skip theirs
     limit = options.limit if each is None else ",".join(each)
     multinode = len(where) > 1 and any(p.facts.nnodes > 1 for p in where.values())
     drained = {h: p.gateway for h, p in orch.hosts.items() if p.gateway is not None}
@@ -213,6 +225,26 @@ def deploy(
         owed = reports if options.rejoin else [r for r in reports if not r.ok]
         rotation.restore(owed, drained, keys, api_key(prof) or "")
     return report
+
+
+def _all_running(where: dict[str, Placement]) -> bool:
+    """Whether every host's last healthy deploy, in the ledger, is this very plan: the deploy then
+    restarts none that is still healthy, and the files were compared when it was made."""
+    for host, p in where.items():
+        good = ledger.good_unit(host, p.plan.unit_name)
+        if good is None or good["digest"] != p.plan.digest:
+            return False
+    return True
+
+
+def same_files(prof: Profile, inventory: Path, where: dict[str, Placement]) -> None:
+    """Before a deploy to several hosts stops anything: every host's preflight at once, and the
+    same model and drafter files on each (preflight_play.FilesDiffer names a host whose files
+    differ). A host that passed is not checked again in the deploy's own play."""
+    for r in preflight_play.require_same_files(prof, inventory, where):
+        if r.ok:
+            digest = host_report_mod.model_digest(r.model_files)
+            _PREFLIGHT_PASSED[(r.host, where[r.host].plan.digest)] = digest
 
 
 def planned(
@@ -335,9 +367,12 @@ def _reports(play: PlayResult, where: dict[str, Placement], check: bool) -> list
     for run in play.hosts.values():
         f = readback.of_run(run)
         plan = where[run.host].plan
-        reports.append(host_report(f, plan.digest, plan.unit, check))
+        report = host_report(f, plan.digest, plan.unit, check)
         if f.probe.preflight and not f.problems:
-            _PREFLIGHT_PASSED.add((run.host, plan.digest))
+            _PREFLIGHT_PASSED[(run.host, plan.digest)] = report.model_digest
+        elif not report.model_digest:  # preflight skipped: the files an earlier one read
+            report.model_digest = _PREFLIGHT_PASSED.get((run.host, plan.digest), "")
+        reports.append(report)
     return reports
 
 

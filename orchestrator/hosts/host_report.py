@@ -8,6 +8,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator import paths
 from orchestrator.hosts import startup_watch
 from orchestrator.hosts.diagnose import classify
 from orchestrator.hosts.module_results import HealthFailed, HealthResult, UnitDiff
@@ -54,6 +55,13 @@ class HostReport:
     phases: list[dict[str, Any]] = field(default_factory=list)
     #: Where a healthy start went: `healthy after 6m12s: weights 4m10s, CUDA graphs 1m40s, ...`.
     startup: str = ""
+    #: GPU memory of the start: {"predicted": memfit's fit before the stop, "measured": what the
+    #: server logged (weights, KV tokens, graphs)}, each where known.
+    memory: dict[str, Any] = field(default_factory=dict)
+    #: The files the start reads (model_digest of preflight's model_files); "" where not scanned.
+    model_digest: str = ""
+    #: What was read into the page cache before the stop (sglang_probe's read_ahead); {} if none.
+    read_ahead: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
@@ -127,9 +135,24 @@ def host_report(f: HostFacts, digest: str, planned_unit: str, check: bool) -> Ho
         report.phases = [p.model_dump() for p in f.health.phases]
         if report.ok and restarted and f.health.elapsed_s is not None:
             report.startup = startup_watch.summary(f.health.elapsed_s, f.health.phases)
+    report.read_ahead = dict(probe.read_ahead or {})
+    preflight = probe.preflight
+    if preflight is not None:
+        report.model_digest = model_digest(preflight.model_files)
+        if preflight.memory:
+            report.memory["predicted"] = preflight.memory
+    if f.health is not None and f.health.memory_lines:
+        measured = paths.module_utils("orchestrator_host.memfit").parse_memory_lines(f.health.memory_lines)
+        if measured:
+            report.memory["measured"] = measured
     if f.failed:
         report.diagnosis = _diagnosis(report, f.health)
     return report
+
+
+def model_digest(model_files: dict[str, Any]) -> str:
+    """One short name of the files a start reads (modelfiles.files_digest): "" when not scanned."""
+    return str(paths.module_utils("orchestrator_host.modelfiles").files_digest(model_files))
 
 
 def step(f: HostFacts) -> str:

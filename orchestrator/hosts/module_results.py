@@ -143,6 +143,10 @@ class PreflightResult(ModuleResult):
     gpus: int
     help_checked: bool
     verified_digest: str
+    #: The GPU memory fit (module_utils memfit.predict); {} where it did not run.
+    memory: dict[str, Any]
+    #: The model's and drafter's fingerprints ({"model": ..., "draft": ...}, modelfiles.scan).
+    model_files: dict[str, Any]
 
 
 class ProbeResult(ModuleResult):
@@ -167,6 +171,8 @@ class ProbeResult(ModuleResult):
     locked: bool
     #: None where the module returned {} (the checks did not run).
     preflight: Annotated[PreflightResult | None, BeforeValidator(_empty_is_none)]
+    #: What was read into the page cache before the stop (with read_ahead, a restart needed).
+    read_ahead: dict[str, Any] | None = None
     #: What the play does next on this host, decided by the probe; the playbooks only route it.
     end_play: bool
     wait_health: bool
@@ -282,6 +288,8 @@ class HealthResult(ModuleResult):
     phases: list[Phase]
     eta_s: float | None
     lines: int
+    #: The server's lines on its memory (memfit.parse_memory_lines reads them).
+    memory_lines: list[str]
 
 
 class RecordResult(ModuleResult):
@@ -348,6 +356,8 @@ class PreflightFailed(ModuleResult):
     gpus: int | None = None
     help_checked: bool | None = None
     verified_digest: str | None = None
+    memory: dict[str, Any] | None = None
+    model_files: dict[str, Any] | None = None
 
 
 class ProbeFailed(ModuleResult):
@@ -368,6 +378,7 @@ class ProbeFailed(ModuleResult):
     last_good: dict[str, Any] | None = None
     locked: bool | None = None
     preflight: Annotated[PreflightResult | None, BeforeValidator(_empty_is_none)] = None
+    read_ahead: dict[str, Any] | None = None
     end_play: bool | None = None
     wait_health: bool | None = None
     record: bool | None = None
@@ -428,6 +439,7 @@ class HealthFailed(ModuleResult):
     phases: list[Phase] | None = None
     eta_s: float | None = None
     lines: int | None = None
+    memory_lines: list[str] | None = None
     #: Failure only: the phase that went past its stall limit.
     stalled: Stalled | None = None
     #: Failure only: the last journal lines of this start of the unit.

@@ -122,6 +122,12 @@ class PreflightChecks(_Record):
     #: --env-file): that `create` gets empty ones in their place (they may not be written yet, and
     #: no secret goes into it).
     secret_files: list[str] = []
+    #: The server's settings the GPU memory fit needs (memory_settings); {}: no fit.
+    memory: dict[str, Any] = {}
+    #: What the server logged about its memory on its last start of the same model, TP and GPU.
+    calibration: dict[str, Any] = {}
+    #: Return every model and drafter file (name, size, sampled digest), to compare across hosts.
+    file_lists: bool = False
 
 
 class GatewayPlan(_Record):
@@ -178,6 +184,25 @@ class HostPlan(_Record):
     #: (restart_lockstep.yml) and it records after the group's health task, never in the one
     #: transaction of a single host.
     lockstep: bool = False
+    #: The model directories to read into the page cache before the stop, where a restart is
+    #: needed (sglang_probe's read_ahead: dirs, timeout_s, reserve_mib); {}: none.
+    read_ahead: dict[str, Any] = Field(default_factory=dict)
+
+
+#: How long a read-ahead of the model's files may take before the stop, at most.
+READ_AHEAD_TIMEOUT_S = 900.0
+#: Memory a read-ahead leaves to the host: it reads only a model that fits in MemAvailable less this.
+READ_AHEAD_RESERVE_MIB = 8192
+
+
+def read_ahead(prof: Profile) -> dict[str, Any]:
+    """sglang_probe's read_ahead for `prof`: its model and drafter directories."""
+    dirs = [prof.server.model_path, prof.speculative.draft_model_path or ""]
+    return {
+        "dirs": [d for d in dirs if d],
+        "timeout_s": READ_AHEAD_TIMEOUT_S,
+        "reserve_mib": READ_AHEAD_RESERVE_MIB,
+    }
 
 
 class Target(_Record):
@@ -349,8 +374,41 @@ def preflight_checks(prof: Profile, plan: Plan, gpus: list[int], kill_holders: b
         cache_dir=f"{launch.CACHE_ROOT}/{launch.cache_directory(prof)}"
         if launch.cache_directory(prof)
         else "",
+        memory=memory_settings(prof),
         **_runtime_checks(prof, plan),
     )
+
+
+def memory_settings(prof: Profile) -> dict[str, Any]:
+    """What the GPU memory fit on the host needs to know of the server (module_utils memfit's
+    `server`): its parallel layout, the static fraction, the KV cache and graph settings, and the
+    speculative decoding it drafts with. Flags only in extra_args are read as SGLang reads them."""
+    s, spec = prof.server, prof.speculative
+    extra = sglang_flags.option_values(s.sglang_version, s.extra_args)
+    speculative = None
+    if spec.algorithm:
+        speculative = {
+            "algorithm": spec.algorithm,
+            "num_steps": spec.num_steps,
+            "eagle_topk": spec.eagle_topk,
+            "num_draft_tokens": spec.num_draft_tokens,
+        }
+    running = extra.get("--max-running-requests")
+    return {
+        "sglang_version": s.sglang_version,
+        "tp_size": s.tp_size,
+        "pp_size": int(extra.get("--pp-size") or 1),
+        "dp_size": s.dp_size,
+        "ep_size": int(extra.get("--ep-size") or 1),
+        "enable_dp_attention": bool(extra.get("--enable-dp-attention")),
+        "mem_fraction_static": s.mem_fraction_static,
+        "context_length": s.context_length,
+        "kv_cache_dtype": str(extra.get("--kv-cache-dtype") or "auto"),
+        "cuda_graph": s.cuda_graph,
+        "cuda_graph_max_bs": s.cuda_graph_max_bs,
+        "max_running_requests": int(running) if running is not None else None,
+        "speculative": speculative,
+    }
 
 
 def _runtime_checks(prof: Profile, plan: Plan) -> dict[str, Any]:

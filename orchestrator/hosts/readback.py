@@ -162,6 +162,8 @@ class Probe:
     last_good: dict[str, Any] = field(default_factory=dict)
     locked: bool = False
     preflight: PreflightResult | None = None
+    #: What it read into the page cache before the stop (sglang_probe's read_ahead).
+    read_ahead: dict[str, Any] = field(default_factory=dict)
     #: What the play did next on the host, as the probe decided (module_results.ProbeResult).
     end_play: bool = False
     wait_health: bool = False

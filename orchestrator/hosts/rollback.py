@@ -40,6 +40,8 @@ def record(run_id: str, r: HostReport, hp: HostPlan, action: str) -> None:
         diagnosis=r.diagnosis,
         model=hp.facts.model,
         phases=r.phases if r.restarted else [],
+        model_digest=r.model_digest,
+        memory=r.memory if r.restarted else {},
     )
     good = hp.unit if r.ok else None
     ledger.record_deploy(row, good_unit=good, facts=hp.facts.model_dump() if good else None)

@@ -147,6 +147,24 @@ def measured(row: LedgerRow) -> bool:
     return row["result"] == "ok" and row["tok_s"] is not None
 
 
+def by_files(rows: list[LedgerRow]) -> list[LedgerRow]:
+    """`rows`, where one profile ran on two sets of model files (a new drafter checkpoint under the
+    same name), with the older sets' rows named `PROFILE (files DIGEST)`: they are never averaged
+    with the newest's. Rows whose files are not known (before the ledger kept them) stay as they are."""
+    newest: dict[str, tuple[float, str]] = {}
+    for r in rows:
+        files = str(_column(r, "model_digest", ""))
+        if files and (r["profile"] not in newest or float(r["time"]) >= newest[r["profile"]][0]):
+            newest[r["profile"]] = (float(r["time"]), files)
+    out: list[LedgerRow] = []
+    for r in rows:
+        files = str(_column(r, "model_digest", ""))
+        if files and files != newest[r["profile"]][1]:
+            r = {**dict(r), "profile": f"{r['profile']} (files {files})"}
+        out.append(r)
+    return out
+
+
 def ranking(rows: Iterable[LedgerRow], baseline: str | None) -> list[Entry]:
     """Entries per profile and level, each compared with `baseline`'s runs at its own level.
 
@@ -154,7 +172,7 @@ def ranking(rows: Iterable[LedgerRow], baseline: str | None) -> list[Entry]:
     a level where nothing was measured (a profile that failed to start records no load) become one
     failed entry per profile that has no other, at the very end.
     """
-    rows = list(rows)
+    rows = by_files(list(rows))
     at: dict[Level, list[LedgerRow]] = {}
     for r in rows:
         at.setdefault(level_of(r), []).append(r)

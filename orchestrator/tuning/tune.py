@@ -44,7 +44,7 @@ from typing import Any
 from orchestrator import ledger
 from orchestrator.errors import InputError, Interrupted, OrchestratorError
 from orchestrator.hosts import deploy as deploy_mod
-from orchestrator.hosts import runner
+from orchestrator.hosts import preflight_play, runner
 from orchestrator.hosts.runner import TaskEvent
 from orchestrator.profile import model as profile_mod
 from orchestrator.render import launch
@@ -312,6 +312,7 @@ class Campaign:
             problem = budget_problem(self.x)
             if problem:
                 raise InputError(problem)
+        self._same_files()
         if self.resumed:
             row = ledger.campaign(self.id)
             if row is None:
@@ -342,6 +343,20 @@ class Campaign:
                     "status": "running",
                 }
             )
+
+    def _same_files(self) -> None:
+        """Before the first stop: the baseline's model and drafter files are the same on every host
+        (preflight_play.FilesDiffer names a host whose files differ). Two drafters measured on two
+        hosts would read as host noise."""
+        if len(self.hosts) < 2:
+            return
+        checked: set[tuple[str, str]] = set()
+        for prof in [self.x.base, *(p.profile for p in self.x.valid if p.profile is not None)]:
+            files = (prof.server.model_path, prof.speculative.draft_model_path or "")
+            if files in checked or (not files[1] and prof is self.x.base and self.x.valid):
+                continue  # a trial names the drafter: its check covers the model too
+            checked.add(files)
+            preflight_play.require_same_files_on(prof, self.inventory, self.hosts)
 
     def _hosts_of(self, row: Any) -> list[str]:
         """The hosts a campaign ran on, as its row holds them (a JSON list of names)."""

@@ -116,6 +116,12 @@ lines:
   description: Log lines of this start read.
   type: int
   returned: always
+memory_lines:
+  description: The server's own lines on its memory (weights loaded, KV cache allocated, graphs
+    captured), in their order, at most 16.
+  type: list
+  elements: str
+  returned: always
 stalled:
   description: "{phase, limit_s, quiet_s}: the phase that went past its stall limit."
   type: dict

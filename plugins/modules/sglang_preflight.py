@@ -126,6 +126,23 @@ options:
         type: list
         elements: str
         default: []
+      memory:
+        description: "The server's settings the GPU memory fit needs (TP, PP, mem_fraction_static, context
+          length, KV cache dtype, CUDA graphs, speculative decoding): the weights' size is read from the
+          safetensors headers of the model and drafter, and a start that cannot fit is a problem; empty skips
+          the fit."
+        type: dict
+        default: {}
+      calibration:
+        description: "What the server logged about its memory on its last start of the same model files, TP
+          and GPU (weights, KV tokens, graphs): the fit uses it instead of its own estimate."
+        type: dict
+        default: {}
+      file_lists:
+        description: "Return every file of the model and drafter (name, size, sampled digest): the control
+          machine compares them across hosts."
+        type: bool
+        default: false
       secret_files:
         description: The files the unit's write step makes (its C(--config) and adaptive config mounts'
           sources, its C(--env-file)), given to that C(create) as empty files in their place.
@@ -189,6 +206,19 @@ help_checked:
 verified_digest:
   description: Digest of the planned unit systemd-analyze verify accepted; empty when not checked.
   type: str
+  returned: always
+memory:
+  description:
+    - The GPU memory fit of the planned start, per GPU of the smallest GPU in the set, from the
+      safetensors headers of the model and drafter (weights, static pool, KV cache tokens, graphs,
+      problems and fixes); empty when it did not run (no memory settings, or unsized weights).
+  type: dict
+  returned: always
+model_files:
+  description:
+    - The model's and drafter's fingerprints, under C(model) and C(draft) (path, digest, shards, tensor bytes,
+      config digest); with I(checks.file_lists) each file's name, size and sampled digest too.
+  type: dict
   returned: always
 """
 

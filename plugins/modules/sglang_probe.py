@@ -83,6 +83,14 @@ options:
       - Keys as the I(checks) option of the sglang_preflight module.
     type: dict
     default: {}
+  read_ahead:
+    description:
+      - "Read these model directories into the page cache when a restart is needed and preflight passed,
+        before anything stops: the start then reads its weights from memory. {} reads none."
+      - "Keys: dirs (the model and drafter directories), timeout_s (stop reading then), reserve_mib (memory
+        left to the host: it reads at most MemAvailable minus this). Never in check mode."
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -167,9 +175,16 @@ locked:
   description: Whether this run now holds the host's deploy lock.
   type: bool
   returned: always
+read_ahead:
+  description:
+    - "With I(read_ahead), where a restart is needed: what was read into the page cache before the stop
+      (files, read_bytes, resident_before, resident_after, total_bytes, seconds, stopped)."
+  type: dict
+  returned: when read ahead
 preflight:
   description:
-    - "The preflight result (problems, notes, sglang_version, gpus, help_checked, verified_digest);
+    - "The preflight result (problems, notes, sglang_version, gpus, help_checked, verified_digest,
+      memory, model_files);
       {} when not run."
   type: dict
   returned: always
@@ -212,6 +227,7 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host import modelfiles
 from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.files import (
     read_bytes,
     read_json,
@@ -321,6 +337,16 @@ ARGUMENT_SPEC = {
         "description": [
             "The checks to run under the lock when a restart is needed; {} runs none.",
             "Keys as the I(checks) option of the sglang_preflight module.",
+        ],
+    },
+    "read_ahead": {
+        "type": "dict",
+        "default": {},
+        "description": [
+            "Read these model directories into the page cache when a restart is needed and preflight "
+            "passed, before anything stops: the start then reads its weights from memory. {} reads none.",
+            "Keys: dirs (the model and drafter directories), timeout_s (stop reading then), reserve_mib "
+            "(memory left to the host: it reads at most MemAvailable minus this). Never in check mode.",
         ],
     },
 }
@@ -475,8 +501,34 @@ def main() -> None:
             module.fail_json(
                 msg="preflight: " + "; ".join(result["preflight"]["problems"]), changed=False, **result
             )
+    if result["restart_needed"] and p["read_ahead"] and not module.check_mode:
+        result["read_ahead"] = read_ahead(p["read_ahead"])
     result |= decide(result, p["desired_digest"], module.check_mode, lock)
     module.exit_json(changed=False, **result)
+
+
+def read_ahead(spec: dict) -> dict:
+    """The model's files not yet in the page cache, read into it before the stop, when the host
+    has the memory for all of them (MemAvailable less `reserve_mib`): modelfiles.read_ahead's
+    report. A model larger than that is not read at all (`stopped: memory`): a part would be
+    evicted again by the rest as the server loads it."""
+    files = modelfiles.weight_files([d for d in spec.get("dirs") or [] if d])
+    available = modelfiles.available_bytes()
+    budget = available - int(spec.get("reserve_mib") or 0) * 2**20 if available >= 0 else 0
+    resident, total = modelfiles.resident(files)
+    if total - max(resident, 0) > budget:
+        return {
+            "files": len(files),
+            "read_bytes": 0,
+            "resident_before": resident,
+            "resident_after": resident,
+            "total_bytes": total,
+            "available_bytes": available,
+            "seconds": 0.0,
+            "stopped": "memory",
+        }
+    report = modelfiles.read_ahead(files, budget, float(spec.get("timeout_s") or 0))
+    return {**report, "available_bytes": available}
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "gpus": 0,
         "help_checked": False,
         "verified_digest": "",
+        "memory": {},
+        "model_files": {},
     },
     "sglang_stop": {"was_active": False, "main_pid": 0, "stop_s": 0.0, "disabled": False, "gpus": _GPUS},
     "gpu_idle": _GPUS,
@@ -63,6 +65,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "phases": [],
         "eta_s": None,
         "lines": 0,
+        "memory_lines": [],
     },
     "sglang_record": {"recorded": False, "released": False},
     "sglang_restart": {

@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from orchestrator.errors import OrchestratorError
+from orchestrator.hosts import deploy as deploy_mod
 from orchestrator.hosts import rotation, runner
 from orchestrator.hosts.playvars import HostPlan, PlayVars
 from orchestrator.hosts.runner import HostRun, PlayCanceled, PlayResult, TaskEvent
@@ -230,7 +231,7 @@ class Script:
         for name, module in list(sys.modules.items()):
             if name.startswith("orchestrator") and getattr(module, "run_playbook", None) is real:
                 monkeypatch.setattr(module, "run_playbook", script)
-        monkeypatch.setattr(orchestrator.hosts.deploy, "_PREFLIGHT_PASSED", set())  # no memory between tests
+        monkeypatch.setattr(orchestrator.hosts.deploy, "_PREFLIGHT_PASSED", {})  # no memory between tests
         return script
 
     def then(self, *recordings: Recording) -> Script:
@@ -303,6 +304,9 @@ def scripted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Script
     """A test's `plays` fixture: a Script answering every play, with a private state directory
     (ledger, runs). At the end every scripted play was asked for, and every ask matched its answer."""
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    # A deploy to several hosts first compares their model files in a preflight play of its own
+    # (test_same_files.py; tests/lab/test_model_files.py): these recordings start at the deploy.
+    monkeypatch.setattr(deploy_mod, "same_files", lambda *args: None)
     script = Script.install(monkeypatch)
     yield script
     assert not script.mismatches, f"plays that did not match the script: {script.mismatches}"

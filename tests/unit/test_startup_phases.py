@@ -99,3 +99,21 @@ def test_the_health_polls_access_lines_are_no_progress() -> None:
     assert s.phase == "warmup" and s.stalled(30.0, {"warmup": 10}) == 10
     s.feed(31.0, 'INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
     assert s.stalled(32.0, {"warmup": 10}) is None
+
+
+def test_the_memory_lines_are_kept_and_no_argument_but_the_fraction() -> None:
+    """The ledger records a start's memory lines; server_args' line also holds an API key, so of it
+    only `mem_fraction_static=` is kept (and nothing when it is unset)."""
+    s = startup.Startup()
+    s.feed(0.1, "[2026-12-05 10:00:00] server_args=ServerArgs(api_key='sk-1', mem_fraction_static=0.8024)")
+    s.feed(0.2, "[2026-12-05 10:00:00] server_args=ServerArgs(api_key='sk-2', mem_fraction_static=None)")
+    s.feed(0.3, "[2026-12-05 10:00:01 TP0] Load weight begin. avail mem=137.31 GB")
+    s.feed(0.4, "[2026-12-05 10:00:01 TP1] Load weight begin. avail mem=137.30 GB")  # another rank's
+    s.feed(0.5, "[2026-12-05 10:00:09 TP0] KV Cache is allocated. #tokens: 589503, KV size: 38.58 GB")
+    lines = s.report(1.0)["memory_lines"]
+    assert lines == [
+        "mem_fraction_static=0.8024",
+        "Load weight begin. avail mem=137.31 GB",
+        "KV Cache is allocated. #tokens: 589503, KV size: 38.58 GB",
+    ]
+    assert not any("sk-" in line for line in lines)

@@ -20,6 +20,7 @@ from tunesim import GRID, Lab, model_tok_s
 from orchestrator import ledger
 from orchestrator.errors import InputError, Interrupted, ProfileError
 from orchestrator.hosts import deploy as deploy_mod
+from orchestrator.hosts import preflight_play
 from orchestrator.tuning import bench, space, tune
 
 
@@ -34,6 +35,7 @@ def installed(monkeypatch: pytest.MonkeyPatch, state: Path) -> Lab:
     monkeypatch.setenv("SGLANG_STANDIN_EXACT", "1")
     fake = Lab({"lab1": 1.0, "lab2": 0.96})
     monkeypatch.setattr(deploy_mod, "deploy", fake.deploy)
+    monkeypatch.setattr(preflight_play, "require_same_files_on", fake.same_files)
     monkeypatch.setattr(bench, "run", fake.run)
     monkeypatch.setattr(bench, "deployed_target", target_of)
     monkeypatch.setattr(bench, "journal_lines", fake.journal_lines)
@@ -224,6 +226,22 @@ def test_two_hosts_share_one_baseline_and_the_fit_finds_their_speeds(lab: Lab, t
         if t.kind == "trial" and t.state == "complete" and t.host == "lab2":
             expected = model_tok_s(t.profile, 1) / 90.0
             assert t.value == pytest.approx(expected, rel=0.05), t.label  # not 0.9x of it
+
+
+def test_hosts_with_other_model_files_stop_the_campaign_before_its_first_restart(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """Two drafters on two hosts would be measured as host noise: the files are compared once,
+    before anything stops, and a difference ends the campaign there, naming the host."""
+    path = write_space(tmp_path, budget={"restarts": 9})
+    campaign(path, ["lab1"], tmp_path).run()
+    assert lab.files_checked == []  # one host: nothing to compare
+    lab.deploys.clear()
+    lab.other_files = "lab2"
+    with pytest.raises(preflight_play.FilesDiffer, match=r"lab2: speculative\.draft_model_path"):
+        campaign(path, ["lab1", "lab2"], tmp_path).run()
+    assert lab.files_checked == [["lab1", "lab2"]]  # once, with the trials' drafter
+    assert lab.deploys == []  # nothing was stopped
 
 
 def test_a_trial_that_fails_to_start_is_recorded_and_the_campaign_goes_on(lab: Lab, tmp_path: Path) -> None:

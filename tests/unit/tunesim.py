@@ -76,6 +76,18 @@ class Lab:
         self.reads: list[str] = []
         #: Ctrl-C during the deploy that leaves the hosts at a campaign's end
         self.interrupt_leave = False
+        #: the hosts of each comparison of model files; a host named here has other files
+        self.files_checked: list[list[str]] = []
+        self.other_files: str | None = None
+
+    def same_files(self, prof, inventory, hosts):
+        """preflight_play.require_same_files_on: the campaign's hosts' files compared, before a stop."""
+        from orchestrator.hosts.preflight_play import FilesDiffer
+
+        self.files_checked.append(sorted(hosts))
+        if self.other_files:
+            raise FilesDiffer(f"{self.other_files}: speculative.draft_model_path: {self.other_files} differs")
+        return []
 
     def deploy(self, prof, inventory, options, on_event, each=None):
         assign = each or {"lab1": prof}

@@ -8,9 +8,13 @@ docs/standins.md describes the layout, the knobs and the speed model.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
+import os
 import shutil
+import struct
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -83,24 +87,85 @@ def install_gpus(rootfs: Path, gpus: int) -> None:
     _write(rootfs / "etc/tmpfiles.d/nvidia-standin.conf", f"d /{RUN_DIR} 1777 root root -\n")
 
 
+#: Kimi-K2.5's routed experts: INT4, packed 8 to an int32, one bf16 scale per 32 inputs (its
+#: text_config.quantization_config, compressed-tensors "pack-quantized", group_size 32).
+KIMI_QUANT: dict[str, object] = {
+    "config_groups": {
+        "group_0": {
+            "input_activations": None,
+            "output_activations": None,
+            "targets": ["Linear"],
+            "weights": {
+                "actorder": None,
+                "block_structure": None,
+                "dynamic": False,
+                "group_size": 32,
+                "num_bits": 4,
+                "observer": "minmax",
+                "observer_kwargs": {},
+                "strategy": "group",
+                "symmetric": True,
+                "type": "int",
+            },
+        }
+    },
+    "format": "pack-quantized",
+    "ignore": [
+        "lm_head",
+        "re:.*self_attn.*",
+        "re:.*shared_experts.*",
+        "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
+    ],
+    "kv_cache_scheme": None,
+    "quant_method": "compressed-tensors",
+    "quantization_status": "compressed",
+}
+
+
 def kimi_config() -> dict:
     """Kimi-K2.5's config.json shape: a multimodal wrapper around a DeepSeek-V3 text model."""
     text = {
         "architectures": ["DeepseekV3ForCausalLM"],
         "model_type": "kimi_k2",
         "hidden_size": 7168,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
         "num_hidden_layers": 61,
+        "first_k_dense_replace": 1,
         "num_attention_heads": 64,
         "num_key_value_heads": 64,
         "n_routed_experts": 384,
+        "n_shared_experts": 1,
         "num_experts_per_tok": 8,
         "kv_lora_rank": 512,
         "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128,
         "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
         "vocab_size": 163840,
         "max_position_embeddings": 262144,
         "num_nextn_predict_layers": 0,
         "dtype": "bfloat16",
+        "quantization_config": KIMI_QUANT,
+    }
+    vision = {
+        "patch_size": 14,
+        "init_pos_emb_height": 64,
+        "init_pos_emb_width": 64,
+        "init_pos_emb_time": 4,
+        "pos_emb_type": "divided_fixed",
+        "vt_num_attention_heads": 16,
+        "vt_num_hidden_layers": 27,
+        "vt_hidden_size": 1152,
+        "vt_intermediate_size": 4304,
+        "merge_kernel_size": [2, 2],
+        "video_attn_type": "spatial_temporal",
+        "merge_type": "sd2_tpool",
+        "mm_projector_type": "patchmerger",
+        "mm_hidden_size": 1152,
+        "projector_hidden_act": "gelu",
+        "projector_ln_eps": 1e-05,
+        "text_hidden_size": 7168,
     }
     return {
         "architectures": ["KimiK25ForConditionalGeneration"],
@@ -109,6 +174,7 @@ def kimi_config() -> dict:
         "eos_token_id": 163585,
         "dtype": "bfloat16",
         "text_config": text,
+        "vision_config": vision,
     }
 
 
@@ -197,6 +263,222 @@ def tokenizer_config(chat_template: str, bos_token: str, eos_token: str) -> dict
     }
 
 
+# --- weight files ---------------------------------------------------------------------------
+
+#: (name, safetensors dtype, shape) of one tensor of a checkpoint.
+TensorSpec = tuple[str, str, Sequence[int]]
+DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I64": 8, "I32": 4, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+def _linear(name: str, rows: int, cols: int) -> list[TensorSpec]:
+    return [(f"{name}.weight", "BF16", (rows, cols))]
+
+
+def _norm(name: str, dim: int, bias: bool = False) -> list[TensorSpec]:
+    out: list[TensorSpec] = [(f"{name}.weight", "BF16", (dim,))]
+    return out + ([(f"{name}.bias", "BF16", (dim,))] if bias else [])
+
+
+def _int4(name: str, rows: int, cols: int) -> list[TensorSpec]:
+    """A compressed-tensors pack-quantized linear: 8 int4 to an int32, a bf16 scale per 32 inputs."""
+    return [
+        (f"{name}.weight_packed", "I32", (rows, cols // 8)),
+        (f"{name}.weight_scale", "BF16", (rows, cols // 32)),
+        (f"{name}.weight_shape", "I32", (2,)),
+    ]
+
+
+def kimi_tensors() -> list[TensorSpec]:
+    """Kimi-K2.5's checkpoint, as its model.safetensors.index.json names it: a DeepSeek-V3 text model
+    under `language_model.` (MLA attention, layer 0 dense, then 384 INT4 routed experts and a bf16
+    shared expert per layer), a MoonViT vision tower and its projector."""
+    text = kimi_config()["text_config"]
+    h, vocab, heads = text["hidden_size"], text["vocab_size"], text["num_attention_heads"]
+    q_lora, kv_lora, rope = text["q_lora_rank"], text["kv_lora_rank"], text["qk_rope_head_dim"]
+    nope, v_dim, moe = text["qk_nope_head_dim"], text["v_head_dim"], text["moe_intermediate_size"]
+    out: list[TensorSpec] = list(_linear("language_model.model.embed_tokens", vocab, h))
+    for i in range(text["num_hidden_layers"]):
+        p = f"language_model.model.layers.{i}"
+        out += _norm(f"{p}.input_layernorm", h)
+        out += _linear(f"{p}.self_attn.q_a_proj", q_lora, h) + _norm(f"{p}.self_attn.q_a_layernorm", q_lora)
+        out += _linear(f"{p}.self_attn.q_b_proj", heads * (nope + rope), q_lora)
+        out += _linear(f"{p}.self_attn.kv_a_proj_with_mqa", kv_lora + rope, h)
+        out += _norm(f"{p}.self_attn.kv_a_layernorm", kv_lora)
+        out += _linear(f"{p}.self_attn.kv_b_proj", heads * (nope + v_dim), kv_lora)
+        out += _linear(f"{p}.self_attn.o_proj", h, heads * v_dim)
+        out += _norm(f"{p}.post_attention_layernorm", h)
+        if i < text["first_k_dense_replace"]:
+            inter = text["intermediate_size"]
+            out += _linear(f"{p}.mlp.gate_proj", inter, h) + _linear(f"{p}.mlp.up_proj", inter, h)
+            out += _linear(f"{p}.mlp.down_proj", h, inter)
+            continue
+        experts = text["n_routed_experts"]
+        out += _linear(f"{p}.mlp.gate", experts, h)
+        out.append((f"{p}.mlp.gate.e_score_correction_bias", "F32", (experts,)))
+        shared = moe * text["n_shared_experts"]
+        out += _linear(f"{p}.mlp.shared_experts.gate_proj", shared, h)
+        out += _linear(f"{p}.mlp.shared_experts.up_proj", shared, h)
+        out += _linear(f"{p}.mlp.shared_experts.down_proj", h, shared)
+        for e in range(experts):
+            q = f"{p}.mlp.experts.{e}"
+            out += (
+                _int4(f"{q}.gate_proj", moe, h)
+                + _int4(f"{q}.up_proj", moe, h)
+                + _int4(f"{q}.down_proj", h, moe)
+            )
+    out += _norm("language_model.model.norm", h) + _linear("language_model.lm_head", vocab, h)
+    return out + moonvit_tensors(kimi_config()["vision_config"])
+
+
+def moonvit_tensors(vision: dict) -> list[TensorSpec]:
+    """Kimi-K2.5's vision tower (MoonViT: 27 blocks of 1152) and its patch-merging projector."""
+    d, mlp, patch = vision["vt_hidden_size"], vision["vt_intermediate_size"], vision["patch_size"]
+    out: list[TensorSpec] = [
+        ("vision_tower.patch_embed.proj.weight", "BF16", (d, 3, patch, patch)),
+        ("vision_tower.patch_embed.proj.bias", "BF16", (d,)),
+        (
+            "vision_tower.patch_embed.pos_emb.weight",
+            "BF16",
+            (vision["init_pos_emb_height"], vision["init_pos_emb_width"], d),
+        ),
+    ]
+    for i in range(vision["vt_num_hidden_layers"]):
+        p = f"vision_tower.encoder.blocks.{i}"
+        out += _norm(f"{p}.norm0", d, bias=True) + _norm(f"{p}.norm1", d, bias=True)
+        out += [(f"{p}.wqkv.weight", "BF16", (3 * d, d)), (f"{p}.wqkv.bias", "BF16", (3 * d,))]
+        out += [(f"{p}.wo.weight", "BF16", (d, d)), (f"{p}.wo.bias", "BF16", (d,))]
+        out += [(f"{p}.mlp.fc0.weight", "BF16", (mlp, d)), (f"{p}.mlp.fc0.bias", "BF16", (mlp,))]
+        out += [(f"{p}.mlp.fc1.weight", "BF16", (d, mlp)), (f"{p}.mlp.fc1.bias", "BF16", (d,))]
+    out += _norm("vision_tower.encoder.final_layernorm", d, bias=True)
+    merged = d * vision["merge_kernel_size"][0] * vision["merge_kernel_size"][1]
+    out += _norm("mm_projector.pre_norm", d, bias=True)
+    out += [
+        ("mm_projector.proj.0.weight", "BF16", (merged, merged)),
+        ("mm_projector.proj.0.bias", "BF16", (merged,)),
+    ]
+    out += [("mm_projector.proj.2.weight", "BF16", (vision["text_hidden_size"], merged))]
+    return [*out, ("mm_projector.proj.2.bias", "BF16", (vision["text_hidden_size"],))]
+
+
+def llama_tensors(config: dict) -> list[TensorSpec]:
+    """A Llama checkpoint (Llama-3.3-70B-Instruct's names: model.layers.N...., lm_head), all bf16."""
+    h, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    head_dim = config.get("head_dim") or h // config["num_attention_heads"]
+    q, kv = config["num_attention_heads"] * head_dim, config["num_key_value_heads"] * head_dim
+    out: list[TensorSpec] = list(_linear("model.embed_tokens", vocab, h))
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}"
+        out += _norm(f"{p}.input_layernorm", h)
+        out += _linear(f"{p}.self_attn.q_proj", q, h) + _linear(f"{p}.self_attn.k_proj", kv, h)
+        out += _linear(f"{p}.self_attn.v_proj", kv, h) + _linear(f"{p}.self_attn.o_proj", h, q)
+        out += _norm(f"{p}.post_attention_layernorm", h)
+        out += _linear(f"{p}.mlp.gate_proj", inter, h) + _linear(f"{p}.mlp.up_proj", inter, h)
+        out += _linear(f"{p}.mlp.down_proj", h, inter)
+    return out + _norm("model.norm", h) + _linear("lm_head", vocab, h)
+
+
+def eagle3_tensors(config: dict) -> list[TensorSpec]:
+    """An EAGLE-3 drafter (SpecForge's names): one `midlayer` whose attention reads [embedding,
+    hidden] (2 x hidden), `fc` folding three target layers' hidden states, a draft-vocab head and
+    the draft<->target vocab maps."""
+    h, inter = config["hidden_size"], config["intermediate_size"]
+    head_dim = config.get("head_dim") or h // config["num_attention_heads"]
+    q, kv = config["num_attention_heads"] * head_dim, config["num_key_value_heads"] * head_dim
+    draft_vocab = config.get("draft_vocab_size") or config["vocab_size"]
+    out: list[TensorSpec] = _norm("midlayer.input_layernorm", h) + _norm("midlayer.hidden_norm", h)
+    out += _linear("midlayer.self_attn.q_proj", q, 2 * h) + _linear("midlayer.self_attn.k_proj", kv, 2 * h)
+    out += _linear("midlayer.self_attn.v_proj", kv, 2 * h) + _linear("midlayer.self_attn.o_proj", h, q)
+    out += _norm("midlayer.post_attention_layernorm", h)
+    out += _linear("midlayer.mlp.gate_proj", inter, h) + _linear("midlayer.mlp.up_proj", inter, h)
+    out += _linear("midlayer.mlp.down_proj", h, inter)
+    out += _linear("fc", h, 3 * config.get("target_hidden_size", h)) + _norm("norm", h)
+    out += _linear("lm_head", draft_vocab, h)
+    return [*out, ("d2t", "I64", (draft_vocab,)), ("t2d", "BOOL", (config["vocab_size"],))]
+
+
+def eagle1_tensors(config: dict) -> list[TensorSpec]:
+    """An EAGLE-1 drafter: its own embedding, `fc` over [embedding, hidden] and one decoder layer
+    without an input norm (the EAGLE repository's checkpoint names)."""
+    h, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    head_dim = config.get("head_dim") or h // config["num_attention_heads"]
+    q, kv = config["num_attention_heads"] * head_dim, config["num_key_value_heads"] * head_dim
+    out: list[TensorSpec] = (
+        _linear("embed_tokens", vocab, h) + _linear("fc", h, 2 * h) + [("fc.bias", "BF16", (h,))]
+    )
+    out += _linear("layers.0.self_attn.q_proj", q, h) + _linear("layers.0.self_attn.k_proj", kv, h)
+    out += _linear("layers.0.self_attn.v_proj", kv, h) + _linear("layers.0.self_attn.o_proj", h, q)
+    out += _norm("layers.0.post_attention_layernorm", h)
+    out += _linear("layers.0.mlp.gate_proj", inter, h) + _linear("layers.0.mlp.up_proj", inter, h)
+    return out + _linear("layers.0.mlp.down_proj", h, inter)
+
+
+def _tensor_bytes(dtype: str, shape: Sequence[int]) -> int:
+    size = DTYPE_BYTES[dtype]
+    for dim in shape:
+        size *= dim
+    return size
+
+
+def _shard_names(shards: int) -> list[str]:
+    if shards == 1:
+        return ["model.safetensors"]
+    return [f"model-{k:05d}-of-{shards:05d}.safetensors" for k in range(1, shards + 1)]
+
+
+@functools.lru_cache(maxsize=8)
+def _layout(tensors: tuple[tuple[str, str, tuple[int, ...]], ...], shards: int) -> tuple[list, bytes | None]:
+    """[(file name, header bytes, file size)] and the index's bytes (None for one file): tensors in
+    order, cut into `shards` files of about equal size. Cached: the lab writes the same models into
+    every host."""
+    total = sum(_tensor_bytes(d, s) for _, d, s in tensors)
+    names = _shard_names(shards)
+    files: list[tuple[str, bytes, int]] = []
+    weight_map: dict[str, str] = {}
+    done, start = 0, 0
+    for k, name in enumerate(names):
+        end, size = start, 0
+        room = len(tensors) - (shards - 1 - k)  # leave a tensor for each file still to come
+        while end < room and (k == shards - 1 or end == start or done + size < total * (k + 1) / shards):
+            size += _tensor_bytes(tensors[end][1], tensors[end][2])
+            end += 1
+        header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+        offset = 0
+        for tname, dtype, shape in tensors[start:end]:
+            nbytes = _tensor_bytes(dtype, shape)
+            header[tname] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+            weight_map[tname] = name
+            offset += nbytes
+        text = json.dumps(header, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)  # safetensors pads its header to 8 bytes
+        files.append((name, struct.pack("<Q", len(text)) + text, 8 + len(text) + offset))
+        done, start = done + size, end
+    if shards == 1:
+        return files, None
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    return files, (json.dumps(index, indent=2) + "\n").encode()
+
+
+def write_weights(model_dir: Path, tensors: Sequence[TensorSpec], shards: int = 1) -> int:
+    """Real safetensors files with these tensors (names, dtypes, shapes) in `shards` files, plus
+    model.safetensors.index.json when more than one. Each file is its header (an 8-byte
+    little-endian length, then JSON {name: {dtype, shape, data_offsets}}) truncated out to its full
+    size: sparse, so a 600 GB checkpoint costs no disk, and reads return zeros. Returns the tensors'
+    bytes."""
+    frozen = tuple((name, dtype, tuple(shape)) for name, dtype, shape in tensors)
+    files, index = _layout(frozen, max(1, min(shards, len(frozen))))
+    model_dir.mkdir(parents=True, exist_ok=True)
+    for old in model_dir.glob("*.safetensors"):
+        old.unlink()
+    for name, header, size in files:
+        path = model_dir / name
+        with path.open("wb") as f:
+            f.write(header)
+        os.truncate(path, size)
+    if index is not None:
+        (model_dir / "model.safetensors.index.json").write_bytes(index)
+    return sum(_tensor_bytes(d, s) for _, d, s in frozen)
+
+
 def write_model_dir(path: Path, config: dict, tokenizer: dict | None = None, **standin: object) -> Path:
     """A stand-in model directory: config.json as the real one, standin.json with its knobs, and
     `tokenizer` as tokenizer_config.json (its chat_template serves /v1/chat/completions)."""
@@ -215,30 +497,37 @@ def set_standin(model_dir: Path, **knobs: object) -> None:
     _write_json(path, {k: v for k, v in data.items() if v is not None})
 
 
-def install_models(rootfs: Path, gpus: int, load_delay_s: float) -> None:
-    """The reference profiles' model paths. Kimi's weights count only where TP 8 can hold them."""
-    weights = 576000 if gpus >= 8 else 0
-    write_model_dir(
+#: Shard files of the real checkpoints.
+KIMI_SHARDS = 61
+LLAMA_SHARDS = 30
+
+
+def install_models(rootfs: Path, load_delay_s: float) -> None:
+    """The reference profiles' model paths, each with config.json and sparse safetensors files whose
+    tensors are the real checkpoint's (docs/standins.md, "Model dirs"): the stand-in reads their
+    headers and holds on each GPU what SGLang would, so the files decide where a model fits."""
+    kimi = write_model_dir(
         rootfs / KIMI_DIR,
         kimi_config(),
         tokenizer_config(KIMI_CHAT_TEMPLATE, "[BOS]", "[EOS]"),
         load_delay_s=load_delay_s,
         warmup_s=0.5,
         base_tok_s=90.0,
-        weights_mib_total=weights,
     )
-    # 70.6e9 bf16 parameters: 134,700 MiB, a quarter per GPU at TP 4.
-    write_model_dir(
+    write_weights(kimi, kimi_tensors(), KIMI_SHARDS)
+    llama = write_model_dir(
         rootfs / LLAMA_DIR,
         llama70b_config(),
         tokenizer_config(LLAMA3_CHAT_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>"),
         load_delay_s=load_delay_s,
         warmup_s=0.5,
         base_tok_s=45.0,
-        weights_mib_total=134700,
     )
-    write_model_dir(rootfs / EAGLE3_DIR, eagle3_config(), accept_top1=0.44, trained_on="chat")
-    write_model_dir(rootfs / EAGLE1_DIR, eagle1_config(), accept_top1=0.44)
+    write_weights(llama, llama_tensors(llama70b_config()), LLAMA_SHARDS)  # 70.6e9 bf16 parameters
+    eagle3 = write_model_dir(rootfs / EAGLE3_DIR, eagle3_config(), accept_top1=0.44, trained_on="chat")
+    write_weights(eagle3, eagle3_tensors(eagle3_config()))
+    eagle1 = write_model_dir(rootfs / EAGLE1_DIR, eagle1_config(), accept_top1=0.44)
+    write_weights(eagle1, eagle1_tensors(eagle1_config()))
 
 
 def install_path(rootfs: Path) -> None:
@@ -260,7 +549,7 @@ def install(rootfs: Path, *, gpus: int = 8, sglang_version: str = "0.5.9", load_
     install_packages(rootfs, sglang_version)
     install_path(rootfs)
     install_gpus(rootfs, gpus)
-    install_models(rootfs, gpus, load_delay_s)
+    install_models(rootfs, load_delay_s)
 
 
 #: Where a CDI device puts its GPU inside a container, as the real spec puts /dev/nvidiaN there.
@@ -336,4 +625,5 @@ __all__ = [
     "set_standin",
     "tokenizer_config",
     "write_model_dir",
+    "write_weights",
 ]

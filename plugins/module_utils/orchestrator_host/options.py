@@ -196,6 +196,32 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
             "its CDI spec directories; either missing is a problem.",
         ],
     },
+    "memory": {
+        "type": "dict",
+        "default": {},
+        "description": (
+            "The server's settings the GPU memory fit needs (TP, PP, mem_fraction_static, context length, "
+            "KV cache dtype, CUDA graphs, speculative decoding): the weights' size is read from the "
+            "safetensors headers of the model and drafter, and a start that cannot fit is a problem; "
+            "empty skips the fit."
+        ),
+    },
+    "calibration": {
+        "type": "dict",
+        "default": {},
+        "description": (
+            "What the server logged about its memory on its last start of the same model files, TP and "
+            "GPU (weights, KV tokens, graphs): the fit uses it instead of its own estimate."
+        ),
+    },
+    "file_lists": {
+        "type": "bool",
+        "default": False,
+        "description": (
+            "Return every file of the model and drafter (name, size, sampled digest): the control machine "
+            "compares them across hosts."
+        ),
+    },
     "secret_files": {
         "type": "list",
         "elements": "str",

@@ -18,6 +18,8 @@ import tempfile
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
+from . import memfit, modelfiles
+
 # gpus' own _gpus_are and _mib: gpu_set_problems words GPU sets and sizes as gpus does
 from .containers import CONTAINER_LABEL, container_units
 from .files import read_bytes, read_json, write_atomic
@@ -30,6 +32,8 @@ if TYPE_CHECKING:  # never run: the same submodules, named as Mitogen's module f
     import ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.containers
     import ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.files
     import ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.gpus
+    import ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.memfit
+    import ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.modelfiles
     import ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.procs
     import ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.systemd
     import ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.units  # noqa: F401
@@ -816,16 +820,76 @@ def mount_problems(sources: list[str]) -> list[str]:
     ]
 
 
-def _model_problems(c: dict) -> list[str]:
+#: Where each model directory is named in a profile.
+FIELDS = {"model": "server.model_path", "draft": "speculative.draft_model_path"}
+
+
+def _model_problems(c: dict) -> tuple[list[str], dict[str, dict]]:
+    """The model's and drafter's config problems, and each readable directory's config."""
     target, error = read_config(c["model_path"])
     problems = [f"model path: {error}"] if error else []
+    configs = {"model": target} if not error else {}
     if c["draft_model_path"]:
         draft, error = read_config(c["draft_model_path"])
         if error:
             problems.append(f"draft model path: {error}")
-        elif c["algorithm"]:
-            problems += drafter_problems(c["algorithm"], target, draft, c["draft_model_path"])
-    return problems
+        else:
+            configs["draft"] = draft
+            if c["algorithm"]:
+                problems += drafter_problems(c["algorithm"], target, draft, c["draft_model_path"])
+    return problems, configs
+
+
+def _scans(c: dict, configs: dict[str, dict], state_dir: str) -> tuple[list[str], list[str], dict[str, dict]]:
+    """Each readable model directory's files and weights (modelfiles.scan, its cache in the state
+    directory: a 61-shard header takes seconds to parse). A directory without
+    safetensors files is a note (SGLang loads other formats; only the fit needs headers); one whose
+    files cannot load (a corrupt header, a missing shard) is a problem."""
+    problems, notes, scans = [], [], {}
+    for role, config in configs.items():
+        path = c["model_path"] if role == "model" else c["draft_model_path"]
+        scan = modelfiles.scan(path, cache_dir=os.path.join(state_dir, "model-scans"))
+        if scan["error"] and not scan["shards"] and modelfiles.NO_SAFETENSORS in scan["error"]:
+            if c["memory"]:
+                notes.append(f"{FIELDS[role]}: {scan['error']} The GPU memory fit is skipped.")
+        elif scan["error"]:
+            problems.append(f"{FIELDS[role]}: {scan['error']}")
+        scans[role] = {**scan, "config": config}
+    return problems, notes, scans
+
+
+def _memory_fit(c: dict, scans: dict[str, dict], gpus: list[dict]) -> tuple[list[str], dict]:
+    """The GPU memory fit of the planned start (memfit.predict) on the smallest GPU of its set,
+    when every model's weights could be sized: (problems, prediction)."""
+    wanted = [g for g in gpus if g["index"] in c["gpus"] and g.get("memory_total_mib")]
+    if not c["memory"] or not wanted or any(s["error"] for s in scans.values()) or "model" not in scans:
+        return [], {}
+    total = min(int(g["memory_total_mib"]) for g in wanted)
+    draft = scans.get("draft")
+    settings = {**c["memory"], "gpus_available": len(gpus)}
+    calibration = c["calibration"] or None
+    if calibration and calibration.get("model_digest") != modelfiles.files_digest(scans):
+        calibration = None  # measured on other files
+    fit = memfit.predict(scans["model"], draft, settings, total, calibration)
+    fit["gpu"] = {"name": wanted[0].get("name", ""), "total_mib": total}
+    fit["settings"] = settings
+    fit["last_measured"] = calibration or {}
+    problems = [f"memory: {p}" for p in fit.get("problems", [])]
+    if problems and fit.get("fixes"):
+        problems.append("memory: what would fit: " + "; ".join(fit["fixes"]))
+    return problems, fit
+
+
+def _files_out(scans: dict[str, dict], file_lists: bool) -> dict[str, dict]:
+    """What goes back of each scan: its fingerprint, and its files when asked for."""
+    keep = ("path", "error", "digest", "shards", "tensor_bytes", "config_sha256", "elapsed_s")
+    out = {}
+    for role, scan in scans.items():
+        out[role] = {k: scan.get(k) for k in keep}
+        if file_lists:
+            out[role]["files"] = scan.get("files", [])
+            out[role]["weights"] = scan.get("weights", [])
+    return out
 
 
 def gpu_set_problems(
@@ -862,12 +926,14 @@ def gpu_set_problems(
     return problems
 
 
-def _gpu_problems(module: Any, unit_name: str, units: dict[str, dict], c: dict) -> tuple[list[str], int]:
+def _gpu_problems(
+    module: Any, unit_name: str, units: dict[str, dict], c: dict
+) -> tuple[list[str], list[dict]]:
     gpus, apps, error = query_nvidia_smi(module, c["nvidia_smi"])
     if error:
-        return [error], 0
+        return [error], []
     apps = owned_apps(module, apps, {*units, unit_name})
-    return gpu_set_problems(gpus, apps, c["gpus"], unit_name, units, c["allow_gpu_holders"]), len(gpus)
+    return gpu_set_problems(gpus, apps, c["gpus"], unit_name, units, c["allow_gpu_holders"]), gpus
 
 
 def _unit_problems(module: Any, unit_name: str, paths: dict, c: dict) -> tuple[list[str], str]:
@@ -907,11 +973,17 @@ def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> 
     else:
         more, version, help_checked = _sglang_problems(module, unit_name, paths, checks)
     problems += more
-    problems += _model_problems(checks)
+    config_problems, configs = _model_problems(checks)
+    problems += config_problems
+    scan_problems, scan_notes, scans = _scans(checks, configs, paths["state_dir"])
+    problems += scan_problems
+    notes += scan_notes
     problems += mount_problems(checks["mounts"])
     units = deployed_units(paths)
     gpu_problems, gpus = _gpu_problems(module, unit_name, units, checks)
     problems += gpu_problems
+    fit_problems, memory = _memory_fit(checks, scans, gpus)
+    problems += fit_problems
     owners = port_owners(module, checks["port"], {*units, unit_name})
     same_port = [u for u in installed_units(paths) if units[u].get("port") == checks["port"]]
     problems += port_problems(checks["port"], unit_name, owners, units, live_units(module, same_port))
@@ -928,7 +1000,9 @@ def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> 
         "problems": problems,
         "notes": notes,
         "sglang_version": version,
-        "gpus": gpus,
+        "gpus": len(gpus),
         "help_checked": help_checked,
         "verified_digest": verified,
+        "memory": memory,
+        "model_files": _files_out(scans, checks["file_lists"]),
     }

@@ -57,6 +57,14 @@ _READY = re.compile(r"The server is fired up and ready to roll")
 _BAR = re.compile(r"(?P<k>\d+)/(?P<n>\d+) \[")
 _BS = re.compile(r"bs=(\d+)")
 _LOADING = re.compile(r"loading .*shards|checkpoint shards", re.IGNORECASE)
+#: The lines where the server says what its memory holds: weights, KV cache, graphs (memfit reads them).
+_FRACTION = re.compile(r"mem_fraction_static=[\d.]+")
+_MEMORY = re.compile(
+    r"Load weight (?:begin|end)\.|KV Cache is allocated\.|Memory pool end\.|(?i:cuda graph end)"
+    r"|mem_fraction_static="
+)
+#: At most this many of them are kept (a start prints one of each per worker).
+MEMORY_LINES = 16
 #: The access log line of a health poll (the wait's own, uvicorn's format): no sign of progress.
 _POLL = re.compile(r'"GET /(?:health|health_generate|get_server_info|server_info)\b[^"]*" \d{3}')
 
@@ -82,6 +90,8 @@ class Startup:
         self.lines = 0
         self._tag: str | None = None
         self._graphs_done = False
+        #: The memory lines of this start, in their order, without their tag (_MEMORY).
+        self.memory_lines: list[str] = []
 
     def _enter(self, phase: str, at: float) -> None:
         if phase == self.phase:
@@ -120,6 +130,13 @@ class Startup:
         self._line(at, text)
 
     def _line(self, at: float, text: str) -> None:
+        found = _MEMORY.search(text)
+        if found and len(self.memory_lines) < MEMORY_LINES:
+            # server_args' line holds every argument (an API key too): only its fraction is kept
+            if not found.group().startswith("mem_fraction"):
+                self.memory_lines.append(text[:300])
+            elif fraction := _FRACTION.search(text):
+                self.memory_lines.append(fraction.group())
         if self.phase == "ready":
             return
         after_target = self.phase in ("graphs", "jit") or self._graphs_done
@@ -176,6 +193,7 @@ class Startup:
             "quiet_s": round(max(0.0, now - self.last_line), 2),
             "phases": self.durations(now),
             "lines": self.lines,
+            "memory_lines": list(self.memory_lines),
         }
 
     def eta(self, now: float, usual: dict[str, float]) -> float | None:

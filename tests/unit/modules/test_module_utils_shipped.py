@@ -21,9 +21,9 @@ HERE = Path(__file__).parent
 HOST = MODULE_UTILS_DIR / "orchestrator_host"
 #: What a module needs beside the package's __init__.py: the submodules it imports itself, and
 #: theirs (gpus reads cgroups and container labels, and the units deployed here; preflight reads
-#: everything but the lock and health).
+#: everything but the lock and health, and sizes the model's weights from their files).
 GPUS = {"gpus", "procs", "containers", "units", "files"}
-PREFLIGHT = {"preflight", "systemd", *GPUS}
+PREFLIGHT = {"preflight", "systemd", "modelfiles", "memfit", *GPUS}
 #: Every module hands AnsibleModule its ARGUMENT_SPEC through options.module_spec.
 #: The steps of a restart, each in a submodule of its own: its module, and the transaction, run it.
 STOP = {"stop", "options", "systemd", *GPUS}

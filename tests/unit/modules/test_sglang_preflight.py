@@ -83,6 +83,7 @@ def run(run_module, preflight, paths: dict, checks: dict) -> tuple[bool, dict]:
 def test_a_host_that_can_run_the_plan_passes(preflight, paths, checks, run_module, host):
     failed, result = run(run_module, preflight, paths, checks)
     assert not failed, result["msg"]
+    files = result.pop("model_files")
     assert result == {
         "changed": False,
         "problems": [],
@@ -91,7 +92,9 @@ def test_a_host_that_can_run_the_plan_passes(preflight, paths, checks, run_modul
         "gpus": 1,
         "help_checked": True,
         "verified_digest": "",
+        "memory": {},  # no memory settings asked for the fit
     }
+    assert set(files) == {"model", "draft"}  # each directory's fingerprint, for a multi-host compare
 
 
 def test_the_planned_unit_is_verified_by_systemd_before_anything_stops(

@@ -18,7 +18,6 @@ from sglang import _flags
 from sglang.version import __version__
 
 HELP_DIR = Path(__file__).resolve().parent / "_help"
-DEFAULT_MEM_FRACTION = 0.88  # what SGLang picks on an H200 at TP 8 when none is given
 DEFAULT_PORT = 30000
 
 

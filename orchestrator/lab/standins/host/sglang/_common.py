@@ -21,7 +21,6 @@ STANDIN_DEFAULTS: dict[str, object] = {
     "warmup_s": 0.5,
     "base_tok_s": 90.0,
     "accept_top1": 0.44,
-    "weights_mib_total": 0,
     "hang": False,
     "crash_after_s": None,
     "warmup_error": None,

@@ -1,9 +1,8 @@
 """Start-up of the stand-in, in the real server's order: argument checks (seconds), then
 weight load, KV cache and CUDA graph capture (the load delay), each able to fail as SGLang does.
 
-GPU memory "allows" a start when, on every GPU the server uses, mem_fraction_static x total
-fits in what other holders leave free; a fraction above 0.95 always fails (the real server
-needs the rest for the CUDA context, activations and graphs, and dies capturing graphs).
+Here: the checks, and mem_fraction_static's default as server_args computes it for the GPU's
+size, TP and speculative settings (default_mem_fraction). The memory itself: sglang/_load.py.
 
 GPUs have two numberings, as on a real host: the server's logical device i (base_gpu_id + rank,
 what torch names) is the i-th entry of CUDA_VISIBLE_DEVICES; nvidia-smi, and so the memory this
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from nvidia_standin import registry
 
 from sglang import _adaptive, _speed
-from sglang._args import DEFAULT_MEM_FRACTION, ServerArgs, version_tuple
+from sglang._args import ServerArgs, version_tuple
 from sglang._common import (
     LAUNCH_FRAME,
     MTP_ARCHS,
@@ -34,8 +33,9 @@ from sglang._common import (
 )
 
 MAX_FRACTION = 0.95
-MIN_KV_MIB = 1024  # below this the KV pool has no room: "Not enough memory"
-TORCH_GIB_PER_MIB = 139.81 / 143771  # torch reports 139.81 GiB where nvidia-smi shows 143771 MiB
+#: torch's total capacity against nvidia-smi's memory.total: 139.81 GiB (143165 MiB) of an H200's
+#: 143771 MiB; the rest is the driver's.
+TORCH_SHARE = 143165 / 143771
 KNOWN_ALGORITHMS = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH"}
 ARGS_FRAME = (
     f"{SRT}/server_args.py",
@@ -67,6 +67,13 @@ class Runtime:
     """--speculative-adaptive's config, read at start (None: static speculative settings)."""
     adaptive: _adaptive.Controller | None = None
     """The tiers as they run: made once the draft worker built them (_load.adaptive_states)."""
+    held_mib: float = 0.0
+    """What this process holds on each of its GPUs (registered for nvidia-smi)."""
+    pre_gib: float = 0.0
+    """SGLang's memory before the weights (min_per_gpu_memory / pre_model_load_memory), GiB."""
+    max_total_num_tokens: int = 0
+    draft: dict = field(default_factory=dict)
+    """The draft worker's figures when 0.5.23 computed them ahead of its lines (_load.draft_ahead)."""
 
     @property
     def stall(self) -> str | None:
@@ -93,7 +100,8 @@ class Runtime:
 
 
 def gib(mib: float) -> str:
-    return f"{mib * TORCH_GIB_PER_MIB:.2f}"
+    """MiB as SGLang prints GB: bytes / (1 << 30), two decimals."""
+    return f"{mib / 1024:.2f}"
 
 
 def check_model(path: str) -> ModelDir:
@@ -317,9 +325,160 @@ def prepare(args: ServerArgs) -> Runtime:
         steps = args.steps if args.steps is not None else 1  # an adaptive tier may have 0
         spec = _speed.SpecSettings(steps, args.topk or 1, args.draft_tokens or 2, a, crippled)
     decode = _speed.decode_model(float(model.knob("base_tok_s")), spec, args.cuda_graph)
-    fraction = args.mem_fraction_static if args.mem_fraction_static is not None else DEFAULT_MEM_FRACTION
-    args.mem_fraction_static = fraction
+    if args.mem_fraction_static is None:
+        args.mem_fraction_static = default_mem_fraction(args, model, cfg.total_mib)
+    fraction = args.mem_fraction_static
     if args.max_running_requests is None:
         args.max_running_requests = 1024 if version_tuple() < (0, 5, 20) else 2048
     trained_on = str(drafter.knob("trained_on")) if drafter else "chat"
     return Runtime(args, model, drafter, spec, decode, gpus, cfg, fraction, trained_on, adaptive_slots=slots)
+
+
+# --- mem_fraction_static ----------------------------------------------------------------------
+
+#: The vision tower's size a ViT-L/14 has (server_args.adjust_mem_fraction_for_vlm's baseline), and
+#: KimiK25VisionConfig's defaults (configs/kimi_k25.py: its config.json names them vt_*).
+VIT_BASELINE = (24, 1024)
+VISION_DEFAULTS = {"KimiK25ForConditionalGeneration": (27, 1152)}
+#: Multimodal architectures whose prefill breakable CUDA graph 0.5.23 keeps on
+#: (configs/model_config.py, multimodal_breakable_cuda_graph_supported_model_archs).
+BCG_MULTIMODAL = {"KimiK25ForConditionalGeneration", "KimiK3ForConditionalGeneration"}
+
+
+def raw(args: ServerArgs, name: str, default: object = None) -> object:
+    value = getattr(args.raw, name, None)
+    return default if value is None else value
+
+
+def uses_mla(model: ModelDir) -> bool:
+    text = model.config.get("text_config") or model.config
+    return text.get("kv_lora_rank") is not None
+
+
+def is_multimodal(model: ModelDir) -> bool:
+    return "vision_config" in model.config or model.architectures[:1] == ["KimiK25ForConditionalGeneration"]
+
+
+def capacity_defaults(gpu_mem: float, tp: int, newer: bool) -> tuple[int, int]:
+    """(chunked_prefill_size, decode max bs) by GPU memory: _handle_gpu_memory_settings (0.5.9),
+    arg_groups/memory_hook.handle_gpu_memory_settings (0.5.23, which gives 20-35 GB cards 4096 and
+    48/160)."""
+    if gpu_mem < 20 * 1024:
+        return 2048, 8
+    if gpu_mem < 35 * 1024:
+        return (4096, 48 if tp < 4 else 160) if newer else (2048, 24 if tp < 4 else 80)
+    if gpu_mem < 60 * 1024:
+        return 4096, 32 if tp < 4 else 160
+    if gpu_mem < 160 * 1024:
+        return 8192, 256 if tp < 4 else 512
+    return 16384, 512
+
+
+def prefill_graph_sizes(max_bs: int) -> list[int]:
+    """generate_prefill_cuda_graph_batch_sizes (0.5.23; 0.5.9's piecewise tokens are the same list)."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64)]
+    sizes += [*range(1280, 4097, 256), *range(4608, max_bs + 1, 512)]
+    return [s for s in sizes if s <= max_bs]
+
+
+def vlm_factor(model: ModelDir) -> float:
+    """adjust_mem_fraction_for_vlm: 0.95 x (1 - 0.1 x (ViT size / ViT-L's - 1)), clamped to [0.8, 1.05]."""
+    vision = model.config.get("vision_config") or {}
+    layers, hidden = VISION_DEFAULTS.get((model.architectures or [""])[0], VIT_BASELINE)
+    layers = int(vision.get("num_hidden_layers", layers))
+    hidden = int(vision.get("hidden_size", hidden))
+    ratio = layers * hidden**2 / (VIT_BASELINE[0] * VIT_BASELINE[1] ** 2)
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+
+
+def reserved_mib(args: ServerArgs, model: ModelDir, gpu_mem: float) -> float:
+    """The MB server_args keeps out of the static pool for activations and graphs.
+
+    0.5.9 server_args._handle_gpu_memory_settings:
+        reserved_mem = 512 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2
+                       + tp_size * pp_size / 8 * 1024   [+ DP attention, piecewise graphs]
+        reserved_mem = max(reserved_mem, 10 * 1024) if gpu_mem > 60 * 1024
+        + 2 * 1024 for EAGLE-family drafts, + 6 * 1024 for STANDALONE
+    0.5.23 memory_hook.handle_gpu_memory_settings: the same activation terms, then
+    reserve_for_graph_mb (decode max_bs * 2 when decode graphs run; prefill graphs: 1.5 * 1024
+    with MLA, else 8 per captured size), the 10 GB floor, + 2 * 1024 for DeepEP; no draft term
+    (0.5.23 loads the draft before sizing the KV pool and counts its weights there).
+    """
+    newer = version_tuple() >= (0, 5, 20)
+    tp, pp = args.tp_size, int(str(raw(args, "pp_size", 1)))
+    chunked_default, max_bs = capacity_defaults(gpu_mem, tp, newer)
+    chunked = int(str(raw(args, "chunked_prefill_size", chunked_default)))
+    if args.cuda_graph_max_bs is not None:
+        max_bs = args.cuda_graph_max_bs
+    elif newer and raw(args, "max_running_requests") is not None:
+        max_bs = min(max_bs, int(str(raw(args, "max_running_requests"))))
+    tokens = (
+        max(chunked, 2048) if chunked > 0 else max(int(str(raw(args, "max_prefill_tokens", 16384))), 2048)
+    )
+    reserved = 512 + tokens * 1.5 + tp * pp / 8 * 1024
+    dp = args.dp_size if raw(args, "enable_dp_attention") else 1
+    if not newer:
+        reserved += max_bs * 2
+        if dp > 1:
+            reserved += max_bs * dp * 3 + (max_bs * dp * 1.5 if max_bs > 300 else 0)
+        if raw(args, "enable_piecewise_cuda_graph"):
+            reserved += len(prefill_graph_sizes(2048 if uses_mla(model) else chunked)) * 8
+        if gpu_mem > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+        if args.algorithm == "STANDALONE":
+            reserved += 6 * 1024
+        elif args.algorithm not in (None, "NGRAM"):
+            reserved += 2 * 1024
+        return reserved
+    explicit = raw(args, "cuda_graph_backend_decode")
+    if explicit is not None:  # parse_cuda_graph_config: the per-phase backend wins over the off-switches
+        decode = explicit != "disabled"
+    else:
+        decode = not (raw(args, "disable_cuda_graph") or raw(args, "disable_decode_cuda_graph"))
+    if decode:
+        reserved += max_bs * 2
+        if dp > 1:
+            reserved += max_bs * dp * 3 + (max_bs * dp * 1.5 if max_bs > 300 else 0)
+    if prefill_graphs(args, model):
+        if uses_mla(model):
+            reserved += 1.5 * 1024
+        else:
+            default = (
+                chunked
+                if raw(args, "max_total_tokens") is None
+                else min(chunked, int(str(raw(args, "max_total_tokens"))))
+            )
+            reserved += (
+                len(prefill_graph_sizes(int(str(raw(args, "cuda_graph_max_bs_prefill", default))))) * 8
+            )
+    if gpu_mem > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    a2a = raw(args, "moe_a2a_backend", "none")
+    return reserved + (2 * 1024 if decode and a2a == "deepep" else 0)
+
+
+def prefill_graphs(args: ServerArgs, model: ModelDir) -> bool:
+    """0.5.23's prefill CUDA graph: breakable by default on CUDA (cuda_graph_config.default_prefill_backend),
+    off with the flags, and off where apply_cuda_graph_compatibility finds it incompatible (PP, two-batch
+    overlap, an unvalidated all-to-all backend, a multimodal model not on the list)."""
+    explicit = raw(args, "cuda_graph_backend_prefill")
+    if explicit is not None:
+        return explicit != "disabled"
+    if raw(args, "disable_cuda_graph") or raw(args, "disable_prefill_cuda_graph"):
+        return False
+    if int(str(raw(args, "pp_size", 1))) > 1 or raw(args, "enable_two_batch_overlap"):
+        return False
+    if raw(args, "moe_a2a_backend", "none") not in ("none", "deepep", "megamoe", "flashinfer"):
+        return False
+    return not (is_multimodal(model) and (model.architectures or [""])[0] not in BCG_MULTIMODAL)
+
+
+def default_mem_fraction(args: ServerArgs, model: ModelDir, gpu_mem: float) -> float:
+    """mem_fraction_static when none is given: round((gpu_mem - reserved_mem) / gpu_mem, 3), then
+    x vlm_factor for a multimodal model (not with --language-only). gpu_mem: nvidia-smi's
+    memory.total in MiB (utils.get_nvgpu_memory_capacity)."""
+    fraction = round((gpu_mem - reserved_mib(args, model, gpu_mem)) / gpu_mem, 3)
+    text_only = raw(args, "language_only") or raw(args, "language_model_only")
+    if is_multimodal(model) and not text_only:
+        fraction *= vlm_factor(model)
+    return fraction
