@@ -132,6 +132,8 @@ def read_ahead_text(r: dict[str, Any]) -> str:
     if r.get("stopped") == "memory":
         free = _gib(max(0, int(r.get("available_bytes") or 0)) / 2**20)
         return f"page cache: not read ahead: the model's {total} do not fit in the {free} free"
+    if r.get("stopped") == "unknown":
+        return "page cache: not read ahead: this kernel does not say which pages are cached (mincore)"
     read = _gib(int(r.get("read_bytes") or 0) / 2**20)
     stopped = f" (stopped: {r['stopped']})" if r.get("stopped") else ""
     seconds = float(r.get("seconds") or 0)

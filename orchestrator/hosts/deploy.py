@@ -49,6 +49,8 @@ class Options:
     preflight: bool = True
     #: Read the model's files into the page cache before the stop, where the host has the memory.
     read_ahead: bool = True
+    #: The hosts' model files were compared already (a canary's rollout): no comparison play.
+    files_checked: bool = False
     #: Behind a gateway (orchestrator_gateway_url): take each batch out of its rotation and wait
     #: for the requests in flight before the stop, put it back once it generates.
     drain: bool = True
@@ -151,9 +153,10 @@ def _startup_plan(prof: Profile, host: str, model: str, check: bool) -> dict[str
 
 
 def _lock_ttl_s(prof: Profile) -> float:
-    """How long a deploy of `prof` may hold a host before its lock counts as left by a dead one."""
+    """How long a deploy of `prof` may hold a host before its lock counts as left by a dead one:
+    a read-ahead of the model's files may come first, under the lock."""
     svc = prof.service
-    return svc.stop_timeout_s + 60 + svc.health_timeout_s + 120
+    return playvars.READ_AHEAD_TIMEOUT_S + svc.stop_timeout_s + 60 + svc.health_timeout_s + 120
 
 
 def deploy(
@@ -171,7 +174,8 @@ def deploy(
     what they share (secrets, the lock's profile text)."""
     run_id = uuid.uuid4().hex[:12]
     where, orch = planned(prof, inventory, options, run_id, each)
-    if len(where) > 1 and each is None and options.preflight and not _all_running(where):
+    compare = len(where) > 1 and each is None and options.preflight and not options.files_checked
+    if compare and (options.force_restart or not _all_running(where)):
         same_files(prof, inventory, where)
         orch = play_vars(prof, where, options, run_id, each)  # the hosts that passed skip theirs
     limit = options.limit if each is None else ",".join(each)
@@ -218,6 +222,8 @@ def deploy(
         return report
     for r in reports:
         if r.host in where:
+            if r.restarted:  # what its logged memory depends on, for the next fit's calibration
+                r.memory["settings"] = playvars.memory_settings((each or {}).get(r.host, prof))
             record(run_id, r, orch.hosts[r.host], "deploy")
     if options.rollback:
         _roll_back(report, inventory, orch.hosts, plan.unit_name, on_event, api_key(prof) or "", options)

@@ -394,6 +394,11 @@ def memory_settings(prof: Profile) -> dict[str, Any]:
             "num_draft_tokens": spec.num_draft_tokens,
         }
     running = extra.get("--max-running-requests")
+
+    def number(flag: str) -> int | None:
+        value = extra.get(flag)
+        return int(value) if value is not None else None
+
     return {
         "sglang_version": s.sglang_version,
         "tp_size": s.tp_size,
@@ -407,6 +412,10 @@ def memory_settings(prof: Profile) -> dict[str, Any]:
         "cuda_graph": s.cuda_graph,
         "cuda_graph_max_bs": s.cuda_graph_max_bs,
         "max_running_requests": int(running) if running is not None else None,
+        "chunked_prefill_size": number("--chunked-prefill-size"),
+        "max_total_tokens": number("--max-total-tokens"),
+        "page_size": number("--page-size"),
+        "quantization": str(extra.get("--quantization") or ""),
         "speculative": speculative,
     }
 

@@ -99,14 +99,36 @@ def check(
     return results
 
 
+#: The settings a start's logged memory depends on: calibration uses a start only where they match.
+SAME_LAYOUT = (
+    "sglang_version",
+    "tp_size",
+    "pp_size",
+    "ep_size",
+    "dp_size",
+    "enable_dp_attention",
+    "kv_cache_dtype",
+    "cuda_graph",
+    "cuda_graph_max_bs",
+    "chunked_prefill_size",
+    "page_size",
+    "quantization",
+    "speculative",
+)
+
+
 def calibration(host: str, model: str, memory: dict[str, Any]) -> dict[str, Any]:
     """What the server logged of its memory on its newest healthy start of `model` on `host` with
-    the same parallel layout and KV cache (`memory`: PreflightChecks.memory), with the model files
-    it read: the host's fit uses it when its files are still those. {} when there is none."""
-    same = ("tp_size", "pp_size", "ep_size", "kv_cache_dtype", "enable_dp_attention")
+    the same layout (SAME_LAYOUT of `memory`: PreflightChecks.memory), with the model files it
+    read: the host's fit uses it when its files are still those. {} when there is none."""
     for found in ledger.measured_memory(host, model):
-        settings = (found.get("predicted") or {}).get("settings") or {}
-        if all(settings.get(k) == memory.get(k) for k in same):
+        predicted = found.get("predicted")
+        settings = found.get("settings") or (
+            predicted.get("settings") if isinstance(predicted, dict) else None
+        )
+        if not isinstance(settings, dict):
+            continue
+        if all(settings.get(k) == memory.get(k) for k in SAME_LAYOUT):
             return {**found["measured"], "model_digest": found.get("model_digest", "")}
     return {}
 
@@ -120,19 +142,21 @@ def calibrated(hp: HostPlan, host: str) -> HostPlan:
 
 
 def differences(scans: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """host -> the first difference of its files from the first host's (in sorted order), for each
-    host whose fingerprint differs; {} when all agree. Hosts without a scan are left out."""
+    """host -> the first difference of its files from the most common set (on a tie, the first
+    host's in sorted order), for each host whose fingerprint differs; {} when all agree. A host
+    whose scan failed is left out: its own preflight names why."""
     modelfiles = paths.module_utils("orchestrator_host.modelfiles")
-    hosts = sorted(scans)
-    if len(hosts) < 2:
+    ok = {h: s for h, s in sorted(scans.items()) if not s.get("error") and s.get("digest")}
+    if len(ok) < 2:
         return {}
-    first = hosts[0]
+    counts: dict[str, int] = {}
+    for s in ok.values():
+        counts[s["digest"]] = counts.get(s["digest"], 0) + 1
+    ref = next(h for h, s in ok.items() if counts[s["digest"]] == max(counts.values()))
     out = {}
-    for host in hosts[1:]:
-        if scans[host].get("digest") != scans[first].get("digest") or scans[host].get("error"):
-            line = modelfiles.first_difference({first: scans[first], host: scans[host]})
-            if line:
-                out[host] = line
+    for host, scan in ok.items():
+        if scan["digest"] != ok[ref]["digest"]:
+            out[host] = modelfiles.first_difference({ref: ok[ref], host: scan}, ref)
     return out
 
 

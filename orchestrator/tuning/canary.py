@@ -116,6 +116,10 @@ def canary_deploy(
         )
     hosts = [h.name for h in selected(inventory, options.limit)]
     host, rest = hosts[0], hosts[1:]
+    if rest and options.preflight and not options.files_checked:
+        # the canary's files must be the fleet's, or its bench says nothing of theirs
+        deploy_mod.same_files(prof, inventory, placements(prof, inventory, options.limit))
+        options = replace(options, files_checked=True)
     out = _out_of_rotation(prof, inventory, host, options)
     try:
         canary, first = _try(prof, inventory, host, options, margin, settings, on_event)

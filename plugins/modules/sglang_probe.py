@@ -509,14 +509,17 @@ def main() -> None:
 
 def read_ahead(spec: dict) -> dict:
     """The model's files not yet in the page cache, read into it before the stop, when the host
-    has the memory for all of them (MemAvailable less `reserve_mib`): modelfiles.read_ahead's
-    report. A model larger than that is not read at all (`stopped: memory`): a part would be
-    evicted again by the rest as the server loads it."""
+    has the memory for all of them (MemAvailable less the larger of `reserve_mib` and a tenth of
+    MemTotal): modelfiles.read_ahead's report. A model larger than that is not read at all
+    (`stopped: memory`): a part would be evicted again by the rest as the server loads it. Nor
+    where the kernel does not say what is cached (`stopped: unknown`): each deploy would read it all."""
     files = modelfiles.weight_files([d for d in spec.get("dirs") or [] if d])
     available = modelfiles.available_bytes()
-    budget = available - int(spec.get("reserve_mib") or 0) * 2**20 if available >= 0 else 0
+    reserve = max(int(spec.get("reserve_mib") or 0) * 2**20, modelfiles.available_bytes("MemTotal") // 10)
+    budget = available - reserve if available >= 0 else 0
     resident, total = modelfiles.resident(files)
-    if total - max(resident, 0) > budget:
+    stopped = "unknown" if resident < 0 else "memory" if total - resident > budget else ""
+    if stopped:
         return {
             "files": len(files),
             "read_bytes": 0,
@@ -525,7 +528,7 @@ def read_ahead(spec: dict) -> dict:
             "total_bytes": total,
             "available_bytes": available,
             "seconds": 0.0,
-            "stopped": "memory",
+            "stopped": stopped,
         }
     report = modelfiles.read_ahead(files, budget, float(spec.get("timeout_s") or 0))
     return {**report, "available_bytes": available}

@@ -113,6 +113,11 @@ def test_the_servers_memory_lines_are_recorded_and_preflight_shows_them(lab, tmp
     assert measured["weights_mib"] > 0 and measured["kv_tokens"] > 0, measured
     assert predicted["weights_mib"] > 0 and predicted["kv_tokens"] > 0, predicted
     assert h["model_digest"].startswith("model:") and "+draft:" in h["model_digest"]
-    done = orchestrator("preflight", "-i", str(lab.inventory), "--limit", host.name, "--profile", GOOD)
+    preflight = ("preflight", "-i", str(lab.inventory), "--limit", host.name, "--profile", GOOD)
+    done = orchestrator(*preflight, "--json")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "last measured" in done.stdout, done.stdout
+    (fit,) = [r["memory"] for r in json.loads(done.stdout)]
+    assert fit["calibrated"] and fit["last_measured"]["kv_tokens"] == measured["kv_tokens"], fit
+    assert abs(fit["weights_mib"] - measured["weights_mib"]) <= 1  # the next fit starts from what was logged
+    table = orchestrator(*preflight)
+    assert f"{measured['kv_tokens']:,}" in table.stdout and "last measured" in table.stdout, table.stdout

@@ -372,12 +372,20 @@ def test_kimi_k25_at_tp4_is_refused_and_tp8_offered(version: str) -> None:
 
 
 def test_a_small_fraction_leaves_too_little_kv_and_names_a_fraction_that_fits() -> None:
+    """Refused where the profile asks for the context; with the model's own it is a note, as SGLang
+    starts and caps each request's input to the pool."""
     server = {"sglang_version": "0.5.9", "tp_size": 8, "mem_fraction_static": 0.13}
-
-    r = mf.predict(llama(), None, server, H200_MIB)
-
     tokens = profile_tokens(H200_FREE_MIB, llama_gpu_bytes(8), 0.13, 40960)
     assert 0 < tokens < 131072
+
+    own = mf.predict(llama(), None, server, H200_MIB)
+    assert own["problems"] == [] and own["notes"] == [
+        f"KV cache {tokens:,} tokens < the model's context length 131,072: SGLang starts, and caps a "
+        "request's input to fit (set server.context_length to require more)"
+    ]
+
+    server["context_length"] = 131072
+    r = mf.predict(llama(), None, server, H200_MIB)
     assert r["problems"] == [
         f"KV cache {tokens:,} tokens < context length 131,072: longer requests are refused"
     ]

@@ -47,6 +47,22 @@ def test_the_host_whose_drafter_differs_is_named_with_its_file(tmp_path: Path) -
     assert results[2].problems == [line]
 
 
+def test_the_odd_host_is_named_even_first_and_a_failed_scan_blames_no_other(tmp_path: Path) -> None:
+    """The reference is the files most hosts have; a host whose scan failed (its own preflight says
+    why) is compared with nobody."""
+    same, other = scan_of(tmp_path, "a", b"\x00"), scan_of(tmp_path, "b", b"\x01")
+    failed = {**same, "error": "/data/eagle3: scanning took over 30 s", "digest": ""}
+    results = [
+        PreflightResult("lab1", True, model_files={"draft": other}),
+        PreflightResult("lab2", True, model_files={"draft": same}),
+        PreflightResult("lab3", True, model_files={"draft": same}),
+        PreflightResult("lab4", True, model_files={"draft": failed}),
+    ]
+    preflight_play.add_differences(results)
+    assert [r.ok for r in results] == [False, True, True, True]
+    assert results[0].differences[0].startswith("speculative.draft_model_path: lab1 differs from lab2 in ")
+
+
 class Plays:
     """run_playbook stood in: which plays a deploy asked for; the files play's answer."""
 

@@ -348,6 +348,8 @@ class _Setup:
         self.max_total_tokens = _positive(server.get("max_total_tokens"))
         self.page_size = _positive(server.get("page_size")) or 1
         self.context = _positive(server.get("context_length")) or dims.context
+        #: The profile asks for this context (else it is the model's, which SGLang caps to fit).
+        self.context_set = bool(_positive(server.get("context_length")))
         chunked_default, bs_default = _defaults_by_gpu(self.rule, self.gpu_mib, self.tp)
         chunked = server.get("chunked_prefill_size")
         self.chunked = _int(chunked, chunked_default) if chunked is not None else chunked_default
@@ -818,6 +820,12 @@ def _evaluate(model: _Model, setup: _Setup, cal: _Cal) -> dict:
         "calibrated": cal.present,
     }
     result["problems"] = _problems(model, setup, result)
+    result["notes"] = []
+    if 0 < result["kv_tokens"] < setup.context and not setup.context_set and not result["problems"]:
+        result["notes"].append(
+            f"KV cache {result['kv_tokens']:,} tokens < the model's context length {setup.context:,}: "
+            "SGLang starts, and caps a request's input to fit (set server.context_length to require more)"
+        )
     return result
 
 
@@ -860,7 +868,7 @@ def _problems(model: _Model, setup: _Setup, r: dict) -> list[str]:
             f"{gib(r['static_mib'])} GiB (mem_fraction_static {r['mem_fraction_static']:g} x "
             f"{gib(base)} GiB): no room for the KV cache ({source})"
         )
-    elif r["kv_tokens"] < r["needs_tokens"]:
+    elif r["kv_tokens"] < r["needs_tokens"] and (setup.context_set or r["needs_tokens"] > setup.context):
         what = f"context length {setup.context:,}"
         if r["needs_tokens"] > setup.context:
             what = f"{r['needs_tokens']:,} for max_running_requests {setup.max_running} at 2 tokens each"

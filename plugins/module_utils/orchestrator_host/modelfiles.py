@@ -493,7 +493,7 @@ def scan(
 
 
 #: Bump when scan's result changes shape or meaning: older cached scans are then not used.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def _stat_key(model_dir: str, samples: int, sample_bytes: int, deadline: float) -> str:
@@ -546,6 +546,7 @@ def _fresh(model_dir: str, start: float, deadline_s: float, samples: int, sample
     result: dict[str, Any] = {
         "path": model_dir,
         "error": "",
+        "note": "",
         "files": [],
         "config_sha256": "",
         "weights": [],
@@ -557,6 +558,7 @@ def _fresh(model_dir: str, start: float, deadline_s: float, samples: int, sample
     try:
         _scan(model_dir, result, start + deadline_s, samples, sample_bytes)
     except _Deadline as late:
+        result["timed_out"] = True
         result["error"] = (
             f"scanning {model_dir} took over {deadline_s:g} s (stopped at {late}): "
             "the disk is slow, or the directory is large"
@@ -578,8 +580,14 @@ def _scan(model_dir: str, result: dict, deadline: float, samples: int, sample_by
             raise _Problem(f"{model_dir} is not a directory")
     except OSError as exc:
         raise _Problem(_os_error(model_dir, exc)) from None
-    found = _walk(model_dir, deadline)
-    shards, index = _shards(model_dir, [rel for rel, _path in found])
+    found = [(rel, path) for rel, path in _walk(model_dir, deadline) if loaded(rel)]
+    try:
+        shards, index = _shards(model_dir, [rel for rel, _path in found])
+    except _Problem as problem:
+        if not str(problem).startswith(NO_SAFETENSORS):
+            raise
+        shards, index = {}, ""  # the files are still compared; only their sizes in memory are unknown
+        result["note"] = str(problem)
     groups: dict[tuple, list] = {}
     headers = []
     for rel, path in found:
@@ -612,6 +620,31 @@ def _scan(model_dir: str, result: dict, deadline: float, samples: int, sample_by
     result["digest"] = digest.hexdigest()
 
 
+#: Top-level files a server reads besides its weights: config, tokenizer, chat template, remote
+#: code. Everything else (README.md, Meta's original/ checkpoint, training logs) is no part of
+#: what SGLang loads, and may differ between two downloads of one model.
+READ_SUFFIXES = (
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".json",
+    ".py",
+    ".model",
+    ".tiktoken",
+    ".txt",
+    ".jinja",
+)
+NOT_READ = ("readme", "license", "notice", "use_policy")
+
+
+def loaded(rel: str) -> bool:
+    """Whether a file of a model directory (its relative name) is one a server loads."""
+    low = rel.lower()
+    return "/" not in rel and low.endswith(READ_SUFFIXES) and not low.startswith(NOT_READ)
+
+
 def _check_index(tensors: dict, expected: list[str], index: str, shard: str) -> None:
     for name in expected:
         if name not in tensors:
@@ -641,19 +674,19 @@ def _group_order(item: tuple) -> tuple:
 # --- across hosts --------------------------------------------------------------------------------
 
 
-def first_difference(scans: dict[str, dict]) -> str:
+def first_difference(scans: dict[str, dict], ref: str = "") -> str:
     """An empty string when every host's scan has the same digest. Otherwise one line: the first host (in
-    sorted order) that differs from the first host, and the most telling difference: a missing
-    file, a size, config.json, the weights, then sampled content. A host whose scan failed is
-    named with its error."""
+    sorted order) that differs from `ref` (else the first host), and the most telling difference: a
+    missing file, a size, config.json, the weights, then sampled content. A host whose scan failed
+    is named with its error."""
     hosts = sorted(scans)
     for host in hosts:
         if scans[host].get("error"):
             return f"{host}: {scans[host]['error']}"
     if not hosts:
         return ""
-    ref = hosts[0]
-    for host in hosts[1:]:
+    ref = ref if ref in scans else hosts[0]
+    for host in hosts:
         if scans[host]["digest"] != scans[ref]["digest"]:
             why = _why_different(scans[ref], scans[host], ref, host)
             return f"{host} differs from {ref} in {scans[ref]['path']}: {why}"
@@ -887,13 +920,13 @@ def read_ahead(paths: list[str], budget_bytes: int, deadline_s: float) -> dict:
     }
 
 
-def available_bytes() -> int:
-    """MemAvailable from /proc/meminfo, in bytes: what the page cache can grow into without
-    swapping. -1 when it cannot be read."""
+def available_bytes(field: str = "MemAvailable") -> int:
+    """A /proc/meminfo field in bytes (MemAvailable: what the page cache can grow into without
+    swapping; MemTotal). -1 when it cannot be read."""
     try:
         with open("/proc/meminfo") as fh:
             for line in fh:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass

@@ -842,28 +842,38 @@ def _model_problems(c: dict) -> tuple[list[str], dict[str, dict]]:
 
 def _scans(c: dict, configs: dict[str, dict], state_dir: str) -> tuple[list[str], list[str], dict[str, dict]]:
     """Each readable model directory's files and weights (modelfiles.scan, its cache in the state
-    directory: a 61-shard header takes seconds to parse). A directory without
-    safetensors files is a note (SGLang loads other formats; only the fit needs headers); one whose
-    files cannot load (a corrupt header, a missing shard) is a problem."""
+    directory: a 61-shard header takes seconds to parse). Notes, not problems: a directory without
+    safetensors files (SGLang loads other formats; only the fit needs headers) and a scan that ran
+    out of time (slow storage: the fit and the comparison across hosts are skipped). A problem: files
+    that cannot load (a corrupt header, a missing shard)."""
     problems, notes, scans = [], [], {}
     for role, config in configs.items():
         path = c["model_path"] if role == "model" else c["draft_model_path"]
         scan = modelfiles.scan(path, cache_dir=os.path.join(state_dir, "model-scans"))
-        if scan["error"] and not scan["shards"] and modelfiles.NO_SAFETENSORS in scan["error"]:
-            if c["memory"]:
-                notes.append(f"{FIELDS[role]}: {scan['error']} The GPU memory fit is skipped.")
+        if scan.get("note") and c["memory"]:
+            notes.append(f"{FIELDS[role]}: {scan['note']} The GPU memory fit is skipped.")
+        if scan.get("timed_out"):
+            notes.append(
+                f"{FIELDS[role]}: {scan['error']}; the GPU memory fit and the comparison across hosts skip it"
+            )
         elif scan["error"]:
             problems.append(f"{FIELDS[role]}: {scan['error']}")
         scans[role] = {**scan, "config": config}
     return problems, notes, scans
 
 
-def _memory_fit(c: dict, scans: dict[str, dict], gpus: list[dict]) -> tuple[list[str], dict]:
+def _memory_fit(c: dict, scans: dict[str, dict], gpus: list[dict]) -> tuple[list[str], list[str], dict]:
     """The GPU memory fit of the planned start (memfit.predict) on the smallest GPU of its set,
-    when every model's weights could be sized: (problems, prediction)."""
+    when every model's weights could be sized: (problems, notes, prediction). A quantization flag
+    changes the weights' size in memory: the headers cannot tell it, so the fit is skipped."""
     wanted = [g for g in gpus if g["index"] in c["gpus"] and g.get("memory_total_mib")]
-    if not c["memory"] or not wanted or any(s["error"] for s in scans.values()) or "model" not in scans:
-        return [], {}
+    sized = all(not s["error"] and s.get("shards") for s in scans.values())
+    if not c["memory"] or not wanted or not sized or "model" not in scans:
+        return [], [], {}
+    quantization = c["memory"].get("quantization")
+    if quantization:
+        note = f"memory: --quantization {quantization} changes the weights' size: the fit is skipped"
+        return [], [note], {}
     total = min(int(g["memory_total_mib"]) for g in wanted)
     draft = scans.get("draft")
     settings = {**c["memory"], "gpus_available": len(gpus)}
@@ -877,7 +887,7 @@ def _memory_fit(c: dict, scans: dict[str, dict], gpus: list[dict]) -> tuple[list
     problems = [f"memory: {p}" for p in fit.get("problems", [])]
     if problems and fit.get("fixes"):
         problems.append("memory: what would fit: " + "; ".join(fit["fixes"]))
-    return problems, fit
+    return problems, [f"memory: {n}" for n in fit.get("notes", [])], fit
 
 
 def _files_out(scans: dict[str, dict], file_lists: bool) -> dict[str, dict]:
@@ -982,8 +992,9 @@ def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> 
     units = deployed_units(paths)
     gpu_problems, gpus = _gpu_problems(module, unit_name, units, checks)
     problems += gpu_problems
-    fit_problems, memory = _memory_fit(checks, scans, gpus)
+    fit_problems, fit_notes, memory = _memory_fit(checks, scans, gpus)
     problems += fit_problems
+    notes += fit_notes
     owners = port_owners(module, checks["port"], {*units, unit_name})
     same_port = [u for u in installed_units(paths) if units[u].get("port") == checks["port"]]
     problems += port_problems(checks["port"], unit_name, owners, units, live_units(module, same_port))

@@ -430,3 +430,20 @@ def test_the_play_releases_a_lock_at_its_end_unless_it_is_kept(probe, keep: bool
     # A probe that failed before it decided (another deploy held the lock): nothing to release.
     failed = Templar(DataLoader(), variables={"_plan": {"lock": lock}, "__sglang_probe": {"failed": True}})
     assert not all(failed.evaluate_conditional(trust_as_template(c)) for c in always_when)
+
+
+def test_the_read_ahead_reads_a_model_that_fits_and_never_one_that_does_not(tmp_path: Path) -> None:
+    """Before the stop, the new model's files go into the page cache, but only where all of them
+    fit beside what the host keeps free: a part would be evicted again while the server loads."""
+    probe = load_module("sglang_probe")
+    model = tmp_path / "model"
+    model.mkdir()
+    header = b'{"w": {"dtype": "U8", "shape": [8388608], "data_offsets": [0, 8388608]}}'
+    (model / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\1" * 8388608)
+    spec = {"dirs": [str(model)], "timeout_s": 30.0}
+    too_big = probe.read_ahead({**spec, "reserve_mib": 2**40})  # more than any host has
+    assert too_big["stopped"] == "memory" and too_big["read_bytes"] == 0
+    done = probe.read_ahead({**spec, "reserve_mib": 0})
+    if done["stopped"] == "unknown":
+        pytest.skip("this kernel does not tell which pages are cached")
+    assert done["stopped"] == "" and done["resident_after"] == done["total_bytes"] > 8388608
