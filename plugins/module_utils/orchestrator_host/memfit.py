@@ -819,13 +819,14 @@ def _evaluate(model: _Model, setup: _Setup, cal: _Cal) -> dict:
         "fixes": [],
         "calibrated": cal.present,
     }
-    result["problems"] = _problems(model, setup, result)
-    result["notes"] = []
-    if 0 < result["kv_tokens"] < setup.context and not setup.context_set and not result["problems"]:
-        result["notes"].append(
-            f"KV cache {result['kv_tokens']:,} tokens < the model's context length {setup.context:,}: "
+    result["problems"] = problems = _problems(model, setup, result)
+    notes: list[str] = []
+    if 0 < tokens < setup.context and not setup.context_set and not problems:
+        notes.append(
+            f"KV cache {tokens:,} tokens < the model's context length {setup.context:,}: "
             "SGLang starts, and caps a request's input to fit (set server.context_length to require more)"
         )
+    result["notes"] = notes
     return result
 
 
