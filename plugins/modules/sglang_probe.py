@@ -223,6 +223,7 @@ lock_holder:
 """
 
 import hmac
+import os
 import re
 import time
 
@@ -517,8 +518,13 @@ def read_ahead(spec: dict) -> dict:
     available = modelfiles.available_bytes()
     reserve = max(int(spec.get("reserve_mib") or 0) * 2**20, modelfiles.available_bytes("MemTotal") // 10)
     budget = available - reserve if available >= 0 else 0
-    resident, total = modelfiles.resident(files)
-    stopped = "unknown" if resident < 0 else "memory" if total - resident > budget else ""
+    total = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+    if total - max(0, modelfiles.available_bytes("Cached")) > budget:
+        resident = -1  # more than the page cache holds now could be missing: no need to ask which
+        stopped = "memory"
+    else:  # mincore over every page: 5 s for Kimi-K2.5's 555 GiB, so only for a model that may fit
+        resident, total = modelfiles.resident(files)
+        stopped = "unknown" if resident < 0 else "memory" if total - resident > budget else ""
     if stopped:
         return {
             "files": len(files),
