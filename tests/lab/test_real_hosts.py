@@ -156,7 +156,7 @@ def test_restarting_one_leaves_the_other_untouched(lab, host, pair):
 def test_a_failed_deploy_rolls_back_its_own_unit_only(lab, host, pair, tmp_path):
     before, a_before = side_view(host, A), server(host, A["unit"])
     oom = unit_profile(tmp_path, "right_oom", B, server={"mem_fraction_static": 0.97})
-    rc, report = deploy(lab, host, oom)
+    rc, report = deploy(lab, host, oom, "--no-preflight")  # past the memory fit: a start that dies
     assert rc == 1
     h = report["hosts"][0]
     assert h["diagnosis"].startswith("CUDA out of memory"), h
@@ -286,7 +286,7 @@ def test_restart_on_failure_does_not_hide_a_crash_from_the_deploy(lab, host, pai
         service={"restart": "on-failure", "restart_sec": 1, "health_timeout_s": 900},
     )
     started = time.monotonic()
-    rc, report = deploy(lab, host, ref)
+    rc, report = deploy(lab, host, ref, "--no-preflight")  # past the memory fit: a start that dies
     took = time.monotonic() - started
     assert rc == 1, report
     h = report["hosts"][0]
