@@ -82,7 +82,9 @@ def test_the_lock_lasts_as_long_as_the_slowest_trial_may_take(inventory: Path, t
     where["gpu2"] = playvars.placements(slow, inventory, "gpu2")["gpu2"]
     orch = deploy.play_vars(fast, where, deploy.Options(), "r1", {"gpu1": fast, "gpu2": slow})
     svc = slow.service
-    assert orch.hosts["gpu1"].lock.ttl_s == svc.stop_timeout_s + 60 + 7200 + 120
+    assert (
+        orch.hosts["gpu1"].lock.ttl_s == playvars.READ_AHEAD_TIMEOUT_S + svc.stop_timeout_s + 60 + 7200 + 120
+    )
     assert (orch.hosts["gpu1"].health_timeout_s, orch.hosts["gpu2"].health_timeout_s) == (1800, 7200)
 
 
