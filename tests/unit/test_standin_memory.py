@@ -107,7 +107,7 @@ def weightless_used_mib(fraction: float, tp: int = 2) -> int:
 
 
 def kimi_lab(tmp_path: Path, version: str) -> Lab:
-    lab = Lab(tmp_path, version=version, gpus=8)
+    lab = Lab(tmp_path, version=version, gpus=8, models=True)
     lab.target = lab.root / KIMI_DIR
     lab.env |= FAST
     return lab

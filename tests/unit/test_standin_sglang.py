@@ -40,8 +40,8 @@ KIMI_TOKENIZER = tokenizer_config(KIMI_CHAT_TEMPLATE, "[BOS]", "[EOS]")
 class Lab:
     """An installed root filesystem plus model dirs, and helpers to run the server from it."""
 
-    def __init__(self, root: Path, version: str = "0.5.9", gpus: int = 2) -> None:
-        install(root, gpus=gpus, sglang_version=version)
+    def __init__(self, root: Path, version: str = "0.5.9", gpus: int = 2, models: bool = False) -> None:
+        install(root, gpus=gpus, sglang_version=version, models=models)  # the lab's models: 0.3 s
         self.root = root
         self.dist = root / DIST_PACKAGES
         self.env = dict(
