@@ -5,7 +5,8 @@ It also diagnoses a host where becoming root failed (`become`).
 The patterns are the shapes that real SGLang, Python, NCCL and systemd print. The common ones:
 - A flag typo, or a flag of another version, is an argparse usage message and exit 2 within seconds.
 - CUDA runs out of memory during weight load or graph capture ("Not enough memory. Please try to
-  increase --mem-fraction-static").
+  increase --mem-fraction-static"; 0.5.23: "Loaded weights leave no GPU memory for the KV cache").
+- Another process holds memory on one GPU of a TP group: "The memory capacity is unbalanced".
 - NCCL init with TP > 1 or several nodes hangs silently, until the watchdog kills it
   (`--watchdog-timeout`, 300 s).
 
@@ -49,9 +50,17 @@ CLASSES: list[tuple[str, str, re.Pattern[str]]] = [
     ),
     ("port-in-use", "port already in use", re.compile(r"(Address already in use|\[Errno 98\])")),
     (
+        "gpu-memory-unbalanced",
+        "another process holds memory on one of the server's GPUs (SGLang refuses unequal GPUs)",
+        re.compile(r"The memory capacity is unbalanced"),
+    ),
+    (
         "cuda-oom",
         "CUDA out of memory",
-        re.compile(r"(CUDA out of memory|OutOfMemoryError|Not enough memory\. Please try to increase)"),
+        re.compile(
+            r"(CUDA out of memory|OutOfMemoryError|Not enough memory\. Please try to increase|"
+            r"Loaded weights leave no GPU memory for the KV cache)"
+        ),
     ),
     (
         "nccl",

@@ -22,6 +22,20 @@ CASES = [
     (["OSError: None is not a local folder and is not a valid model identifier"], "path-missing"),
     (["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."], "cuda-oom"),
     (["RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."], "cuda-oom"),
+    (  # 0.5.23's words for a pool the weights leave no room in (kv_cache_configurator)
+        [
+            "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+            "--mem-fraction-static=0.5. Raise --mem-fraction-static above 0.514"
+        ],
+        "cuda-oom",
+    ),
+    (  # both versions, when another process holds memory on one GPU of a TP group
+        [
+            "RuntimeError: The memory capacity is unbalanced. Some GPUs may be occupied by other "
+            "processes. min_per_gpu_memory=98.23828125, local_gpu_memory=137.3095703125"
+        ],
+        "gpu-memory-unbalanced",
+    ),
     (
         ["ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): address in use"],
         "port-in-use",
