@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import paths
 from orchestrator.lab.standins import EAGLE3_DIR, KIMI_DIR, LLAMA_DIR, install, write_model_dir, write_weights
 from tests.unit.test_standin_sglang import PYTHON, Lab, kimi_config
 
@@ -332,33 +333,10 @@ def drop_cache(files: list[Path]) -> None:
 
 
 def cached_share(files: list[Path]) -> float:
-    """Share of the files in the page cache, by mincore(2) (a byte per page; bit 0: resident)."""
-    import ctypes
-    import mmap
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_long,
-    ]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    total = resident = 0
-    for f in files:
-        size = f.stat().st_size
-        fd = os.open(f, os.O_RDONLY)
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        vec = ctypes.create_string_buffer((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
-        libc.mincore(addr, size, vec)
-        libc.munmap(addr, size)
-        os.close(fd)
-        total += len(vec.raw)
-        resident += sum(b & 1 for b in vec.raw)
+    """Share of the files in the page cache, as the tool's own mincore(2) reader finds it
+    (module_utils modelfiles.resident): a reader apart from the stand-in's."""
+    resident, total = paths.module_utils("orchestrator_host.modelfiles").resident([str(f) for f in files])
+    assert resident >= 0, "mincore(2) did not answer"
     return resident / total
 
 
