@@ -14,6 +14,7 @@ import pytest
 LAB = Path(__file__).parent / "lab"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks into each test's id
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if LAB in Path(item.path).parents:
