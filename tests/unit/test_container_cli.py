@@ -26,6 +26,7 @@ import os
 import shutil
 import socketserver
 import subprocess
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -336,7 +337,8 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
     binary = shutil.which("podman")
     if binary is None:
         pytest.skip("no podman CLI here: apt-get install podman (scripts/setup.sh --test does)")
-    engine = Podman(binary, tmp_path_factory.mktemp("podman"))
+    # Short: podman refuses a runroot over 50 characters (an xdist worker's tmp_path is longer).
+    engine = Podman(binary, Path(tempfile.mkdtemp(prefix="podman-")))
     info = engine("info", "--format", "{{.Version.Version}}")
     if info.returncode != 0:
         pytest.skip(f"podman cannot use a storage root of its own here: {info.stderr.strip()[:200]}")
@@ -344,6 +346,7 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
         yield engine
     finally:
         engine("rm", "--all", "--force")
+        shutil.rmtree(engine.root, ignore_errors=True)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -16,6 +16,7 @@ import os
 import shutil
 import socketserver
 import subprocess
+import tempfile
 import threading
 import types
 from collections.abc import Iterator
@@ -88,7 +89,8 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     binary = shutil.which("podman")
     if binary is None:
         pytest.skip("no podman CLI here: apt-get install podman (scripts/setup.sh --test does)")
-    root = tmp_path_factory.mktemp("podman")
+    # Short: podman refuses a runroot over 50 characters (an xdist worker's tmp_path is longer).
+    root = Path(tempfile.mkdtemp(prefix="podman-"))
     wrapper = root / "podman"
     options = (
         f"--root={root}/storage --runroot={root}/run --tmpdir={root}/tmp --storage-driver=vfs "
@@ -105,6 +107,7 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield str(wrapper)
     finally:
         subprocess.run([str(wrapper), "rm", "--all", "--force"], capture_output=True, check=False)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 #: The docker CLI on PATH, and Debian's /usr/bin one (20.10, the lab's) when that is another.

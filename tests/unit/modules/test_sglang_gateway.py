@@ -23,9 +23,12 @@ class Fleet:
 
     def __init__(self, root: Path, smg: Smg, admin_key: str = "") -> None:
         self.lab, self.version = Lab(root), smg
-        self.servers = [self.lab.start("--mem-fraction-static", "0.3") for _ in range(2)]
-        for s in self.servers:
-            s.wait_ready(timeout=30)
+        # One after the other: two servers starting at once on one GPU each see the other's memory
+        # as taken while they size their pools, and one dies "Not enough memory", as SGLang does.
+        self.servers = []
+        for _ in range(2):
+            self.servers.append(self.lab.start("--mem-fraction-static", "0.3"))
+            self.servers[-1].wait_ready(timeout=30)
         self.urls = [f"http://127.0.0.1:{s.port}" for s in self.servers]
         port = free_port()
         argv = [smg.program, "launch", "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin"]
