@@ -180,6 +180,23 @@ MIGRATIONS = [
     ALTER TABLE deploys ADD COLUMN memory TEXT NOT NULL DEFAULT '{}';   -- JSON {predicted, measured}
     ALTER TABLE bench_results ADD COLUMN model_digest TEXT NOT NULL DEFAULT ''
     """,
+    # 9: servers started by hand that `adopt` wrote a profile for: the next deploy of that unit on
+    # that host stops the process (known by PID and start time) and starts the unit.
+    """
+    CREATE TABLE adoptions (
+        id INTEGER PRIMARY KEY,
+        time REAL NOT NULL,
+        host TEXT NOT NULL,
+        unit_name TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        start_ticks INTEGER NOT NULL,          -- /proc/PID/stat field 22: the PID's identity
+        port INTEGER NOT NULL,
+        command TEXT NOT NULL DEFAULT '{}',    -- JSON {argv, cwd, user, log}, secrets redacted
+        state TEXT NOT NULL                    -- pending, taken, relaunched, gone
+    );
+    CREATE INDEX adoptions_host ON adoptions (host, unit_name, id)
+    """,
 ]
 
 
@@ -926,3 +943,25 @@ def update_bench(row_id: int, **changes: Any) -> None:
     with connect() as conn:
         sets = ", ".join(f"{k}=?" for k in changes)
         conn.execute(f"UPDATE bench_results SET {sets} WHERE id=?", (*changes.values(), row_id))
+
+
+def record_adoption(row: dict[str, Any]) -> int:
+    """A hand-started server `adopt` wrote a profile for (adoptions columns but id); its id."""
+    return _insert("adoptions", row)
+
+
+def pending_adoption(host: str, unit_name: str) -> sqlite3.Row | None:
+    """The newest adoption of `unit_name` on `host` that no deploy has taken over yet."""
+    rows = _select(
+        "adoptions",
+        "SELECT * FROM adoptions WHERE host=? AND unit_name=? ORDER BY id DESC LIMIT 1",
+        (host, unit_name),
+    )
+    return rows[0] if rows and rows[0]["state"] == "pending" else None
+
+
+def update_adoption(adoption_id: int, state: str) -> None:
+    """What became of an adoption: taken (the unit runs), relaunched (the unit failed and the hand
+    command runs again), gone (the process had ended before the deploy)."""
+    with connect() as conn:
+        conn.execute("UPDATE adoptions SET state=? WHERE id=?", (state, adoption_id))

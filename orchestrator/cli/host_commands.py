@@ -168,6 +168,7 @@ def deploy(
     A host that fails after its server was stopped is rolled back to its last known good unit.
     Behind a gateway, each batch leaves its rotation and drains first, and goes back once it generates.
     """
+    from orchestrator.cli import view
     from orchestrator.hosts import deploy as deploy_mod
 
     prof = profile_mod.load(profile_ref)  # fail on a bad profile before touching the lab
@@ -175,9 +176,11 @@ def deploy(
     inv = inventory_or_lab(inventory)
     title = f"{'check' if check else 'deploy'} {prof.name} -> {inv}"
     if canary and not check:
-        _show(lambda on_event: _canary(prof, inv, options, canary_margin, on_event), title, as_json)
+        view.show_deploy(
+            lambda on_event: _canary(prof, inv, options, canary_margin, on_event), title, as_json
+        )
         return
-    _show(lambda on_event: deploy_mod.deploy(prof, inv, options, on_event), title, as_json, check)
+    view.show_deploy(lambda on_event: deploy_mod.deploy(prof, inv, options, on_event), title, as_json, check)
 
 
 @click.command("plan")
@@ -261,36 +264,6 @@ def _serial(value: str | None) -> str | None:
     return value
 
 
-def _json_progress(ev: Any) -> None:
-    """deploy --json: each start-up report as one JSON line on stderr (stdout keeps the one result)."""
-    from orchestrator.cli import view
-
-    data = view.start_event(ev)
-    if data is not None:
-        click.echo(json.dumps(data), err=True)
-
-
-def _show(run: Callable[..., Any], title: str, as_json: bool, check: bool = False) -> None:
-    """Run a deploy-shaped action with the live view (quietly for --json), print the outcome, exit."""
-    from orchestrator.cli import view
-
-    if as_json:
-        report = run(_json_progress)
-        click.echo(json.dumps(report.to_json(), indent=2))
-    else:
-        with view.LiveHosts(err, shown(title)) as live:
-            report = run(live.event)
-        if check:
-            out.print(view.check_details(report))
-        out.print(view.deploy_table(report))
-        out.print(view.startup_lines(report))
-        out.print(view.gateway_steps(report))
-        out.print(view.failures(report))
-    if report.interrupted:
-        sys.exit(130)  # as a shell reports a command ended by Ctrl-C
-    sys.exit(0 if report.ok else 1)
-
-
 @click.command()
 @click.option(
     "--profile", "-p", "profile_ref", metavar="NAME|PATH", required=True, help="Profile name or file."
@@ -338,11 +311,14 @@ def rollback(
     inventory: Path | None, limit: str | None, unit_name: str, to_profile: str | None, as_json: bool
 ) -> None:
     """Put each host back on its previous healthy unit (or PROFILE's), start it, wait for health."""
+    from orchestrator.cli import view
     from orchestrator.hosts import rollback as rollback_mod
 
     inv = inventory_or_lab(inventory)
     title = f"rollback{f' to {to_profile}' if to_profile else ''} -> {inv}"
-    _show(lambda on_event: rollback_mod.rollback(inv, unit_name, limit, to_profile, on_event), title, as_json)
+    view.show_deploy(
+        lambda on_event: rollback_mod.rollback(inv, unit_name, limit, to_profile, on_event), title, as_json
+    )
 
 
 @click.command()

@@ -28,6 +28,7 @@ class LazyGroup(click.Group):
         "render": "orchestrator.cli.profile_commands:render",
         "profiles": "orchestrator.cli.profile_commands:profiles",
         "schema": "orchestrator.cli.profile_commands:schema",
+        "adopt": "orchestrator.cli.adopt_command:adopt",
         "deploy": "orchestrator.cli.host_commands:deploy",
         "plan": "orchestrator.cli.host_commands:plan_command",
         "preflight": "orchestrator.cli.host_commands:preflight",
@@ -67,7 +68,7 @@ class LazyGroup(click.Group):
 #: The commands that run plays against hosts: each takes -K/--ask-become-pass, given here once for all
 #: (the option sets what every play of the command answers, so no command passes it along itself).
 BECOME_COMMANDS = frozenset(
-    {"deploy", "preflight", "rollback", "status", "stop", "verify", "logs", "bench", "sweep", "tune"}
+    {"adopt", "deploy", "preflight", "rollback", "status", "stop", "verify", "logs", "bench", "sweep", "tune"}
 )
 
 

@@ -7,16 +7,20 @@ terminal.
 
 from __future__ import annotations
 
+import json
+import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import click
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.cli.console import plain, shown
+from orchestrator.cli.console import err, out, plain, shown
 from orchestrator.hosts import startup_watch
 from orchestrator.hosts.host_report import DeployReport
 from orchestrator.hosts.module_results import HEALTH, HealthResult, ResultError
@@ -118,10 +122,33 @@ def startup_lines(report: DeployReport) -> Group:
     against the prediction."""
     lines = []
     for h in report.hosts:
-        for what in (h.startup, read_ahead_text(h.read_ahead), memory_text(h.memory)):
+        said = (takeover_text(h.takeover), relaunch_text(h.relaunched))
+        for what in (*said, h.startup, read_ahead_text(h.read_ahead), memory_text(h.memory)):
             if what:
                 lines.append(Text.assemble(shown(h.host), ": ", plain(what)))
     return Group(*lines)
+
+
+def takeover_text(t: dict[str, Any]) -> str:
+    """`took over PID 4242 (nohup), started by hand; its log was /data/x.log` (or why not)."""
+    if not t:
+        return ""
+    if not t.get("taken"):
+        return f"nothing to take over: {t.get('why') or 'the hand-started server had ended'}"
+    launcher = t.get("launcher") or {}
+    how = f" ({launcher.get('kind')})" if launcher.get("kind") else ""
+    log = f"; its log was {t['log']}" if t.get("log") else ""
+    return f"took over PID {t.get('pid')}{how}, started by hand, stopped first{log}"
+
+
+def relaunch_text(r: dict[str, Any]) -> str:
+    """Where the unit failed after a take-over: the hand command started again, or why not."""
+    if not r:
+        return ""
+    if r.get("healthy"):
+        log = f", writing {r['log']}" if r.get("log") else ""
+        return f"the unit failed: the hand command runs again as it ran, PID {r.get('pid')}{log}"
+    return f"the unit failed, and the hand command did not start again: {r.get('error') or 'no health'}"
 
 
 def read_ahead_text(r: dict[str, Any]) -> str:
@@ -426,3 +453,29 @@ def accept_cell(speculative: bool, accept_len: float | None) -> Text:
     if accept_len <= DRAFTER_FLOOR:
         return Text(f"{accept_len:.2f} drafter not helping", style="bold red")
     return Text(f"{accept_len:.2f}")
+
+
+def _json_progress(ev: Any) -> None:
+    """deploy --json: each start-up report as one JSON line on stderr (stdout keeps the one result)."""
+    data = start_event(ev)
+    if data is not None:
+        click.echo(json.dumps(data), err=True)
+
+
+def show_deploy(run: Callable[..., Any], title: str, as_json: bool, check: bool = False) -> None:
+    """Run a deploy-shaped action with the live view (quietly for --json), print the outcome, exit."""
+    if as_json:
+        report = run(_json_progress)
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        with LiveHosts(err, shown(title)) as live:
+            report = run(live.event)
+        if check:
+            out.print(check_details(report))
+        out.print(deploy_table(report))
+        out.print(startup_lines(report))
+        out.print(gateway_steps(report))
+        out.print(failures(report))
+    if report.interrupted:
+        sys.exit(130)  # as a shell reports a command ended by Ctrl-C
+    sys.exit(0 if report.ok else 1)

@@ -29,6 +29,8 @@ from orchestrator.render import systemd_check
 
 #: How long a second deploy waits for a host's lock before failing, naming the holder.
 LOCK_WAIT_S = 120
+#: The least a hand command started again after a failed take-over may take to answer /health.
+RELAUNCH_S = 600
 
 
 @dataclass(frozen=True)
@@ -130,12 +132,27 @@ def play_vars(
         )
         for name, p in where.items()
     }
+    if each is None and not any(p.facts.nnodes > 1 for p in where.values()):
+        hosts = {name: taking_over(name, hp) for name, hp in hosts.items()}
     multinode = any(p.facts.nnodes > 1 for p in where.values())
     if multinode:  # one rank failing ends every rank's play: the server is one
         return PlayVars(hosts=hosts, max_fail_percent=0)
     if options.max_fail_percent is not None:  # a limit on failures means nothing if all start at once
         return PlayVars(hosts=hosts, serial=options.serial or 1, max_fail_percent=options.max_fail_percent)
     return PlayVars(hosts=hosts, serial=options.serial or 0)
+
+
+def taking_over(host: str, hp: HostPlan) -> HostPlan:
+    """`hp`, with the hand-started server `adopt` recorded for its unit on `host` to stop first
+    (ledger.pending_adoption); unchanged when there is none, or when `hp` is another profile
+    than the one adopt wrote (only that one runs what the hand-started server runs)."""
+    row = ledger.pending_adoption(host, hp.unit_name)
+    if row is None or row["profile"] != hp.profile:
+        return hp
+    takeover = playvars.Takeover(pid=row["pid"], start_ticks=row["start_ticks"])
+    update = {"takeover_pid": takeover.pid, "takeover_start_ticks": takeover.start_ticks}
+    checks = hp.preflight.model_copy(update=update) if hp.preflight else None
+    return hp.model_copy(update={"takeover": takeover, "preflight": checks})
 
 
 def _startup_plan(prof: Profile, host: str, model: str, check: bool) -> dict[str, Any]:
@@ -227,6 +244,9 @@ def deploy(
             record(run_id, r, orch.hosts[r.host], "deploy")
     if options.rollback:
         _roll_back(report, inventory, orch.hosts, plan.unit_name, on_event, api_key(prof) or "", options)
+    taken = {h: hp for h, hp in orch.hosts.items() if hp.takeover is not None}
+    if taken:
+        _after_takeover(report, inventory, taken, on_event, relaunch=options.rollback)
     if drained:  # a worker this run took out goes back, or the report says why it stays out
         owed = reports if options.rejoin else [r for r in reports if not r.ok]
         rotation.restore(owed, drained, keys, api_key(prof) or "")
@@ -394,7 +414,12 @@ def _roll_back(
     """Put every host this deploy broke back on its last good unit (and a drained one back in its
     gateway's rotation once healthy: the rollback's play does it, and the report says so), under
     the deploy's own lock id, kept as the deploy keeps it."""
-    broken = [r for r in report.hosts if not r.ok and (r.stopped or (report.interrupted and r.locked))]
+    # A hand-started server this run stopped comes back as it was (_after_takeover), not as a unit.
+    broken = [
+        r
+        for r in report.hosts
+        if not r.ok and (r.stopped or (report.interrupted and r.locked)) and not r.takeover.get("taken")
+    ]
     timeout = max((p.health_timeout_s for p in plans.values()), default=1800)
     # After a Ctrl-C even the plan's own digest may be what a host needs back (--force-restart).
     failed = {} if report.interrupted else {name: p.digest for name, p in plans.items()}
@@ -425,6 +450,54 @@ def _roll_back(
         for r in broken:
             if not r.rolled_back_to:
                 r.rollback_error = "rollback interrupted (second Ctrl-C): see `status`; deploy or rollback"
+
+
+def _after_takeover(
+    report: DeployReport,
+    inventory: Path,
+    taken: dict[str, HostPlan],
+    on_event: Callable[[TaskEvent], None] | None,
+    *,
+    relaunch: bool,
+) -> None:
+    """After a deploy that took over hand-started servers: the ledger's adoption says what became
+    of each; where the unit failed after the hand server was stopped, the hand command starts
+    again as it ran (with `relaunch`, the deploy's rollback), and the report says so."""
+    from orchestrator.hosts import adopt_play
+
+    owed: dict[str, playvars.Relaunch] = {}
+    for r in report.hosts:
+        hp = taken.get(r.host)
+        row = ledger.pending_adoption(r.host, hp.unit_name) if hp else None
+        if hp is None or row is None:
+            continue
+        if r.ok:
+            ledger.update_adoption(row["id"], "taken" if r.takeover.get("taken") else "gone")
+        elif r.takeover.get("taken") and relaunch:
+            # The hand command had no limit of its own: the unit's, but never less than RELAUNCH_S.
+            wait_s = max(hp.health_timeout_s, RELAUNCH_S)
+            owed[r.host] = playvars.Relaunch(
+                unit_name=hp.unit_name, health_url=hp.facts.health_url, health_timeout_s=wait_s
+            )
+    if not owed:
+        return
+    back = adopt_play.relaunch(inventory, owed, on_event)
+    for r in report.hosts:
+        if r.host not in back:
+            continue
+        r.relaunched = back[r.host]
+        if back[r.host].get("healthy"):
+            row = ledger.pending_adoption(r.host, owed[r.host].unit_name)
+            if row is not None:  # the next deploy takes over the process that runs now
+                ledger.update_adoption(row["id"], "relaunched")
+                again = {k: row[k] for k in ("host", "unit_name", "profile", "port", "command")}
+                pid, ticks = back[r.host].get("pid"), back[r.host].get("start_ticks")
+                ledger.record_adoption({**again, "pid": pid, "start_ticks": ticks, "state": "pending"})
+            r.rolled_back_to = f"the hand command, started again (PID {back[r.host].get('pid')})"
+            r.rollback_error = ""
+        else:
+            why = back[r.host].get("error") or "it did not answer health"
+            r.rollback_error = f"the hand command did not start again: {why}"
 
 
 def _mark_interrupted(

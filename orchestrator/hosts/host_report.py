@@ -62,6 +62,12 @@ class HostReport:
     model_digest: str = ""
     #: What was read into the page cache before the stop (sglang_probe's read_ahead); {} if none.
     read_ahead: dict[str, Any] = field(default_factory=dict)
+    #: The hand-started server this deploy stopped first (sglang_restart's takeover step:
+    #: {taken, pid, killed, log, ...}); {} when it took over none.
+    takeover: dict[str, Any] = field(default_factory=dict)
+    #: Where the unit that took over failed: the hand command started again ({pid, healthy, log}
+    #: or {error}); {} when none was owed.
+    relaunched: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
@@ -136,6 +142,8 @@ def host_report(f: HostFacts, digest: str, planned_unit: str, check: bool) -> Ho
         if report.ok and restarted and f.health.elapsed_s is not None:
             report.startup = startup_watch.summary(f.health.elapsed_s, f.health.phases)
     report.read_ahead = dict(probe.read_ahead or {})
+    if f.takeover is not None:
+        report.takeover = f.takeover.model_dump(exclude_none=True)
     preflight = probe.preflight
     if preflight is not None:
         report.model_digest = model_digest(preflight.model_files)

@@ -37,6 +37,7 @@ RESTART = "sglang_restart"
 GATEWAY = "sglang_gateway"
 DRAIN = "sglang_drain"
 LOCK = "sglang_lock"
+ADOPT = "sglang_adopt"
 
 #: Keys that Ansible, not the module, puts in a task's result (ansible-core's task executor and
 #: module runner, ansible-runner's events), and orchestrator's own `ansible_msg`
@@ -182,10 +183,34 @@ class ProbeResult(ModuleResult):
     journal: bool
 
 
+class Launcher(ModuleResult):
+    """How a hand-started server was started: nohup, tmux, screen, a unit, a container, a shell or
+    init; `detail` names it (the unit, the tmux server's PID, the log nohup writes)."""
+
+    kind: Literal["nohup", "tmux", "screen", "unit", "container", "shell", "init"]
+    detail: str
+
+
+class ForeignServer(ModuleResult):
+    """An SGLang server on the host that no orchestrator unit runs (sglang_units_info's `foreign`)."""
+
+    pid: int
+    user: str
+    #: Its start, in seconds since the epoch.
+    started: float
+    ports: list[int]
+    launcher: Launcher
+    #: Its argv, each secret flag's value as `<secret>`.
+    argv: list[str]
+    #: The file its stdout writes; "" for none.
+    log: str
+
+
 class UnitsInfoResult(ModuleResult):
     """sglang_units_info."""
 
     units: list[str]
+    foreign: list[ForeignServer]
 
 
 class StopResult(ModuleResult):
@@ -229,10 +254,83 @@ class RestartStep(ModuleResult):
     """One step of sglang_restart: the module whose step it is, and that module's own result (read
     as that module's: runner.split_steps makes it an event of its own)."""
 
-    action: Literal["sglang_stop", "sglang_unit", "sglang_start", "sglang_health_wait", "sglang_record"]
+    action: Literal[
+        "sglang_adopt", "sglang_stop", "sglang_unit", "sglang_start", "sglang_health_wait", "sglang_record"
+    ]
     failed: bool
     took_s: float
     result: dict[str, Any]
+
+
+class AdoptServer(ModuleResult):
+    """One SGLang server sglang_adopt found: what the host runs, secrets redacted."""
+
+    pid: int
+    ppid: int
+    uid: int
+    user: str
+    #: Its start, in seconds since the epoch.
+    started: float
+    #: Field 22 of /proc/PID/stat: with the PID, it names this process (Takeover.start_ticks).
+    start_ticks: int
+    #: /proc/PID/cmdline (a container's: its Entrypoint and Cmd), a secret flag's value `<secret>`.
+    argv: list[str]
+    #: /proc/PID/environ (a container's: its Env), a secret variable's value `<secret>`.
+    env: dict[str, str]
+    #: {flag or variable: sha256 of its value} of each value redacted.
+    secrets: dict[str, str]
+    cwd: str
+    exe: str
+    #: The home and login shell of its user's passwd entry ("" without one): systemd's User= gives
+    #: them as $HOME and $SHELL.
+    home: str = ""
+    shell: str = ""
+    #: argv[0] made absolute (the process's own PATH; else exe).
+    python: str
+    entry: Literal["module", "serve"]
+    ports: list[int]
+    gpus: list[int]
+    launcher: Launcher
+    #: Its systemd unit; "" for a login session's scope or none.
+    unit: str
+    #: Whether that unit is one orchestrator deployed.
+    ours: bool
+    log: str
+    log_err: str
+    #: {} or {engine, id, name, image}.
+    container: dict[str, str]
+    #: Its CPU affinity, /proc/PID/status Cpus_allowed_list, where it leaves out an online CPU
+    #: (taskset, numactl, a cpuset); "" where it may run on every one.
+    cpus_allowed: str = ""
+    #: Its Mems_allowed_list where it leaves out an online NUMA node (a cpuset); "" otherwise.
+    mems_allowed: str = ""
+
+
+class AdoptResult(ModuleResult):
+    """sglang_adopt: find (servers, sglang_version, problems), takeover (taken ... launcher) or
+    relaunch (pid, healthy, took_s, log, argv); `action` says which."""
+
+    action: Literal["find", "takeover", "relaunch"]
+    servers: list[AdoptServer] | None = None
+    sglang_version: str | None = None
+    #: find: the service manager's $PATH, which a unit gets ("" unknown).
+    systemd_path: str | None = None
+    #: find: the units orchestrator deployed on the host.
+    units: list[str] | None = None
+    problems: list[str] | None = None
+    taken: bool | None = None
+    why: str | None = None
+    pid: int | None = None
+    killed: list[int] | None = None
+    log: str | None = None
+    record_path: str | None = None
+    #: {} where nothing was taken.
+    launcher: Annotated[Launcher | None, BeforeValidator(_empty_is_none)] = None
+    took_s: float | None = None
+    healthy: bool | None = None
+    #: relaunch: the new process's start time (field 22 of /proc/PID/stat).
+    start_ticks: int | None = None
+    argv: list[str] | None = None
 
 
 class RestartResult(ModuleResult):
@@ -393,6 +491,7 @@ class UnitsInfoFailed(ModuleResult):
     """sglang_units_info, failed: whatever it knew when it failed."""
 
     units: list[str] | None = None
+    foreign: list[ForeignServer] | None = None
 
 
 class StopFailed(ModuleResult):
@@ -457,6 +556,29 @@ class RestartFailed(ModuleResult):
     invocation_id: str | None = None
 
 
+class AdoptFailed(ModuleResult):
+    """sglang_adopt, failed: whatever it knew when it failed."""
+
+    action: Literal["find", "takeover", "relaunch"] | None = None
+    servers: list[AdoptServer] | None = None
+    sglang_version: str | None = None
+    systemd_path: str | None = None
+    units: list[str] | None = None
+    problems: list[str] | None = None
+    taken: bool | None = None
+    why: str | None = None
+    pid: int | None = None
+    killed: list[int] | None = None
+    log: str | None = None
+    record_path: str | None = None
+    launcher: Annotated[Launcher | None, BeforeValidator(_empty_is_none)] = None
+    took_s: float | None = None
+    healthy: bool | None = None
+    #: relaunch: the new process's start time (field 22 of /proc/PID/stat).
+    start_ticks: int | None = None
+    argv: list[str] | None = None
+
+
 class RecordFailed(ModuleResult):
     """sglang_record, failed: whatever it knew when it failed."""
 
@@ -513,6 +635,7 @@ SHAPES: dict[str, Shape] = {
     GATEWAY: Shape(GatewayResult, GatewayFailed),
     DRAIN: Shape(DrainResult, DrainFailed),
     LOCK: Shape(LockResult, LockFailed),
+    ADOPT: Shape(AdoptResult, AdoptFailed),
 }
 
 

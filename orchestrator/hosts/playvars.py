@@ -128,6 +128,21 @@ class PreflightChecks(_Record):
     calibration: dict[str, Any] = {}
     #: Return every model and drafter file (name, size, sampled digest), to compare across hosts.
     file_lists: bool = False
+    #: A hand-started server this deploy takes over (Takeover.pid; 0: none). Its port and its
+    #: GPUs are not a problem: the restart stops it first.
+    takeover_pid: int = 0
+    #: Its start time (Takeover.start_ticks): a PID that another process has since is not it.
+    takeover_start_ticks: int = 0
+
+
+class Takeover(_Record):
+    """A server started by hand (`orchestrator adopt`) that the restart stops first: the process,
+    known by its PID and its start time (a PID reused since is another process, never stopped)."""
+
+    pid: int = Field(description="The hand-started server's PID.")
+    start_ticks: int = Field(
+        description="Its start time, field 22 of /proc/PID/stat (clock ticks after boot)."
+    )
 
 
 class GatewayPlan(_Record):
@@ -187,6 +202,9 @@ class HostPlan(_Record):
     #: The model directories to read into the page cache before the stop, where a restart is
     #: needed (sglang_probe's read_ahead: dirs, timeout_s, reserve_mib); {}: none.
     read_ahead: dict[str, Any] = Field(default_factory=dict)
+    #: A hand-started server to stop before the unit starts (sglang_restart's takeover step); its
+    #: command is kept on the host, to start it again if the unit fails. None: none.
+    takeover: Takeover | None = None
 
 
 #: How long a read-ahead of the model's files may take before the stop, at most.
@@ -222,12 +240,33 @@ class LogsRequest(_Record):
     cursors: dict[str, str]
 
 
+class Relaunch(_Record):
+    """Where a take-over's unit failed: the unit to stop, and the hand command's health URL."""
+
+    unit_name: str
+    health_url: str
+    health_timeout_s: float = 600
+
+
+class AdoptRequest(_Record):
+    """adopt's play (playbooks/adopt.yml): find the servers started by hand (`find`: by port, by
+    PID, else all), or start the hand command again where its take-over failed (`relaunch`)."""
+
+    action: Literal["find", "relaunch"]
+    port: int = 0
+    pid: int = 0
+    paths: HostPaths = Field(default_factory=HostPaths)
+    #: relaunch: host -> its failed unit and the hand command's health URL.
+    relaunch: dict[str, Relaunch] = Field(default_factory=dict)
+
+
 class PlayVars(_Record):
     """The one extra var (`orch`) every playbook reads."""
 
     hosts: dict[str, HostPlan] = Field(default_factory=dict)
     target: Target | None = None
     logs: LogsRequest | None = None
+    adopt: AdoptRequest | None = None
     #: Hosts per batch ("2", "25%"); 0: all at once.
     serial: int | str = 0
     #: Percent of a batch that may fail before no further batch starts (0: one failing ends all).

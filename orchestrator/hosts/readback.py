@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from orchestrator.hosts.module_results import (
+    ADOPT,
     DRAIN,
     GATEWAY,
     GPU_IDLE,
@@ -29,6 +30,8 @@ from orchestrator.hosts.module_results import (
     STOP,
     UNIT,
     UNITS,
+    AdoptFailed,
+    AdoptResult,
     BusyGpu,
     DrainFailed,
     DrainResult,
@@ -70,6 +73,7 @@ STEPS = {
     #: The restart's one transaction (roles/sglang_restart) until its steps came back, each read
     #: as its own module's (runner.split_steps).
     RESTART: "restart",
+    ADOPT: "take over",
     STOP: "stop",
     GPU_IDLE: "GPUs idle",
     UNIT: "write unit",
@@ -201,6 +205,9 @@ class HostFacts:
     gateway: dict[str, Any] = field(default_factory=dict)
     #: The play ended (Ctrl-C) while the host ran its restart transaction, which never came back.
     restarting: bool = False
+    #: The hand-started server the restart's takeover step stopped first (sglang_adopt's
+    #: takeover result); None: no takeover ran.
+    takeover: AdoptResult | AdoptFailed | None = None
 
     @property
     def unreachable(self) -> bool:
@@ -216,9 +223,9 @@ class HostFacts:
         """Whether this play stopped (or tried to stop) the host's server: then a rollback is owed.
         A stop that failed on busy GPUs did stop the server, and a restart that failed without
         saying which step (the host went, the module died) or never came back (Ctrl-C) may have."""
-        if self.restarting:
+        if self.restarting or (self.takeover is not None and self.takeover.taken):
             return True
-        return STOP in self.done or (self.failed is not None and self.failed.action in (STOP, RESTART))
+        return STOP in self.done or (self.failed is not None and self.failed.action in (STOP, RESTART, ADOPT))
 
     @property
     def problems(self) -> list[str]:
@@ -272,6 +279,17 @@ def _last_results(run: HostRun) -> dict[str, ModuleResult]:
     return last
 
 
+def last_results(run: HostRun) -> dict[str, ModuleResult]:
+    """{action: the typed result of the last finished task that ran it} (see _last_results)."""
+    return _last_results(run)
+
+
+def foreign_servers(run: HostRun) -> list[dict[str, Any]]:
+    """The SGLang servers no orchestrator unit runs, as sglang_units_info listed them."""
+    listed = _as(_last_results(run).get(UNITS), UnitsInfoResult, UnitsInfoFailed)
+    return [s.model_dump() for s in (listed.foreign or [])] if listed is not None else []
+
+
 def of_run(run: HostRun) -> HostFacts:
     last = _last_results(run)
     stop = _as(last.get(STOP), StopResult, StopFailed)
@@ -291,6 +309,7 @@ def of_run(run: HostRun) -> HostFacts:
         done=[e.action for e in run.events if e.kind in ("ok", "changed")],
         gateway=gateway_steps(run),
         restarting=bool(run.events) and (run.events[-1].action, run.events[-1].kind) == (RESTART, "start"),
+        takeover=_as(last.get(ADOPT), AdoptResult, AdoptFailed),
     )
 
 

@@ -353,9 +353,17 @@ def _collect(
 
 
 #: The module that runs a restart as one transaction on the host (roles/sglang_restart), and the
-#: modules whose steps it runs, in their order: its result holds one result of each it ran.
+#: modules whose steps it runs, in their order: its result holds one result of each it ran
+#: (sglang_adopt's is its takeover of a hand-started server).
 RESTART = "sglang_restart"
-RESTART_STEPS = ("sglang_stop", "sglang_unit", "sglang_start", "sglang_health_wait", "sglang_record")
+RESTART_STEPS = (
+    "sglang_adopt",
+    "sglang_stop",
+    "sglang_unit",
+    "sglang_start",
+    "sglang_health_wait",
+    "sglang_record",
+)
 
 
 def split_steps(task: TaskEvent) -> list[TaskEvent]:

@@ -5,6 +5,7 @@ Engine layer: never prints.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,9 @@ class HostStatus:
     #: The unit's GPU set (nvidia-smi indexes) from its stored facts, which gpu_used_mib and
     #: gpu_holders are about; [] when none are recorded: then they are about every GPU.
     gpus: list[int] = field(default_factory=list)
+    #: An SGLang server no orchestrator unit runs (started by hand: `adopt` takes it over): its
+    #: {pid, user, started, ports, launcher, argv, log}; {} on a unit's row.
+    foreign: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -67,7 +71,9 @@ def status(inventory: Path, *, unit_name: str = "", limit: str | None = None) ->
     for run in play.hosts.values():
         f = readback.of_run(run)
         units = readback.unit_runs(run)
-        rows += [_unit_row(f, u) for u in units] or [_host_row(f)]
+        foreign = [_foreign_row(f, s) for s in readback.foreign_servers(run)]
+        rows += [_unit_row(f, u) for u in units] or ([] if foreign else [_host_row(f)])
+        rows += foreign
     return sorted(rows, key=lambda r: (r.host, r.unit))
 
 
@@ -121,4 +127,30 @@ def _host_row(f: readback.HostFacts) -> HostStatus:
         gpu_used_mib=used,
         gpu_holders=holders,
         message=f.message,
+    )
+
+
+#: The state of a row for a server started by hand.
+FOREIGN = "started by hand"
+
+
+def _foreign_row(f: readback.HostFacts, seen: dict[str, Any]) -> HostStatus:
+    """An SGLang server on the host that no orchestrator unit runs: `adopt` writes its profile."""
+    used, holders = _gpu_share(f.gpus, [])
+    pid = int(seen.get("pid") or 0)
+    launcher = seen.get("launcher") or {}
+    ports = seen.get("ports") or []
+    return HostStatus(
+        host=f.host,
+        reachable=True,
+        profile="",
+        digest="",
+        active_state=f"{FOREIGN} ({launcher.get('kind') or '?'})",
+        main_pid=pid,
+        uptime_s=max(0.0, time.time() - float(seen.get("started") or time.time())),
+        health=None,
+        gpu_used_mib=used,
+        gpu_holders=[h for h in holders if h.get("pid") == pid],
+        port=ports[0] if ports else None,
+        foreign=dict(seen),
     )

@@ -325,23 +325,32 @@ class _RaisingParser(argparse.ArgumentParser):
 
 
 def build_parser(
-    table: FlagTable, prog: str = "python -m sglang.launch_server", *, fragments: bool = False
+    table: FlagTable,
+    prog: str = "python -m sglang.launch_server",
+    *,
+    fragments: bool = False,
+    raising: bool = False,
 ) -> argparse.ArgumentParser:
     """An argparse parser accepting exactly the options of `table`, as SGLang's own does.
 
     With `fragments`, the parser reads a piece of a command line for checking: nothing is
     required, the namespace holds only what the words set, `--help` is a plain switch (so it
     is reported, not printed), and an error raises ArgError instead of exiting.
+
+    With `raising`, it reads a whole command line as SGLang does (--model-path required, every
+    option in the namespace), but as `fragments` an error raises ArgError and `--help` is a switch.
     """
     if fragments:
         parser: argparse.ArgumentParser = _RaisingParser(
             prog=prog, add_help=False, argument_default=argparse.SUPPRESS
         )
+    elif raising:
+        parser = _RaisingParser(prog=prog, add_help=False)
     else:
         parser = argparse.ArgumentParser(prog=prog, add_help=False)
     for opt in table.all_options:
         if opt.names == ("-h", "--help"):
-            if fragments:
+            if fragments or raising:
                 parser.add_argument(*opt.names, action="store_true", dest="help")
             else:
                 parser.add_argument(*opt.names, action="help", help="show this help message and exit")

@@ -143,6 +143,17 @@ options:
           machine compares them across hosts."
         type: bool
         default: false
+      takeover_pid:
+        description: "A hand-started server this deploy takes over (sglang_restart's takeover step stops it
+          first): the port and GPUs it or a process below it holds are no problem, and a note names them; 0:
+          none. A PID that no longer runs changes nothing."
+        type: int
+        default: 0
+      takeover_start_ticks:
+        description: "I(takeover_pid)'s start time, field 22 of /proc/PID/stat: a PID that started at another
+          time is another process, whose port and GPUs are problems as any; 0: not known, the PID alone says."
+        type: int
+        default: 0
       secret_files:
         description: The files the unit's write step makes (its C(--config) and adaptive config mounts'
           sources, its C(--env-file)), given to that C(create) as empty files in their place.

@@ -65,6 +65,13 @@ options:
     type: str
     default: ""
   force_restart: {description: Restart even when nothing changed., type: bool, default: false}
+  takeover:
+    description:
+      - A hand-started server the restart takes over, {pid, start_ticks}; {} for none.
+      - "While that process runs (its PID with that start time), a restart is needed, whatever the unit: the
+        restart's takeover step stops it first."
+    type: dict
+    default: {}
   health_url:
     description: Health URL asked once when the service is active; empty uses the stored facts' one.
     type: str
@@ -229,6 +236,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host import modelfiles
+from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.adopt import (
+    start_ticks,
+)
 from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host.files import (
     read_bytes,
     read_json,
@@ -317,6 +327,15 @@ ARGUMENT_SPEC = {
         "description": "The planned adaptive config's text: a file that differs (or is gone) is a restart.",
     },
     "force_restart": {"type": "bool", "default": False, "description": "Restart even when nothing changed."},
+    "takeover": {
+        "type": "dict",
+        "default": {},
+        "description": [
+            "A hand-started server the restart takes over, {pid, start_ticks}; {} for none.",
+            "While that process runs (its PID with that start time), a restart is needed, whatever "
+            "the unit: the restart's takeover step stops it first.",
+        ],
+    },
     "health_url": {
         "type": "str",
         "default": "",
@@ -413,6 +432,10 @@ def restart_reasons(p: dict, digest: str, secret_changed: list[str], state: dict
         reasons.append(f"service is {state.get('ActiveState')}")
     if p["force_restart"]:
         reasons.append("--force-restart")
+    takeover = p["takeover"] or {}
+    pid = int(takeover.get("pid") or 0)
+    if pid and start_ticks(pid) == int(takeover.get("start_ticks") or 0):
+        reasons.append(f"PID {pid}, started by hand, is taken over")
     return reasons
 
 

@@ -1,12 +1,13 @@
 #!/usr/bin/python
-"""Ansible module: a restart as one transaction on the host: stop (and the GPUs released), write the
-unit, start, the first stretch of the health wait, and the record.
+"""Ansible module: a restart as one transaction on the host: a hand-started server taken over (where
+the plan adopts one), stop (and the GPUs released), write the unit, start, the first stretch of
+the health wait, and the record.
 
 Each module run costs a round trip and Ansible's own work on both ends (0.5-0.8 s on the lab, more
 than most of these steps take); five of them made a restart 1.7x the plain playbook a team would
-write. The steps are the very functions of sglang_stop, sglang_unit, sglang_start,
-sglang_health_wait and sglang_record (module_utils/orchestrator_host), in that order, each
-result returned under its own module's name, so the controller reads them as it reads those
+write. The steps are the very functions of sglang_adopt (its takeover), sglang_stop, sglang_unit,
+sglang_start, sglang_health_wait and sglang_record (module_utils/orchestrator_host), in that order,
+each result returned under its own module's name, so the controller reads them as it reads those
 modules' (orchestrator/hosts/runner.py splits them into one event a step).
 """
 
@@ -16,11 +17,14 @@ DOCUMENTATION = r"""
 module: sglang_restart
 short_description: Stop, write the unit, start, wait for health and record, in one run on the host
 description:
-  - Runs the steps of M(orchestrator.sglang.sglang_stop), M(orchestrator.sglang.sglang_unit),
+  - Runs the steps of M(orchestrator.sglang.sglang_adopt) (its takeover of a hand-started server),
+    M(orchestrator.sglang.sglang_stop), M(orchestrator.sglang.sglang_unit),
     M(orchestrator.sglang.sglang_start), M(orchestrator.sglang.sglang_health_wait) and
     M(orchestrator.sglang.sglang_record) in that order, with each one's own options, and stops at the
     first that fails. Nothing after a failed step runs; the failed step is named in C(failed_step) and in
     C(steps).
+  - The takeover saves the hand-started server's command and stops its process tree, so that the
+    unit can take its port and GPUs; a server already gone is nothing to stop.
   - A step starts only while the control machine still reads the module's output. After a Ctrl-C
     there (or a lost connection), the step in flight ends and no later one starts, as when each
     step was a task of its own.
@@ -33,14 +37,45 @@ attributes:
   check_mode:
     support: full
     description: What the module does in check mode.
-    details: In check mode the stop and the unit report what they would do; nothing is started,
-      waited for or recorded.
+    details: In check mode the takeover, the stop and the unit report what they would do; nothing is
+      stopped, started, waited for or recorded.
   diff_mode:
     support: full
     description: Whether the module returns a diff.
     details: The unit's diff, as M(orchestrator.sglang.sglang_unit) returns it.
 # Written by python3 scripts/role_specs.py from ARGUMENT_SPEC below:
 options:
+  takeover:
+    description: "The options of the step's own module, as it takes them; none: this step is not run."
+    type: dict
+    default: null
+    suboptions:
+      pid: {description: The hand-started server's PID., type: int, required: true}
+      start_ticks:
+        description: "Its start time, field 22 of /proc/PID/stat: a PID that started at another time is
+          another process, never stopped."
+        type: int
+        required: true
+      unit_name:
+        description: The unit that takes over; its stem names the saved command.
+        type: str
+        required: true
+      paths:
+        description: Where orchestrator keeps things on the host; the command is saved under
+          C(state_dir)/adopted.
+        type: dict
+        required: true
+        suboptions:
+          unit_dir: {description: Where unit files live., type: str, required: true}
+          state_dir:
+            description: Root-only state directory (the units' facts, last-good records, images' cache).
+            type: str
+            required: true
+          lock_dir: {description: Where deploy locks live (tmpfs)., type: str, required: true}
+      gone_timeout_s:
+        description: Seconds to wait after SIGTERM for the process tree to exit; then SIGKILL.
+        type: float
+        default: 30.0
   stop:
     description: "The options of the step's own module, as it takes them; none: this step is not run."
     type: dict
@@ -206,8 +241,13 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Restart with the planned unit
+- name: Restart with the planned unit, taking over the server started by hand
   orchestrator.sglang.sglang_restart:
+    takeover:
+      pid: 4242
+      start_ticks: 81234567
+      unit_name: sglang.service
+      paths: {unit_dir: /etc/systemd/system, state_dir: /var/lib/orchestrator, lock_dir: /run/orchestrator}
     stop:
       unit_name: sglang.service
       paths: {unit_dir: /etc/systemd/system, state_dir: /var/lib/orchestrator, lock_dir: /run/orchestrator}
@@ -237,7 +277,7 @@ steps:
   elements: dict
   returned: always
 failed_step:
-  description: The module whose step failed (C(sglang_stop), ...); empty when none failed.
+  description: The module whose step failed (C(sglang_adopt), C(sglang_stop), ...); empty when none failed.
   type: str
   returned: always
 done:
@@ -266,6 +306,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_host import (
+    adopt,
     healthwait,
     record,
     start,
@@ -276,6 +317,7 @@ from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_h
 
 #: (option, the module whose step it is, its options, the step's function), in the order they run.
 STEPS = (
+    ("takeover", "sglang_adopt", adopt.TakeoverStep),
     ("stop", "sglang_stop", stop),
     ("unit", "sglang_unit", unitfile),
     ("start", "sglang_start", start),
@@ -283,7 +325,7 @@ STEPS = (
     ("record", "sglang_record", record),
 )
 #: The steps check mode runs (the rest are skipped there, as their roles' tasks are).
-CHECKED = ("stop", "unit")
+CHECKED = ("takeover", "stop", "unit")
 
 
 def _spec(option: str, step: Any) -> dict[str, Any]:

@@ -37,7 +37,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "release_on_failure": False,
         "journal": False,
     },
-    "sglang_units_info": {"units": []},
+    "sglang_units_info": {"units": [], "foreign": []},
     "sglang_preflight": {
         "problems": [],
         "notes": [],
@@ -84,6 +84,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "sglang_drain": {"mode": "drain", "in_flight": 0, "waited_s": 0.0, "timed_out": False, "status": None},
     "sglang_lock": {"released": False},
+    "sglang_adopt": {
+        "action": "find",
+        "servers": [],
+        "sglang_version": "",
+        "systemd_path": "",
+        "units": [],
+        "problems": [],
+    },
 }
 
 

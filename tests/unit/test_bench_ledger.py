@@ -46,7 +46,7 @@ def test_a_version_1_ledger_is_migrated_and_keeps_its_deploys(state: Path) -> No
     old.close()
     ledger.record_bench(ok_row("cg_5tok", 82.3, 2.12))
     with ledger.connect() as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(ledger.MIGRATIONS) == 8
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(ledger.MIGRATIONS) == 9
     assert [r["profile"] for r in ledger.history()] == ["cg_5tok"]
     assert [r["tok_s"] for r in ledger.bench_results()] == [82.3]
     # Migration 3: a good unit recorded before facts were kept has none (rollback says so).

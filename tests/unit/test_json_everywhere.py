@@ -114,6 +114,10 @@ def full_ledger(inventory: Path) -> None:
         trial = Trial(number, kind, {"speculative.num_steps": 3}, prof, "gpu1", "complete", value)
         ledger.record_trial(trial.row(CAMPAIGN))
     ledger.update_campaign(CAMPAIGN, status="done", outcome=json.dumps({"verdict": "cg_5tok wins"}))
+    adoption = {"argv": ["python3", "-m", "sglang.launch_server"], "cwd": "/", "user": "root", "log": ""}
+    row = {"host": "gpu1", "unit_name": "sglang.service", "profile": "adopted", "pid": 4242}
+    row |= {"start_ticks": 1234, "port": 30000, "command": json.dumps(adoption), "state": "pending"}
+    ledger.record_adoption(row)
 
 
 def space_file(folder: Path) -> Path:

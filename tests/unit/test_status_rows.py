@@ -122,7 +122,38 @@ def test_the_json_keys_stay_and_name_the_unit(play):
     assert play[0].target.unit_name == "sglang-a.service"
     old = {"host", "reachable", "profile", "digest", "active_state", "main_pid", "uptime_s", "health"}
     old |= {"gpu_used_mib", "gpu_holders", "message", "speculative", "accept_len", "port"}
-    assert old | {"unit", "gpus"} == set(row)
+    assert old | {"unit", "gpus", "foreign"} == set(row)
+
+
+def test_a_server_started_by_hand_is_a_row_of_its_own(play, monkeypatch):
+    """gpu2 has no orchestrator unit but a server started under nohup: its row says so, with its
+    PID, port and the GPU memory it holds, instead of `no unit`."""
+    seen = {
+        "pid": 5150,
+        "user": "root",
+        "started": 1.0,
+        "ports": [30000],
+        "launcher": {"kind": "nohup", "detail": "/data/eagle3/x.log"},
+        "argv": ["python3", "-m", "sglang.launch_server", "--api-key", "<secret>"],
+        "log": "/data/eagle3/x.log",
+    }
+    rows = status_play.status(Path("hosts.yml"))
+    assert all(r.active_state != status_play.FOREIGN for r in rows)
+    hand = holder(0, 5150, "", 9000)
+    gpu2 = HostRun("gpu2")
+    gpu2.events = [
+        ok("gpu2", "sglang_units_info", units=[], foreign=[seen]),
+        ok("gpu2", "gpu_idle", **gpu_read({0: 9000}, [hand])),
+    ]
+    monkeypatch.setattr(
+        status_play, "run_playbook", lambda *a, **k: PlayResult(0, "successful", {"gpu2": gpu2}, Path("."))
+    )
+    (row,) = status_play.status(Path("hosts.yml"))
+    assert (row.active_state, row.main_pid, row.port) == ("started by hand (nohup)", 5150, 30000)
+    assert row.unit == ""
+    assert row.foreign["log"] == "/data/eagle3/x.log" and row.gpu_holders == [hand]
+    text = _printed(status_table([row]))
+    assert "started by hand (nohup)" in text and "5150" in text
 
 
 def test_the_table_shows_a_row_per_unit_and_whose_holder_is_whose(play):
@@ -143,3 +174,9 @@ def test_the_table_shows_a_row_per_unit_and_whose_holder_is_whose(play):
         in b
     )
     assert "│ no unit " in none
+
+
+def _printed(table) -> str:
+    console = Console(width=250, record=True)
+    console.print(table)
+    return console.export_text()

@@ -222,6 +222,24 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
             "compares them across hosts."
         ),
     },
+    "takeover_pid": {
+        "type": "int",
+        "default": 0,
+        "description": (
+            "A hand-started server this deploy takes over (sglang_restart's takeover step stops it "
+            "first): the port and GPUs it or a process below it holds are no problem, and a note "
+            "names them; 0: none. A PID that no longer runs changes nothing."
+        ),
+    },
+    "takeover_start_ticks": {
+        "type": "int",
+        "default": 0,
+        "description": (
+            "I(takeover_pid)'s start time, field 22 of /proc/PID/stat: a PID that started at another "
+            "time is another process, whose port and GPUs are problems as any; 0: not known, the PID "
+            "alone says."
+        ),
+    },
     "secret_files": {
         "type": "list",
         "elements": "str",

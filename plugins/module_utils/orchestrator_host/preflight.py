@@ -21,9 +21,18 @@ from typing import TYPE_CHECKING, Any
 from . import memfit, modelfiles
 
 # gpus' own _gpus_are and _mib: gpu_set_problems words GPU sets and sizes as gpus does
-from .containers import CONTAINER_LABEL, container_units
+from .containers import CONTAINER_LABEL, container_units, descendants, proc_parents
 from .files import read_bytes, read_json, write_atomic
-from .gpus import _gpus_are, _mib, describe, foreign_gpus, missing_gpus, owned_apps, query_nvidia_smi
+from .gpus import (
+    _gpus_are,
+    _mib,
+    describe,
+    foreign_gpus,
+    gpu_ranges,
+    missing_gpus,
+    owned_apps,
+    query_nvidia_smi,
+)
 from .procs import argv0, cgroup_unit, proc_cgroup
 from .systemd import parse_systemctl_show, try_systemctl_show, verify_unit
 from .units import OWNER_PROPS, deployed_units, foreign_write, installed_units, unit_digest, unit_path
@@ -937,13 +946,49 @@ def gpu_set_problems(
 
 
 def _gpu_problems(
-    module: Any, unit_name: str, units: dict[str, dict], c: dict
-) -> tuple[list[str], list[dict]]:
+    module: Any, unit_name: str, units: dict[str, dict], c: dict, taken: set[int]
+) -> tuple[list[str], list[dict], list[int]]:
+    """(problems, nvidia-smi's GPUs, those of our set that `taken` holds: the hand-started server
+    the restart stops first, no problem)."""
     gpus, apps, error = query_nvidia_smi(module, c["nvidia_smi"])
     if error:
-        return [error], []
+        return [error], [], []
     apps = owned_apps(module, apps, {*units, unit_name})
-    return gpu_set_problems(gpus, apps, c["gpus"], unit_name, units, c["allow_gpu_holders"]), gpus
+    held = sorted({a["gpu"] for a in apps if a["pid"] in taken and a["gpu"] in c["gpus"]})
+    apps = [a for a in apps if a["pid"] not in taken]
+    return gpu_set_problems(gpus, apps, c["gpus"], unit_name, units, c["allow_gpu_holders"]), gpus, held
+
+
+def takeover_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat, the process's start (adopt.start_ticks, which preflight does not
+    ship); None when it is gone."""
+    data = read_bytes(f"/proc/{pid}/stat")
+    fields = (data or b"").rpartition(b")")[2].split()
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def takeover_tree(pid: int, ticks: int) -> set[int]:
+    """The hand-started server a deploy takes over (PreflightChecks.takeover_pid) and every process
+    below it; empty when there is none, it no longer runs, or the PID is another process's now
+    (it started at another time than `ticks`; 0: not known, the PID alone says): then every
+    check runs as usual."""
+    if pid <= 0 or not os.path.isdir(f"/proc/{pid}"):
+        return set()
+    if ticks and takeover_ticks(pid) != ticks:
+        return set()
+    return descendants(pid, proc_parents())
+
+
+def takeover_note(pid: int, port: int, gpus: list[int]) -> str:
+    """What the hand-started server holds that is no problem: the restart stops it first."""
+    held = [f"port {port}"] if port else []
+    if gpus:
+        held.append(f"GPU {gpus[0]}" if len(gpus) == 1 else f"GPUs {gpu_ranges(gpus)}")
+    who = f"PID {pid}, the hand-started server this deploy takes over"
+    if not held:
+        return f"{who}, is stopped first"
+    verb = "are" if len(held) > 1 or len(gpus) > 1 else "is"
+    return f"{' and '.join(held)} {verb} held by {who}: it is stopped first"
 
 
 def _unit_problems(module: Any, unit_name: str, paths: dict, c: dict) -> tuple[list[str], str]:
@@ -970,7 +1015,8 @@ def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> 
     (another orchestrator unit of this host named as such, a container's processes by its
     label), the port (another unit's included), disk for logs. Every problem at once, one line
     each: {problems, notes, sglang_version, gpus, help_checked, verified_digest}; notes say what
-    could not be checked yet (an image to be pulled) without failing."""
+    could not be checked yet (an image to be pulled) without failing. A hand-started server the
+    deploy takes over (takeover_pid) may hold the port and the GPUs: a note names it."""
     problems, verified = _unit_problems(module, unit_name, paths, checks)
     state, failed = try_systemctl_show(module, unit_name, OWNER_PROPS)
     foreign = failed or foreign_write(state, paths, unit_name)  # every other check still runs
@@ -990,14 +1036,19 @@ def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> 
     notes += scan_notes
     problems += mount_problems(checks["mounts"])
     units = deployed_units(paths)
-    gpu_problems, gpus = _gpu_problems(module, unit_name, units, checks)
+    taken = takeover_tree(checks["takeover_pid"], checks["takeover_start_ticks"])
+    gpu_problems, gpus, taken_gpus = _gpu_problems(module, unit_name, units, checks, taken)
     problems += gpu_problems
     fit_problems, fit_notes, memory = _memory_fit(checks, scans, gpus)
     problems += fit_problems
     notes += fit_notes
     owners = port_owners(module, checks["port"], {*units, unit_name})
+    taken_port = checks["port"] if any(pid in taken for pid, *_rest in owners) else 0
+    owners = [owner for owner in owners if owner[0] not in taken]
     same_port = [u for u in installed_units(paths) if units[u].get("port") == checks["port"]]
     problems += port_problems(checks["port"], unit_name, owners, units, live_units(module, same_port))
+    if taken:
+        notes.append(takeover_note(checks["takeover_pid"], taken_port, taken_gpus))
     disk = disk_problem(checks["log_dir"], checks["min_free_mib"])
     if disk:
         problems.append(disk)

@@ -31,6 +31,8 @@ UNIT = {"unitfile", "options", "systemd", "units", "files"}
 START = {"start", "systemd", "options"}
 HEALTH = {"healthwait", "health", "systemd", "startup", "options"}
 RECORD = {"record", "options", "lock", "units", "files"}
+#: Servers started by hand: found in /proc, taken over (sglang_restart's first step), started again.
+ADOPT = {"adopt", "options", "health", *GPUS}
 NEEDS: dict[str, set[str]] = {
     "gpu_idle": {"options", *GPUS},
     "sglang_drain": {"options", "health", "orchestrator_gateway"},
@@ -38,13 +40,14 @@ NEEDS: dict[str, set[str]] = {
     "sglang_health_wait": HEALTH,
     "sglang_lock": {"options", "lock", "units", "files"},
     "sglang_preflight": {"options", *PREFLIGHT},
-    "sglang_probe": {"options", "lock", "health", *PREFLIGHT},
+    "sglang_adopt": ADOPT,
+    "sglang_probe": {"options", "lock", "health", *PREFLIGHT, *ADOPT},
     "sglang_record": RECORD,
     "sglang_start": START,
     "sglang_stop": STOP,
     "sglang_unit": UNIT,
-    "sglang_restart": STOP | UNIT | START | HEALTH | RECORD,
-    "sglang_units_info": {"options", "units", "files"},
+    "sglang_restart": ADOPT | STOP | UNIT | START | HEALTH | RECORD,
+    "sglang_units_info": ADOPT,
 }
 MODULE_FILES = sorted(MODULES_DIR.glob("*.py"))
 #: Where a payload puts plugins/module_utils.

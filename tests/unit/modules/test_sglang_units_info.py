@@ -13,7 +13,7 @@ def units_info():
 
 def test_every_installed_orchestrator_unit_is_listed(units_info, paths, run_module):
     failed, result = run_module(units_info, {"paths": paths})
-    assert not failed and result == {"changed": False, "units": []}  # nothing deployed yet
+    assert not failed and (result["changed"], result["units"]) == (False, [])  # nothing deployed yet
     store_unit(paths, "sglang-b.service", profile="cg_2step", port=30001, gpus=[4, 5, 6, 7])
     store_unit(paths, "sglang-a.service", profile="cg_5tok", port=30000, gpus=[0, 1, 2, 3])
     store_unit(paths, "sglang-old.service", installed=False, profile="old", port=30002, gpus=[0])
