@@ -128,7 +128,9 @@ def adopt(
         _finish(
             result, as_json, [*changing, "the profile would run something else: nothing written"], CHANGES
         )
-    wrong = [f"{h}: {line}" for h, s in chosen.items() for line in adopt_play.secret_mismatches(prof, s)]
+    wrong = [
+        f"{h}: {line}" for h, s in chosen.items() for line in adopt_play.secret_mismatches(prof, s.secrets)
+    ]
     if wrong:
         _finish(result, as_json, [*wrong, "nothing written"], 2)
     if check:
@@ -152,9 +154,7 @@ def adopt(
     with open(path, "x") as fh:
         fh.write(_header(chosen) + adopt_play.dump(data))
     result["written"] = str(path)
-    adopt_play.record(
-        {h: s for h, s in chosen.items() if h not in owned}, name, prof.service.unit_name, prof.server.port
-    )
+    adopt_play.record({h: s for h, s in chosen.items() if h not in owned}, prof)
     if not as_json:
         out.print(f"wrote {shown(str(path))}: deploy it, or `adopt --take-over`, to run it under the unit")
         for secret, where in first.secret_files.items():

@@ -6,6 +6,7 @@ Engine layer: never prints. What a found server maps to is render/adopt.py's.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,9 +170,18 @@ def _secrets_differ(hosts: list[str], secrets: dict[str, dict[str, str]]) -> lis
     return out
 
 
-def secret_mismatches(prof: Any, seen: module_results.AdoptServer) -> list[str]:
+def command_digest(plan: Any) -> str:
+    """What a server runs, as a short digest: the argv and environment a Plan renders. A take-over
+    happens only while the profile renders what adopt proved equal to the live command."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps([plan.argv, plan.environment]).encode()).hexdigest()[:16]
+
+
+def secret_mismatches(prof: Any, live: dict[str, str]) -> list[str]:
     """For each secret of the profile whose file exists: a line when its value is not the one the
-    server runs with (sha256 against the host's), so a take-over never swaps a key unseen."""
+    server runs with (`live`: name -> sha256, as the host read it), so a take-over never swaps a
+    key unseen."""
     import hashlib
 
     from orchestrator.errors import InputError
@@ -181,15 +191,15 @@ def secret_mismatches(prof: Any, seen: module_results.AdoptServer) -> list[str]:
     refs.update(prof.secret_env)
     out = []
     for name, ref in refs.items():
-        live = seen.secrets.get(name)
-        if live is None or (ref.file and not Path(ref.file).expanduser().is_file()):
+        held = live.get(name)
+        if held is None or (ref.file and not Path(ref.file).expanduser().is_file()):
             continue
         try:
             value = secrets._resolve(ref, "api_key" if name == "--api-key" else f"secret_env.{name}")
         except InputError as exc:
             out.append(str(exc))
             continue
-        if hashlib.sha256(value.encode()).hexdigest() != live:
+        if hashlib.sha256(value.encode()).hexdigest() != held:
             where = ref.file or f"${ref.env}"
             out.append(f"{where} does not hold the {name} the server runs with: put that value there")
     return out
@@ -217,10 +227,16 @@ def dump(data: dict[str, Any]) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
 
 
-def record(chosen: dict[str, module_results.AdoptServer], profile: str, unit_name: str, port: int) -> None:
-    """Each adopted server in the ledger: the next deploy of `unit_name` on its host stops it first."""
+def record(chosen: dict[str, module_results.AdoptServer], prof: Any) -> None:
+    """Each adopted server in the ledger: the next deploy of `prof` on its host stops it first,
+    while `prof` renders what was proved (command_digest) and its secrets hold the server's."""
+    from orchestrator.render import launch
+
+    digest = command_digest(launch.build(prof))
+    profile, unit_name, port = prof.name, prof.service.unit_name, prof.server.port
     for host, s in chosen.items():
-        command = {"argv": s.argv, "cwd": s.cwd, "user": s.user, "log": s.log}
+        command: dict[str, Any] = {"argv": s.argv, "cwd": s.cwd, "user": s.user, "log": s.log}
+        command |= {"digest": digest, "secrets": dict(s.secrets)}
         ledger.record_adoption(
             {
                 "host": host,
@@ -236,8 +252,6 @@ def record(chosen: dict[str, module_results.AdoptServer], profile: str, unit_nam
 
 
 def _json(value: Any) -> str:
-    import json
-
     return json.dumps(value, sort_keys=True)
 
 

@@ -7,6 +7,7 @@ and rollback is rollback.py's.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ from orchestrator.hosts.runner import PlayCanceled, PlayResult, TaskEvent, run_p
 from orchestrator.hosts.secrets import api_key, bundle, secret_bundle, secret_env_names
 from orchestrator.profile.model import Profile
 from orchestrator.render import systemd_check
+from orchestrator.render.launch import Plan
 
 #: How long a second deploy waits for a host's lock before failing, naming the holder.
 LOCK_WAIT_S = 120
@@ -133,7 +135,7 @@ def play_vars(
         for name, p in where.items()
     }
     if each is None and not any(p.facts.nnodes > 1 for p in where.values()):
-        hosts = {name: taking_over(name, hp) for name, hp in hosts.items()}
+        hosts = {name: taking_over(name, hp, where[name].plan) for name, hp in hosts.items()}
     multinode = any(p.facts.nnodes > 1 for p in where.values())
     if multinode:  # one rank failing ends every rank's play: the server is one
         return PlayVars(hosts=hosts, max_fail_percent=0)
@@ -142,17 +144,47 @@ def play_vars(
     return PlayVars(hosts=hosts, serial=options.serial or 0)
 
 
-def taking_over(host: str, hp: HostPlan) -> HostPlan:
+def taking_over(host: str, hp: HostPlan, plan: Plan) -> HostPlan:
     """`hp`, with the hand-started server `adopt` recorded for its unit on `host` to stop first
-    (ledger.pending_adoption); unchanged when there is none, or when `hp` is another profile
-    than the one adopt wrote (only that one runs what the hand-started server runs)."""
+    (ledger.pending_adoption); unchanged when there is none, or when `hp` is another profile than
+    the one adopt wrote, or that profile no longer renders the command adopt proved equal to the
+    live one (an edit of its flags or variables): then preflight names the port's holder."""
+    from orchestrator.hosts import adopt_play
+
     row = ledger.pending_adoption(host, hp.unit_name)
     if row is None or row["profile"] != hp.profile:
+        return hp
+    proved = _command(row).get("digest")
+    if proved and proved != adopt_play.command_digest(plan):
         return hp
     takeover = playvars.Takeover(pid=row["pid"], start_ticks=row["start_ticks"])
     update = {"takeover_pid": takeover.pid, "takeover_start_ticks": takeover.start_ticks}
     checks = hp.preflight.model_copy(update=update) if hp.preflight else None
     return hp.model_copy(update={"takeover": takeover, "preflight": checks})
+
+
+def _command(row: Any) -> dict[str, Any]:
+    """An adoption row's command JSON ({} where it does not read)."""
+    try:
+        data = json.loads(row["command"])
+    except (TypeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def check_takeover_secrets(prof: Profile, hosts: Mapping[str, HostPlan]) -> None:
+    """Before anything stops: each secret the profile gives a host it takes over must hold the value
+    the hand-started server runs with (the sha256 adopt recorded); else an InputError naming it."""
+    from orchestrator.hosts import adopt_play
+
+    wrong = []
+    for host, hp in hosts.items():
+        row = ledger.pending_adoption(host, hp.unit_name) if hp.takeover is not None else None
+        held = _command(row).get("secrets") if row is not None else None
+        if isinstance(held, dict):
+            wrong += [f"{host}: {line}" for line in adopt_play.secret_mismatches(prof, held)]
+    if wrong:
+        raise InputError("; ".join([*wrong, "nothing was stopped"]))
 
 
 def _startup_plan(prof: Profile, host: str, model: str, check: bool) -> dict[str, Any]:
@@ -191,6 +223,7 @@ def deploy(
     what they share (secrets, the lock's profile text)."""
     run_id = uuid.uuid4().hex[:12]
     where, orch = planned(prof, inventory, options, run_id, each)
+    check_takeover_secrets(prof, orch.hosts)
     compare = len(where) > 1 and each is None and options.preflight and not options.files_checked
     if compare and (options.force_restart or not _all_running(where)):
         same_files(prof, inventory, where)
@@ -414,11 +447,12 @@ def _roll_back(
     """Put every host this deploy broke back on its last good unit (and a drained one back in its
     gateway's rotation once healthy: the rollback's play does it, and the report says so), under
     the deploy's own lock id, kept as the deploy keeps it."""
-    # A hand-started server this run stopped comes back as it was (_after_takeover), not as a unit.
+    # A hand-started server this run took over comes back as it was (_after_takeover), not as a
+    # unit; unless its step said there was none to take (the process had ended).
     broken = [
         r
         for r in report.hosts
-        if not r.ok and (r.stopped or (report.interrupted and r.locked)) and not r.takeover.get("taken")
+        if not r.ok and (r.stopped or (report.interrupted and r.locked)) and not _owes_hand(r, plans)
     ]
     timeout = max((p.health_timeout_s for p in plans.values()), default=1800)
     # After a Ctrl-C even the plan's own digest may be what a host needs back (--force-restart).
@@ -452,6 +486,13 @@ def _roll_back(
                 r.rollback_error = "rollback interrupted (second Ctrl-C): see `status`; deploy or rollback"
 
 
+def _owes_hand(r: HostReport, plans: dict[str, HostPlan]) -> bool:
+    """Whether a failed host owes its hand-started server back rather than a unit: it planned a
+    takeover, and the step took the server, or never said (a Ctrl-C, a lost connection)."""
+    hp = plans.get(r.host)
+    return hp is not None and hp.takeover is not None and r.takeover.get("taken") is not False
+
+
 def _after_takeover(
     report: DeployReport,
     inventory: Path,
@@ -473,11 +514,17 @@ def _after_takeover(
             continue
         if r.ok:
             ledger.update_adoption(row["id"], "taken" if r.takeover.get("taken") else "gone")
-        elif r.takeover.get("taken") and relaunch:
+        elif relaunch and (r.stopped or report.interrupted) and _owes_hand(r, taken):
             # The hand command had no limit of its own: the unit's, but never less than RELAUNCH_S.
-            wait_s = max(hp.health_timeout_s, RELAUNCH_S)
+            # The module starts nothing while the process taken over still runs.
+            assert hp.takeover is not None
             owed[r.host] = playvars.Relaunch(
-                unit_name=hp.unit_name, health_url=hp.facts.health_url, health_timeout_s=wait_s
+                unit_name=hp.unit_name,
+                health_url=hp.facts.health_url,
+                health_timeout_s=max(hp.health_timeout_s, RELAUNCH_S),
+                gpus=hp.facts.gpus,
+                pid=hp.takeover.pid,
+                start_ticks=hp.takeover.start_ticks,
             )
     if not owed:
         return
@@ -486,14 +533,18 @@ def _after_takeover(
         if r.host not in back:
             continue
         r.relaunched = back[r.host]
-        if back[r.host].get("healthy"):
+        pid = back[r.host].get("pid")
+        if back[r.host].get("healthy") and pid == owed[r.host].pid:
+            r.rolled_back_to = f"the hand-started server, never stopped (PID {pid})"
+            r.rollback_error = ""
+        elif back[r.host].get("healthy"):
             row = ledger.pending_adoption(r.host, owed[r.host].unit_name)
             if row is not None:  # the next deploy takes over the process that runs now
                 ledger.update_adoption(row["id"], "relaunched")
                 again = {k: row[k] for k in ("host", "unit_name", "profile", "port", "command")}
-                pid, ticks = back[r.host].get("pid"), back[r.host].get("start_ticks")
+                ticks = back[r.host].get("start_ticks")
                 ledger.record_adoption({**again, "pid": pid, "start_ticks": ticks, "state": "pending"})
-            r.rolled_back_to = f"the hand command, started again (PID {back[r.host].get('pid')})"
+            r.rolled_back_to = f"the hand command, started again (PID {pid})"
             r.rollback_error = ""
         else:
             why = back[r.host].get("error") or "it did not answer health"

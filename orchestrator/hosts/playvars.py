@@ -241,11 +241,15 @@ class LogsRequest(_Record):
 
 
 class Relaunch(_Record):
-    """Where a take-over's unit failed: the unit to stop, and the hand command's health URL."""
+    """Where a take-over's unit failed: the unit to stop (and its GPUs to wait for), the process
+    that was taken over, and the hand command's health URL."""
 
     unit_name: str
     health_url: str
     health_timeout_s: float = 600
+    gpus: list[int] = Field(default_factory=list)
+    pid: int = 0
+    start_ticks: int = 0
 
 
 class AdoptRequest(_Record):

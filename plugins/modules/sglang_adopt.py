@@ -53,10 +53,14 @@ options:
     default: find
     choices: [find, takeover, relaunch]
   port: {description: "find: only the server listening on this port; 0: any.", type: int, default: 0}
-  pid: {description: "find: only this process; 0: any. takeover: the server to stop.", type: int, default: 0}
+  pid:
+    description: "find: only this process; 0: any. takeover: the server to stop. relaunch: the server the
+      deploy took over: the saved command must be its, and is not started while it still runs."
+    type: int
+    default: 0
   start_ticks:
-    description: "takeover: the server's start time, field 22 of /proc/PID/stat; another is another process,
-      never stopped."
+    description: "takeover, relaunch: the server's start time, field 22 of /proc/PID/stat; another is another
+      process, never stopped."
     type: int
     default: 0
   paths:
@@ -220,14 +224,17 @@ ARGUMENT_SPEC = {
     "pid": {
         "type": "int",
         "default": 0,
-        "description": "find: only this process; 0: any. takeover: the server to stop.",
+        "description": (
+            "find: only this process; 0: any. takeover: the server to stop. relaunch: the server the "
+            "deploy took over: the saved command must be its, and is not started while it still runs."
+        ),
     },
     "start_ticks": {
         "type": "int",
         "default": 0,
         "description": (
-            "takeover: the server's start time, field 22 of /proc/PID/stat; another is another "
-            "process, never stopped."
+            "takeover, relaunch: the server's start time, field 22 of /proc/PID/stat; another is "
+            "another process, never stopped."
         ),
     },
     "paths": {

@@ -5,6 +5,7 @@ over the process that runs then."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,11 @@ from typing import Any
 import pytest
 
 from orchestrator import ledger
+from orchestrator.errors import InputError
 from orchestrator.hosts import adopt_play, deploy, playvars
 from orchestrator.hosts.host_report import DeployReport, HostReport
 from orchestrator.profile import model as profile_mod
+from orchestrator.render import launch
 
 
 @pytest.fixture
@@ -25,8 +28,11 @@ def inventory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return inv
 
 
-def adopted(host: str, pid: int = 4242, ticks: int = 777, profile: str = "cg_5tok") -> None:
-    command = {"argv": ["python3", "-m", "sglang.launch_server"], "cwd": "/", "user": "root", "log": "/x.log"}
+def adopted(
+    host: str, pid: int = 4242, ticks: int = 777, profile: str = "cg_5tok", command: dict | None = None
+) -> None:
+    said = {"argv": ["python3", "-m", "sglang.launch_server"], "cwd": "/", "user": "root", "log": "/x.log"}
+    command = {**said, **(command or {})}
     ledger.record_adoption(
         {
             "host": host,
@@ -138,3 +144,65 @@ def test_with_no_rollback_nothing_is_started_again(inventory: Path, monkeypatch:
     failed = HostReport("gpu1", False, "health", stopped=True, takeover={"taken": True, "pid": 4242})
     deploy._after_takeover(report(failed), inventory, taken, None, relaunch=False)
     assert failed.relaunched == {}
+
+
+def test_a_restart_cut_off_after_the_takeover_still_brings_the_hand_server_back(
+    inventory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C or a lost connection during the restart: the step's result never came back, so the
+    report has no takeover; the host still owes its hand-started server, never a unit."""
+    adopted("gpu1")
+    taken = plans(inventory)
+    asked: list[dict[str, playvars.Relaunch]] = []
+
+    def relaunch(inv: Path, hosts: dict[str, playvars.Relaunch], on_event: Any = None) -> dict:
+        asked.append(hosts)
+        return {"gpu1": {"pid": 4242, "start_ticks": 777, "healthy": True}}  # it was never stopped
+
+    monkeypatch.setattr(adopt_play, "relaunch", relaunch)
+    cut = HostReport("gpu1", False, "restart", stopped=True)
+    rolled: list[list[str]] = []
+    monkeypatch.setattr(
+        deploy, "rollback_hosts", lambda inv, broken, *a, **k: rolled.append([r.host for r in broken])
+    )
+    cut_report = report(cut)
+    cut_report.interrupted = True
+    deploy._roll_back(cut_report, inventory, taken, "sglang.service", None)
+    deploy._after_takeover(cut_report, inventory, taken, None, relaunch=True)
+    assert rolled == [[]]
+    [hosts] = asked
+    assert (hosts["gpu1"].pid, hosts["gpu1"].start_ticks) == (4242, 777)
+    assert hosts["gpu1"].gpus == taken["gpu1"].facts.gpus
+    assert cut.rolled_back_to == "the hand-started server, never stopped (PID 4242)"
+
+
+def test_a_profile_edited_to_run_something_else_takes_nothing_over(inventory: Path) -> None:
+    """adopt records what its profile renders; an edit of a flag or a variable is another
+    command, so a deploy of it stops nothing it was not proved equal to."""
+    prof = profile_mod.load("cg_5tok")
+    proved = adopt_play.command_digest(launch.build(prof))
+    adopted("gpu1", command={"digest": proved})
+    assert plans(inventory)["gpu1"].takeover is not None
+    row = ledger.pending_adoption("gpu1", "sglang.service")
+    ledger.update_adoption(row["id"], "gone")
+    adopted("gpu1", command={"digest": "0123456789abcdef"})
+    assert plans(inventory)["gpu1"].takeover is None
+
+
+def test_a_secret_file_that_changed_since_adopt_stops_the_deploy_before_anything(
+    inventory: Path, tmp_path: Path
+) -> None:
+    key = tmp_path / "key"
+    key.write_text("the-new-key\n")
+    key.chmod(0o600)
+    prof = profile_mod.Profile.model_validate(
+        {**profile_mod.load("cg_5tok").model_dump(exclude_unset=True), "api_key": {"file": str(key)}}
+    )
+    held = {"--api-key": hashlib.sha256(b"the-old-key").hexdigest()}
+    adopted("gpu1", command={"secrets": held})
+    where = playvars.placements(prof, inventory, None)
+    hosts = deploy.play_vars(prof, where, deploy.Options(), "r1").hosts
+    with pytest.raises(InputError, match=r"gpu1: .*key does not hold the --api-key the server runs with"):
+        deploy.check_takeover_secrets(prof, hosts)
+    key.write_text("the-old-key\n")
+    deploy.check_takeover_secrets(prof, hosts)

@@ -405,14 +405,14 @@ def cgroup_unit_name(cgroup_text: str) -> str:
 
 def owning_unit(module: Any, pid: int, table: dict[int, dict[str, Any]], cgroup_text: str) -> str:
     """The unit that runs the server: the unit of its cgroup, when that unit's main process is the
-    server or one of its ancestors (a scope has none: its processes are its own). '' otherwise: a
-    server left in sshd's cgroup by a session without logind (nohup over ssh to a container or a
-    minimal host) is no unit's."""
+    server itself or the `sh -c` that only waits for it (a scope has none: its processes are its
+    own). '' otherwise: a server started from a shell in sshd's cgroup (a session without logind)
+    or by cron is no unit's, whatever runs above it."""
     unit = cgroup_unit_name(cgroup_text)
     if not unit or unit.endswith(".scope"):
         return unit
     main = unit_main_pid(module, unit)
-    return unit if main and (main == pid or main in ancestors(pid, table)) else ""
+    return unit if main and main in (pid, _shell_parent(pid, table) or pid) else ""
 
 
 def live_units(module: Any, units: list[str]) -> list[str]:
@@ -439,16 +439,6 @@ def unit_main_pid(module: Any, unit: str) -> int:
         return 0
     rc, out, _err = module.run_command([systemctl, "show", unit, "--property=MainPID", "--value"])
     return int(out.strip()) if rc == 0 and out.strip().isdigit() else 0
-
-
-def ancestors(pid: int, table: dict[int, dict[str, Any]]) -> set[int]:
-    """The PIDs above `pid` in `table`, up to init."""
-    found: set[int] = set()
-    parent = table.get(pid, {}).get("ppid", 0)
-    while parent in table and parent not in found:
-        found.add(parent)
-        parent = table[parent]["ppid"]
-    return found
 
 
 def cgroup_container(cgroup_text: str) -> tuple[str, str]:
@@ -1230,10 +1220,26 @@ def relaunch(module: Any, p: dict) -> dict[str, Any]:
     """sglang_adopt's relaunch: the command a takeover saved for `unit_name`, started again as it
     ran, then /health waited for."""
     began = time.monotonic()
+    if p["pid"] and start_ticks(p["pid"]) == p["start_ticks"]:  # never stopped: nothing to start
+        return {
+            "changed": False,
+            "action": "relaunch",
+            "pid": p["pid"],
+            "start_ticks": p["start_ticks"],
+            "healthy": True,
+            "took_s": round(time.monotonic() - began, 3),
+            "log": "",
+            "argv": [],
+        }
     path = adopted_path(p["paths"], p["unit_name"])
     record = read_json(path)
     if not record.get("argv"):
         module.fail_json(msg=f"no hand-started command was saved for {p['unit_name']} ({path} is missing)")
+    if p["pid"] and (record.get("pid"), record.get("start_ticks")) != (p["pid"], p["start_ticks"]):
+        module.fail_json(
+            msg=f"the command saved for {p['unit_name']} is of PID {record.get('pid')}, not of PID "
+            f"{p['pid']} the deploy took over: it is not started"
+        )
     plan = relaunch_plan(record)
     argv, _secrets, _problems = read_argv(0, plan["argv"])
     result: dict[str, Any] = {

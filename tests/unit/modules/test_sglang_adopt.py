@@ -664,6 +664,32 @@ def test_relaunch_starts_the_exact_command_again(adopt_module, start, paths, run
     assert int(status["SigIgn"], 16) & 1  # as nohup left it: SIGHUP ignored
 
 
+def test_relaunch_starts_nothing_while_the_server_taken_over_still_runs(
+    adopt_module, start, paths, run_module
+):
+    """A restart cut off before its takeover step stopped anything: the server runs on, and the
+    relaunch says so instead of starting a second copy (or failing on a command never saved)."""
+    server = start("nohup")
+    ticks = adopt.start_ticks(server.pid)
+    args = {"action": "relaunch", "unit_name": "sglang.service", "paths": paths}
+    failed, said = run_module(adopt_module, {**args, "pid": server.pid, "start_ticks": ticks})
+    assert not failed and said["healthy"] and said["pid"] == server.pid and not said["changed"]
+    assert healthy(server.port) and adopt.start_ticks(server.pid) == ticks  # the same process
+    assert not Path(adopt.adopted_path(paths, "sglang.service")).exists()
+
+
+def test_relaunch_refuses_a_command_saved_for_another_process(adopt_module, start, paths, run_module):
+    server = start("nohup")
+    failed, said = run_module(adopt_module, {"action": "takeover", **takeover_args(server, paths)})
+    assert not failed and said["taken"]
+    args = {"action": "relaunch", "unit_name": "sglang.service", "paths": paths, "pid": 1, "start_ticks": 5}
+    failed, said = run_module(adopt_module, args)
+    assert failed and said["msg"] == (
+        f"the command saved for sglang.service is of PID {server.pid}, not of PID 1 the deploy took "
+        "over: it is not started"
+    )
+
+
 def test_relaunch_without_a_saved_command_fails_naming_it(adopt_module, paths, run_module):
     failed, said = run_module(
         adopt_module, {"action": "relaunch", "unit_name": "sglang.service", "paths": paths}
@@ -923,15 +949,27 @@ class _Systemctl:
         return 0, f"{self.main}\n", ""
 
 
-def test_a_server_is_a_units_only_while_that_units_main_process_is_above_it() -> None:
-    """nohup over ssh to a host without logind leaves the server in ssh.service's cgroup; once the
-    shell that ran it exits it hangs from init, and no unit runs it: it was started by hand."""
-    table = {10: {"ppid": 1}, 20: {"ppid": 10}, 30: {"ppid": 1}}
+def test_a_server_is_a_units_only_when_that_units_main_process_is_it() -> None:
+    """nohup over ssh to a host without logind leaves the server in ssh.service's cgroup, and
+    cron's @reboot leaves it in cron.service's: sshd and cron run above it, but no unit runs it.
+    A unit runs it when its main process is the server, or the `sh -c` that only waits for it."""
+
+    def proc(ppid: int, comm: str, *argv: bytes) -> dict:
+        return {"ppid": ppid, "comm": comm, "argv": list(argv) or [comm.encode()]}
+
+    table = {
+        10: proc(1, "sshd"),
+        20: proc(10, "python3", b"python3", b"-m", b"sglang.launch_server"),
+        30: proc(1, "python3", b"python3", b"-m", b"sglang.launch_server"),
+        40: proc(1, "sh", b"/bin/sh", b"-c", b"python3 -m sglang.launch_server"),
+        41: proc(40, "python3", b"python3", b"-m", b"sglang.launch_server"),
+    }
     ssh = "0::/system.slice/ssh.service\n"
-    assert adopt.owning_unit(_Systemctl(10), 20, table, ssh) == "ssh.service"  # the session still runs
+    assert adopt.owning_unit(_Systemctl(10), 20, table, ssh) == ""  # sshd above it: no unit's
     assert adopt.owning_unit(_Systemctl(10), 30, table, ssh) == ""  # left behind by it
     team = "0::/system.slice/team-sglang.service\n"
     assert adopt.owning_unit(_Systemctl(30), 30, table, team) == "team-sglang.service"
+    assert adopt.owning_unit(_Systemctl(40), 41, table, team) == "team-sglang.service"  # ExecStart=sh -c
     assert adopt.owning_unit(_Systemctl(0), 30, table, team) == ""
     session = "0::/user.slice/user-0.slice/session-3.scope\n"
     assert adopt.owning_unit(_Systemctl(10), 30, table, session) == ""
