@@ -1147,7 +1147,8 @@ def _exec_child(plan: dict[str, Any], report: int) -> None:
         os.execve(plan["path"], plan["argv"], plan["env"])
     except BaseException as exc:  # anything: said to the module, before the end below
         with contextlib.suppress(OSError):
-            os.write(report, f"{type(exc).__name__}: {exc}".encode())
+            # One write under PIPE_BUF, a line of its own: never mixed into the PID's line.
+            os.write(report, f"E:{type(exc).__name__}: {exc}"[:3000].replace("\n", " ").encode() + b"\n")
     finally:
         os._exit(127)
 
@@ -1164,7 +1165,7 @@ def spawn(plan: dict[str, Any]) -> tuple[int, str]:
             second = os.fork()
             if second == 0:
                 _exec_child(plan, write_end)
-            os.write(write_end, f"{second}\n".encode())
+            os.write(write_end, f"P:{second}\n".encode())
         finally:
             os._exit(0)
     os.close(write_end)
@@ -1176,8 +1177,16 @@ def spawn(plan: dict[str, Any]) -> tuple[int, str]:
             break
         chunks.append(chunk)
     os.close(read_end)
-    head, _newline, error = b"".join(chunks).decode("utf-8", "replace").partition("\n")
-    return (0, error or "the start failed") if error or not head.isdigit() else (int(head), "")
+    return spawn_report(b"".join(chunks))
+
+
+def spawn_report(data: bytes) -> tuple[int, str]:
+    """What spawn's pipe said: two writers (the child says the PID, the grandchild why its exec
+    failed), each a line of its own, in either order."""
+    lines = data.decode("utf-8", "replace").splitlines()
+    error = next((line[2:] for line in lines if line.startswith("E:")), "")
+    pid = next((line[2:] for line in lines if line.startswith("P:")), "")
+    return (0, error or "the start failed") if error or not pid.isdigit() else (int(pid), "")
 
 
 def relaunch_plan(record: dict[str, Any]) -> dict[str, Any]:

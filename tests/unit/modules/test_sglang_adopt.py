@@ -995,3 +995,11 @@ class _Show:
 
 def test_a_unit_orchestrator_stop_stopped_and_disabled_is_not_live() -> None:
     assert adopt.live_units(_Show(), ["a.service", "b.service", "c.service"]) == ["b.service", "c.service"]
+
+
+@pytest.mark.parametrize("said", [b"P:77\nE:PermissionError: denied\n", b"E:PermissionError: denied\nP:77\n"])
+def test_a_failed_exec_is_named_whichever_writer_came_first(said: bytes) -> None:
+    """Under load the grandchild's failure can reach the pipe before the child's PID line."""
+    assert adopt.spawn_report(said) == (0, "PermissionError: denied")
+    assert adopt.spawn_report(b"P:77\n") == (77, "")
+    assert adopt.spawn_report(b"") == (0, "the start failed")
