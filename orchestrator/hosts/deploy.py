@@ -507,9 +507,10 @@ def _after_takeover(
     from orchestrator.hosts import adopt_play
 
     owed: dict[str, playvars.Relaunch] = {}
+    rows: dict[str, Any] = {}
     for r in report.hosts:
         hp = taken.get(r.host)
-        row = ledger.pending_adoption(r.host, hp.unit_name) if hp else None
+        row = rows[r.host] = ledger.pending_adoption(r.host, hp.unit_name) if hp else None
         if hp is None or row is None:
             continue
         if r.ok:
@@ -538,7 +539,7 @@ def _after_takeover(
             r.rolled_back_to = f"the hand-started server, never stopped (PID {pid})"
             r.rollback_error = ""
         elif back[r.host].get("healthy"):
-            row = ledger.pending_adoption(r.host, owed[r.host].unit_name)
+            row = rows[r.host]
             if row is not None:  # the next deploy takes over the process that runs now
                 ledger.update_adoption(row["id"], "relaunched")
                 again = {k: row[k] for k in ("host", "unit_name", "profile", "port", "command")}

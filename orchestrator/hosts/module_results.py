@@ -556,27 +556,10 @@ class RestartFailed(ModuleResult):
     invocation_id: str | None = None
 
 
-class AdoptFailed(ModuleResult):
-    """sglang_adopt, failed: whatever it knew when it failed."""
+class AdoptFailed(AdoptResult):
+    """sglang_adopt, failed: whatever it knew when it failed (AdoptResult's fields, none sure)."""
 
-    action: Literal["find", "takeover", "relaunch"] | None = None
-    servers: list[AdoptServer] | None = None
-    sglang_version: str | None = None
-    systemd_path: str | None = None
-    units: list[str] | None = None
-    problems: list[str] | None = None
-    taken: bool | None = None
-    why: str | None = None
-    pid: int | None = None
-    killed: list[int] | None = None
-    log: str | None = None
-    record_path: str | None = None
-    launcher: Annotated[Launcher | None, BeforeValidator(_empty_is_none)] = None
-    took_s: float | None = None
-    healthy: bool | None = None
-    #: relaunch: the new process's start time (field 22 of /proc/PID/stat).
-    start_ticks: int | None = None
-    argv: list[str] | None = None
+    action: Literal["find", "takeover", "relaunch"] | None = None  # type: ignore[assignment]
 
 
 class RecordFailed(ModuleResult):

@@ -28,6 +28,7 @@ from .files import ensure_dir, read_bytes, read_json, write_atomic
 from .gpus import query_nvidia_smi
 from .health import health_status
 from .options import PATHS_SPEC
+from .procs import proc_stat, start_ticks
 from .units import deployed_units
 
 if TYPE_CHECKING:  # never run: the same submodules, named as Mitogen's module finder needs them
@@ -116,26 +117,6 @@ class Gone(Exception):
 # --- /proc ---------------------------------------------------------------------------------------
 
 
-def _stat(pid: int) -> tuple[str, list[str]] | None:
-    """(comm, the fields after it) of /proc/PID/stat; None when the process is gone. The comm,
-    in parentheses, may hold spaces and parentheses: the fields follow the last ')'."""
-    data = read_bytes(f"/proc/{pid}/stat")
-    if data is None:
-        return None
-    text = data.decode("utf-8", "replace")
-    head, _paren, rest = text.rpartition(")")
-    return head.partition("(")[2], rest.split()
-
-
-def start_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat (clock ticks after boot): with the PID, it names one process.
-    None when the process is gone or a zombie."""
-    read = _stat(pid) if pid > 0 else None
-    if read is None or len(read[1]) < 20 or read[1][0] in ("Z", "X"):
-        return None
-    return int(read[1][19])
-
-
 def boot_time() -> float:
     for line in (read_bytes("/proc/stat") or b"").decode().splitlines():
         if line.startswith("btime "):
@@ -151,7 +132,7 @@ def walk() -> dict[int, dict[str, Any]]:
         if not name.isdigit():
             continue
         pid = int(name)
-        read, cmdline = _stat(pid), read_bytes(f"/proc/{pid}/cmdline")
+        read, cmdline = proc_stat(pid), read_bytes(f"/proc/{pid}/cmdline")
         if read is None or not cmdline or len(read[1]) < 20 or read[1][0] in ("Z", "X"):
             continue
         table[pid] = {

@@ -33,7 +33,7 @@ from .gpus import (
     owned_apps,
     query_nvidia_smi,
 )
-from .procs import argv0, cgroup_unit, proc_cgroup
+from .procs import argv0, cgroup_unit, proc_cgroup, start_ticks
 from .systemd import parse_systemctl_show, try_systemctl_show, verify_unit
 from .units import OWNER_PROPS, deployed_units, foreign_write, installed_units, unit_digest, unit_path
 
@@ -959,14 +959,6 @@ def _gpu_problems(
     return gpu_set_problems(gpus, apps, c["gpus"], unit_name, units, c["allow_gpu_holders"]), gpus, held
 
 
-def takeover_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat, the process's start (adopt.start_ticks, which preflight does not
-    ship); None when it is gone."""
-    data = read_bytes(f"/proc/{pid}/stat")
-    fields = (data or b"").rpartition(b")")[2].split()
-    return int(fields[19]) if len(fields) > 19 else None
-
-
 def takeover_tree(pid: int, ticks: int) -> set[int]:
     """The hand-started server a deploy takes over (PreflightChecks.takeover_pid) and every process
     below it; empty when there is none, it no longer runs, or the PID is another process's now
@@ -974,7 +966,7 @@ def takeover_tree(pid: int, ticks: int) -> set[int]:
     check runs as usual."""
     if pid <= 0 or not os.path.isdir(f"/proc/{pid}"):
         return set()
-    if ticks and takeover_ticks(pid) != ticks:
+    if ticks and start_ticks(pid) != ticks:
         return set()
     return descendants(pid, proc_parents())
 

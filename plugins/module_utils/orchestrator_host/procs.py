@@ -88,3 +88,24 @@ def argv0(pid: int | None) -> str | None:
             return fh.read().split(b"\0", 1)[0].decode(errors="replace")
     except OSError:
         return None
+
+
+def proc_stat(pid: int) -> tuple[str, list[str]] | None:
+    """(comm, the fields after it) of /proc/PID/stat; None when the process is gone. The comm,
+    in parentheses, may hold spaces and parentheses: the fields follow the last ')'."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    head, _paren, rest = text.rpartition(")")
+    return head.partition("(")[2], rest.split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (clock ticks after boot): with the PID, it names one process.
+    None when the process is gone or a zombie."""
+    read = proc_stat(pid) if pid > 0 else None
+    if read is None or len(read[1]) < 20 or read[1][0] in ("Z", "X"):
+        return None
+    return int(read[1][19])
