@@ -199,8 +199,14 @@ def _shown_server(s: Any) -> dict[str, Any]:
 def _output(output: Path | None, name: str) -> Path:
     """The file to write, refused before any play when it exists or its name is no profile name."""
     if output is None:
+        if not profile_mod.NAME_RE.fullmatch(name):
+            raise InputError(f"--name {name!r} is not a profile name: use {profile_mod.NAME_RULE}")
         folder, _ = profile_mod.profiles_dir()
         output = folder / f"{name}.yml"
+    elif not profile_mod.NAME_RE.fullmatch(output.stem):
+        raise InputError(
+            f"--output {output}: {output.stem!r} is not a profile name: use {profile_mod.NAME_RULE}"
+        )
     if output.suffix not in (".yml", ".yaml"):
         raise InputError(f"--output {output}: a profile file ends in .yml")
     if output.exists():

@@ -255,3 +255,13 @@ def test_a_server_bound_to_cpus_is_noted_with_the_line_that_keeps_it(hosts: dict
     rc, out = run(hosts, "--check")
     assert rc == 0, out
     assert any("CPUs 0-31 only" in n and "CPUAffinity: '0-31'" in n for n in out["notes"]), out["notes"]
+
+
+@pytest.mark.parametrize(
+    "args", [["--name", "../x"], ["--name", "a b"], ["--name", "x\ny"], ["-o", "a b.yml"]]
+)
+def test_a_name_that_is_no_profile_name_is_refused_before_any_play(hosts: dict, args: list[str]) -> None:
+    asked = hosts.pop("_asked")
+    done = CliRunner().invoke(cli, ["adopt", "-i", "hosts.yml", "--check", *args])
+    assert done.exit_code == 2 and "is not a profile name" in done.output, done.output
+    assert "Traceback" not in done.output and asked == []  # no host was asked
