@@ -17,8 +17,10 @@ esac
 packages=(systemd-container debootstrap openssh-client iproute2 procps)
 # docker.io and podman for their command-line clients: tests/unit/test_container_cli.py hands every
 # rendered `docker run`/`podman run` to them. No daemon is wanted (see below).
+# postgresql for its programs: the ledger's tests start a cluster of their own (tests/pg.py), and the
+# package's default cluster is never started.
 if $test_tools; then
-  packages+=(docker.io podman)
+  packages+=(docker.io podman postgresql)
 fi
 missing=()
 for pkg in "${packages[@]}"; do
@@ -28,6 +30,7 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   # A started dockerd sets iptables' FORWARD policy to DROP, which cuts the lab's bridge: keep the
   # packages' scripts from starting services (policy-rc.d), unless the machine has its own policy.
+  # It keeps postgresql's default cluster stopped too (its port, 5432, stays free).
   if [[ ! -e /usr/sbin/policy-rc.d ]]; then
     printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
     chmod +x /usr/sbin/policy-rc.d
@@ -37,6 +40,9 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   if [[ " ${missing[*]} " == *" docker.io "* && -d /run/systemd/system ]]; then
     systemctl disable docker.service docker.socket >/dev/null 2>&1 || true  # nor at the next boot
+  fi
+  if [[ " ${missing[*]} " == *" postgresql "* && -d /run/systemd/system ]]; then
+    systemctl disable postgresql.service >/dev/null 2>&1 || true  # its default cluster, at boot
   fi
 fi
 

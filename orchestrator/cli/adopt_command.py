@@ -72,6 +72,7 @@ def adopt(
     extra_args. Secrets never reach the profile or the terminal. The profile's render is compared
     word for word with the live command: a difference that changes what SGLang does exits 1.
     """
+    from orchestrator import ledger
     from orchestrator.hosts import adopt_play
     from orchestrator.render import reverse
 
@@ -150,6 +151,7 @@ def adopt(
             for h, u in owned.items()
         ]
         _finish(result, as_json, [*lines, "nothing written"], 2)
+    ledger.ready()  # the adoption is recorded with the file: neither without the other
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "x") as fh:
         fh.write(_header(chosen) + adopt_play.dump(data))

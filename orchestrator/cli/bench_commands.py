@@ -329,6 +329,7 @@ def bench(
     )
     inv = inventory_or_running_lab(inventory)
     prof = profile_mod.load(profile_ref) if profile_ref else None
+    ledger.ready()  # before the runs: a measurement that cannot be recorded is not taken
     target = bench_mod.find_target(inv, limit, prof)
     log = bench_mod.journal_messages(inv, target.host)
     ids: list[int] = []
@@ -654,7 +655,7 @@ def _load(r: dict[str, Any]) -> str:
 
 
 def results_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"bench results ({shown(ledger.path())})", title_justify="left")
+    table = Table(title=f"bench results ({shown(ledger.shown())})", title_justify="left")
     heads: tuple[str, ...] = ("time", "host", "profile", "digest", "SGLang", "requests", "load", "tok/s")
     heads += ("total tok/s", "TTFT p50 ms")
     heads += ("ITL p50 ms", "accept len", "errors", "commit", "diagnosis / notes")

@@ -335,7 +335,7 @@ def rollback(
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @handle_errors
 def history(host: str | None, count: int, as_json: bool) -> None:
-    """The deploys recorded in the local ledger, newest first: host, profile, result, duration, and
+    """The deploys recorded in the ledger, newest first: host, profile, result, duration, and
     where each start went (its longest phases)."""
     from orchestrator import ledger
     from orchestrator.hosts import startup_watch
@@ -347,7 +347,7 @@ def history(host: str | None, count: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"history ({shown(ledger.path())})", title_justify="left")
+    table = Table(title=f"history ({shown(ledger.shown())})", title_justify="left")
     for col in (
         "time",
         "host",

@@ -43,6 +43,7 @@ class LazyGroup(click.Group):
         "results": "orchestrator.cli.bench_commands:results",
         "tune": "orchestrator.cli.tune_command:tune",
         "lab": "orchestrator.cli.lab_command:lab",
+        "ledger": "orchestrator.cli.ledger_command:ledger",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -222,7 +223,14 @@ def _configured(ctx: click.Context, setting: str) -> bool:
     help="Folder of profiles (NAME.yml) that -p NAME looks in. Default: $ORCHESTRATOR_PROFILES, "
     "else ./profiles/.",
 )
-def cli(profiles_dir: Path | None) -> None:
+@click.option(
+    "--ledger",
+    "ledger_url",
+    metavar="URL",
+    help="The ledger to record in and read: postgresql://USER@HOST:PORT/DB (a team's), or a SQLite "
+    "file. Default: $ORCHESTRATOR_LEDGER, else STATE/ledger.sqlite.",
+)
+def cli(profiles_dir: Path | None, ledger_url: str | None) -> None:
     """Deploy and restart SGLang servers (EAGLE-3 speculative decoding) on GPU hosts.
 
     A profile is NAME (NAME.yml in the profiles folder: --profiles-dir, else $ORCHESTRATOR_PROFILES,
@@ -230,6 +238,12 @@ def cli(profiles_dir: Path | None) -> None:
     `profiles` lists them, `render` shows the exact systemd unit a host would get.
     """
     profile_mod.use_profiles_dir(profiles_dir)
+    if ledger_url is not None:
+        if not ledger_url.strip():
+            raise click.BadParameter("give the ledger's URL, or leave --ledger out", param_hint="--ledger")
+        from orchestrator.ledger import store
+
+        store.use(ledger_url)
 
 
 def main() -> None:

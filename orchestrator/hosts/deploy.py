@@ -222,6 +222,8 @@ def deploy(
     campaign's trials, one per host): its keys are the hosts, and `prof` names the run and gives
     what they share (secrets, the lock's profile text)."""
     run_id = uuid.uuid4().hex[:12]
+    if not options.check:  # a server is never stopped by a deploy that could not record it
+        ledger.ready()
     where, orch = planned(prof, inventory, options, run_id, each)
     check_takeover_secrets(prof, orch.hosts)
     compare = len(where) > 1 and each is None and options.preflight and not options.files_checked

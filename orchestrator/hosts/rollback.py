@@ -155,6 +155,7 @@ def rollback(
     on_event: Callable[[TaskEvent], None] | None = None,
 ) -> DeployReport:
     """On demand: each host back to its previous healthy unit (or PROFILE's last healthy one)."""
+    ledger.ready()
     run_id = uuid.uuid4().hex[:12]
     reports = []
     for row in status(inventory, unit_name=unit_name, limit=limit):

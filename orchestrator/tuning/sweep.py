@@ -420,6 +420,7 @@ def sweep(
     `loaded` holds every profile named here (`load_profiles`). The baseline is swept first
     when it is not among the profiles; default: `baseline` if it is listed, else the first.
     """
+    ledger.ready()
     names = list(dict.fromkeys(profiles))
     if baseline and baseline not in names:
         names.insert(0, baseline)

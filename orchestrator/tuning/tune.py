@@ -307,6 +307,7 @@ class Campaign:
     # ---- set-up
 
     def _start(self) -> None:
+        ledger.ready()  # before any host changes: every trial must be recorded
         self._winner_folder()
         if not self.resumed:
             problem = budget_problem(self.x)
@@ -317,7 +318,7 @@ class Campaign:
             row = ledger.campaign(self.id)
             if row is None:
                 raise InputError(
-                    f"no campaign {self.id} in the ledger ({ledger.path()}): check the id "
+                    f"no campaign {self.id} in the ledger ({ledger.shown()}): check the id "
                     "(`results` shows each bench row's sweep_id)"
                 )
             if row["space_digest"] != self.x.digest:
@@ -325,6 +326,7 @@ class Campaign:
                     f"{self.x.path} is not the file campaign {self.id} began with (digest {self.x.digest}, "
                     f"campaign's {row['space_digest']}): resume with that file, or start a new campaign"
                 )
+            ledger.claim_campaign(self.id)  # refused while another process runs it, from any machine
             if not self.hosts:
                 self.hosts = self._hosts_of(row)
                 self.deployed = dict.fromkeys(self.hosts)
@@ -1282,6 +1284,10 @@ class Campaign:
         return outcome
 
     def run(self) -> Outcome:
+        with ledger.holding(self.id):
+            return self._run()
+
+    def _run(self) -> Outcome:
         self._start()
         try:
             outcome = self._phases()

@@ -442,9 +442,7 @@ def _edited(row: dict[str, Any], columns: list[str]) -> st.SearchStrategy[dict[s
 
 
 @given(
-    deploy=_edited(
-        DEPLOY_ROW, [c for c in ledger._column_types(len(ledger.MIGRATIONS))["deploys"] if c != "id"]
-    ),
+    deploy=_edited(DEPLOY_ROW, [c for c in ledger.column_types()["deploys"] if c != "id"]),
     bench=_edited(BENCH_ROW, ledger.BENCH_COLUMNS),
 )
 @_examples(25)

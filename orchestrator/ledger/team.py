@@ -1,0 +1,141 @@
+"""A team's ledger: what `ledger status` reports, and `ledger push` (a SQLite ledger copied into
+a shared one).
+
+A push copies each row once. A row of a logged table (deploys, bench_results, trials, adoptions)
+carries where it came from (pushed_from: the source ledger's id and the row's id), which the target
+holds once. A campaign is copied once by its id; a good unit where the target's is older. Rows
+keep the machine that wrote them (origin); a row written before the ledger knew it gets the
+machine that pushes it, which is where a SQLite ledger lives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from orchestrator.errors import StateError
+from orchestrator.ledger import schema, store
+
+BATCH = 200  # rows per INSERT: under SQLite's 32,766 parameters, at 53 columns
+
+
+@dataclass
+class Status:
+    """One ledger, as `ledger status` shows it."""
+
+    ledger: str
+    engine: str  # sqlite, postgresql
+    source: str  # --ledger, ORCHESTRATOR_LEDGER, the state directory
+    exists: bool
+    version: int = 0
+    newest: int = schema.HEAD
+    ledger_id: str = ""
+    rows: dict[str, int] = field(default_factory=dict)
+    #: control machine -> when it last recorded (epoch seconds)
+    machines: dict[str, float] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def status(w: store.Where | None = None) -> Status:
+    """Which ledger, its schema version and row counts; read only, never migrated."""
+    w = w or store.where()
+    found = Status(w.shown(), "sqlite" if w.sqlite else "postgresql", w.source, exists=False)
+    with store.reading(w) as conn:
+        if conn is None:
+            return found
+        found.exists = True
+        found.version = store.version_of(conn, w)
+        for table in schema.metadata.sorted_tables:
+            if table.name != "ledger_info" and store.has_table(conn, table.name):
+                count = conn.execute(sa.text(f"SELECT count(*) FROM {table.name}")).scalar_one()
+                found.rows[table.name] = int(count)
+        if store.has_table(conn, "ledger_info"):
+            for key, value in conn.execute(sa.text("SELECT key, value FROM ledger_info")):
+                if key == "ledger_id":
+                    found.ledger_id = value
+                elif key.startswith("seen:"):
+                    found.machines[key.removeprefix("seen:")] = _number(value)
+    return found
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
+@dataclass
+class Pushed:
+    """What one push did, per table: rows copied, and rows the target already had."""
+
+    source: str
+    target: str
+    copied: dict[str, int] = field(default_factory=dict)
+    had: dict[str, int] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def push(source: Path, target: store.Where) -> Pushed:
+    """Copy the SQLite ledger `source` into `target`, each row once (a second push adds nothing)."""
+    if target.file is not None and target.file.resolve() == source.resolve():
+        raise StateError(f"ledger push: {source} is the ledger it would push into: name another ledger")
+    src = store.Where(sa.URL.create("sqlite"), source, "the ledger to push")
+    if not source.is_file():
+        raise StateError(f"ledger push: no ledger at {source}: give a SQLite ledger's path with --from")
+    with store.writing(src) as conn:  # migrated, so it has an id and every column
+        ledger_id = conn.execute(sa.text("SELECT value FROM ledger_info WHERE key='ledger_id'")).scalar_one()
+    here = store.origin()
+    done = Pushed(src.shown(), target.shown())
+    with store.reading(src) as read, store.writing(target) as write:
+        assert read is not None
+        for table in schema.metadata.sorted_tables:
+            if table.name == "ledger_info":
+                continue
+            rows = [dict(r._mapping) for r in read.execute(sa.select(table))]
+            copied = 0
+            for start in range(0, len(rows), BATCH):
+                batch = [_moved(table, r, ledger_id, here) for r in rows[start : start + BATCH]]
+                copied += _insert_new(write, table, batch)
+            done.copied[table.name] = copied
+            done.had[table.name] = len(rows) - copied
+    return done
+
+
+def _moved(table: sa.Table, row: dict[str, Any], ledger_id: str, here: str) -> dict[str, Any]:
+    """A source row as the target gets it."""
+    row = dict(row)
+    row["origin"] = row.get("origin") or here
+    if table.name in schema.LOGGED:
+        row["pushed_from"] = row.get("pushed_from") or f"{ledger_id}:{row.pop('id')}"
+        row.pop("id", None)
+    if table.name == "campaigns":  # nobody runs it in the target yet
+        row["holder"], row["heartbeat"] = "", None
+    return row
+
+
+def _insert_new(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> int:
+    """Insert the rows the target lacks; how many it took."""
+    if not rows:
+        return 0
+    dialect: Any = sqlite if conn.dialect.name == "sqlite" else postgresql
+    stmt = dialect.insert(table).values(rows)
+    if table.name in schema.LOGGED:
+        stmt = stmt.on_conflict_do_nothing(index_elements=["pushed_from"])
+    elif table.name == "campaigns":
+        stmt = stmt.on_conflict_do_nothing(index_elements=["id"])
+    else:  # a good unit: the newer one stays
+        keys = [c.name for c in table.primary_key.columns]
+        changed = {c: stmt.excluded[c] for c in rows[0] if c not in keys}
+        stmt = stmt.on_conflict_do_update(
+            index_elements=keys, set_=changed, where=table.c.time < stmt.excluded.time
+        )
+    return max(0, conn.execute(stmt).rowcount or 0)
