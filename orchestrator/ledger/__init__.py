@@ -505,10 +505,12 @@ def bench_results(
     request_rate: float | None = None,
     temperature: float | None = None,
     seed: int | None = None,
+    host: str | None = None,
+    sweep_id: str | None = None,
 ) -> list[Row]:
     """Bench rows oldest first, each filter (when given) narrowing them: one profile, from a time
     (epoch seconds) on, one endpoint, one dataset (its name, its digest, or six or more leading
-    characters of the digest), concurrency, request rate, temperature, seed.
+    characters of the digest), concurrency, request rate, temperature, seed, host, sweep or campaign id.
 
     A ledger of an older schema, read as it is, shows its rows with the newer columns' defaults
     (endpoint generate, ...), so every reader and filter sees one set of columns.
@@ -520,7 +522,13 @@ def bench_results(
         where.append(clause)
         args.update(values)
 
-    for column, value in (("profile", profile or None), ("endpoint", endpoint), ("concurrency", concurrency)):
+    for column, value in (
+        ("profile", profile or None),
+        ("endpoint", endpoint),
+        ("concurrency", concurrency),
+        ("host", host),
+        ("sweep_id", sweep_id),
+    ):
         if value is not None:
             add(f"{column}=:{column}", **{column: value})
     if since is not None:

@@ -138,6 +138,7 @@ bench_results = sa.Table(
     _text("model_digest", ""),
     *_team(),
     sa.Index("bench_profile_time", "profile", "time"),
+    sa.Index("bench_sweep", "sweep_id"),
     sa.Index("bench_results_pushed_from", "pushed_from", unique=True),
 )
 

@@ -256,7 +256,7 @@ def standing(
 ) -> tuple[Entry | None, Entry | None]:
     """From the ledger's bench rows of one host at one level: the baseline profile's entry and the
     fastest. The level defaults to that of the host's newest measured run."""
-    rows = [r for r in ledger.bench_results() if r["host"] == host]
+    rows = ledger.bench_results(host=host)
     if level is None:
         newest = [r for r in rows if measured(r)][-1:]
         if not newest:
@@ -428,7 +428,7 @@ def sweep(
     ctx = _Context(uuid.uuid4().hex[:12], on_event, on_progress, on_phase)
     for ref in names:
         _one_profile(loaded[ref], inventory, limit, traffic or bench_mod.Traffic(), ctx)
-    rows = [r for r in ledger.bench_results() if r["sweep_id"] == ctx.sweep_id]
+    rows = ledger.bench_results(sweep_id=ctx.sweep_id)
     report = SweepReport(ctx.sweep_id, loaded[base].name, [])
     report.entries = ranking(rows, report.baseline)
     _leave(report, inventory, limit, loaded[leave] if leave else None, ctx)

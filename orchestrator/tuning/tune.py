@@ -255,8 +255,8 @@ class Campaign:
         with self.lock:
             curves = set(self.curves)
         rows = []
-        for r in ledger.bench_results():
-            if r["sweep_id"] != self.id or r["curve_id"] not in curves:
+        for r in ledger.bench_results(sweep_id=self.id):
+            if r["curve_id"] not in curves:
                 continue
             if r["result"] == "ok" and not (r["tok_s"] is not None and r["tok_s"] > 0):
                 ledger.note_skipped(
@@ -405,8 +405,8 @@ class Campaign:
         one is skipped with a note: its point is measured again)."""
         measured = {
             r["curve_id"]
-            for r in ledger.bench_results()
-            if r["sweep_id"] == self.id and sweep_mod.measured(r) and r["tok_s"] > 0
+            for r in ledger.bench_results(sweep_id=self.id)
+            if sweep_mod.measured(r) and r["tok_s"] > 0
         }
         for r in ledger.trials(self.id):
             found = self._point_of(r)

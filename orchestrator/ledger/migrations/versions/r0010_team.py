@@ -25,6 +25,7 @@ def upgrade() -> None:
         op.create_index(f"{table}_pushed_from", table, ["pushed_from"], unique=True)
     for table in ("last_good", "good_units"):
         op.add_column(table, _origin())
+    op.create_index("bench_sweep", "bench_results", ["sweep_id"])  # a campaign's rows, of 100,000
     op.add_column("campaigns", _origin())
     op.add_column("campaigns", sa.Column("holder", TEXT, nullable=False, server_default=sa.text("''")))
     op.add_column("campaigns", sa.Column("heartbeat", REAL))
