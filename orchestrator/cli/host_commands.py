@@ -348,6 +348,8 @@ def history(host: str | None, count: int, as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table(title=f"history ({shown(ledger.shown())})", title_justify="left")
+    # A team's ledger: which control machine ran each deploy, once there are two.
+    machines = len({r.get("origin") or "" for r in rows}) > 1
     for col in (
         "time",
         "host",
@@ -359,6 +361,7 @@ def history(host: str | None, count: int, as_json: bool) -> None:
         "duration",
         "start-up",
         "diagnosis",
+        *(["machine"] if machines else []),
     ):
         table.add_column(col, overflow="fold")
     for r in rows:  # each row's columns hold what the schema says: ledger.history skips others
@@ -370,6 +373,7 @@ def history(host: str | None, count: int, as_json: bool) -> None:
             f"{r['duration_s']:.1f} s",
             plain(startup_watch.longest([Phase.model_validate(p) for p in r["phases"]])),
             shown(r["diagnosis"]),
+            *([shown(r.get("origin") or "")] if machines else []),
         )
     out.print(table)
 
