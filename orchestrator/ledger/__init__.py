@@ -79,12 +79,27 @@ def ready() -> None:
         _upsert(conn, schema.ledger_info, {"key": f"seen:{origin()}", "value": repr(time.time())}, ["key"])
 
 
+def clean(values: dict[str, Any]) -> dict[str, Any]:
+    """Values both engines store alike: NaN is NULL (SQLite's reading), and a NUL character, which
+    PostgreSQL's text refuses, is U+FFFD."""
+    return {
+        k: (
+            None
+            if isinstance(v, float) and math.isnan(v)
+            else v.replace("\x00", "\ufffd")
+            if isinstance(v, str)
+            else v
+        )
+        for k, v in values.items()
+    }
+
+
 def _upsert(
     conn: sa.Connection, table: sa.Table, values: dict[str, Any], keys: list[str], newer_only: bool = False
 ) -> None:
     """Insert a row, or update the one with the same `keys` (only if older, when `newer_only`)."""
     dialect: Any = sqlite if conn.dialect.name == "sqlite" else postgresql
-    stmt = dialect.insert(table).values(values)
+    stmt = dialect.insert(table).values(clean(values))
     changed = {c: stmt.excluded[c] for c in values if c not in keys}
     where_clause = table.c.time < stmt.excluded.time if newer_only else None
     conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=changed, where=where_clause))
@@ -248,22 +263,26 @@ def record_deploy(row: DeployRow, good_unit: str | None = None, facts: dict[str,
     with store.writing() as conn:
         conn.execute(
             schema.deploys.insert().values(
-                run_id=row.run_id,
-                time=now,
-                host=row.host,
-                unit_name=row.unit_name,
-                profile=row.profile,
-                digest=row.digest,
-                action=row.action,
-                result=row.result,
-                restarted=int(row.restarted),
-                duration_s=row.duration_s,
-                diagnosis=row.diagnosis,
-                model=row.model,
-                phases=json.dumps(row.phases),
-                model_digest=row.model_digest,
-                memory=json.dumps(row.memory),
-                origin=here,
+                clean(
+                    dict(
+                        run_id=row.run_id,
+                        time=now,
+                        host=row.host,
+                        unit_name=row.unit_name,
+                        profile=row.profile,
+                        digest=row.digest,
+                        action=row.action,
+                        result=row.result,
+                        restarted=int(row.restarted),
+                        duration_s=row.duration_s,
+                        diagnosis=row.diagnosis,
+                        model=row.model,
+                        phases=json.dumps(row.phases),
+                        model_digest=row.model_digest,
+                        memory=json.dumps(row.memory),
+                        origin=here,
+                    )
+                )
             )
         )
         if good_unit is not None:
@@ -486,7 +505,7 @@ def record_bench(row: dict[str, Any], db: Path | None = None) -> int:
 def _insert(table: str, row: dict[str, Any], db: Path | None = None) -> int:
     """Append `row` (time: now unless given) to `table`, as this machine's; its id (0 if none)."""
     t = schema.metadata.tables[table]
-    values = {"time": time.time(), "origin": origin(), **row}
+    values = clean({"time": time.time(), "origin": origin(), **row})
     with store.writing(_at(db)) as conn:
         if "id" in t.c and t.c.id.autoincrement is True:
             return int(conn.execute(t.insert().values(values).returning(t.c.id)).scalar_one())
@@ -665,7 +684,9 @@ def holding(campaign_id: str) -> Iterator[None]:
 def update_campaign(campaign_id: str, **changes: Any) -> None:
     """Set a campaign's status, hosts or outcome."""
     with store.writing() as conn:
-        conn.execute(schema.campaigns.update().where(schema.campaigns.c.id == campaign_id).values(changes))
+        conn.execute(
+            schema.campaigns.update().where(schema.campaigns.c.id == campaign_id).values(clean(changes))
+        )
 
 
 def campaign(campaign_id: str) -> Row | None:
@@ -700,7 +721,9 @@ def update_bench(row_id: int, **changes: Any) -> None:
     if unknown:
         raise ValueError(f"not bench_results columns: {sorted(unknown)}")
     with store.writing() as conn:
-        conn.execute(schema.bench_results.update().where(schema.bench_results.c.id == row_id).values(changes))
+        conn.execute(
+            schema.bench_results.update().where(schema.bench_results.c.id == row_id).values(clean(changes))
+        )
 
 
 def record_adoption(row: dict[str, Any]) -> int:

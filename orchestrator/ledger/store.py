@@ -130,6 +130,9 @@ def _engine(w: Where, writing: bool) -> sa.Engine:
             w.url,
             connect_args={"connect_timeout": CONNECT_TIMEOUT_S, "application_name": "orchestrator"},
             pool_size=2,
+            # A pooled connection the server dropped (a restart, a failover, idle_session_timeout) is
+            # replaced, not reported as an unreachable ledger in the middle of a campaign.
+            pool_pre_ping=True,
         )
         return engine
     file = w.file
@@ -313,6 +316,8 @@ def _explain(w: Where, writing: bool, e: BaseException) -> BaseException:
         return e
     reason = _reason(e)
     code = getattr(e, "sqlstate", None) or ""
+    if not code and not _connection_error(e):
+        return e
     if code in _PG_NO_WRITE or (code.startswith("42") and writing and "permission" in reason):
         return StateError(
             f"ledger {w.shown()} cannot be written ({reason}): grant this role INSERT and UPDATE on "
@@ -325,6 +330,13 @@ def _explain(w: Where, writing: bool, e: BaseException) -> BaseException:
             f"~/.pgpass, or point {w.source} at another ledger"
         )
     return e
+
+
+def _connection_error(e: BaseException) -> bool:
+    """psycopg's own errors about the connection (they carry no SQLSTATE)."""
+    import psycopg
+
+    return isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError))
 
 
 def _reason(e: BaseException) -> str:
@@ -404,14 +416,15 @@ def _migrate(conn: sa.Connection, w: Where) -> None:
     from alembic import command
 
     config = _alembic_config(conn)
-    try:
-        if version and not _has_table(conn, "alembic_version"):
-            command.stamp(config, f"{version:04d}")  # a SQLite ledger of before Alembic
-        command.upgrade(config, f"{schema.HEAD:04d}")
-    except sa.exc.DBAPIError as e:
-        if w.file is None:
-            raise
-        raise _half_migrated(w.file, version, f"a migration fails: {e.orig}") from e
+    if version and not _has_table(conn, "alembic_version"):
+        command.stamp(config, f"{version:04d}")  # a SQLite ledger of before Alembic
+    for number in range(version + 1, schema.HEAD + 1):  # one at a time, to name the one that fails
+        try:
+            command.upgrade(config, f"{number:04d}")
+        except sa.exc.DBAPIError as e:
+            if w.file is None:
+                raise
+            raise _half_migrated(w.file, version, f"migration {number} fails: {e.orig}") from e
     if w.file is not None:  # an orchestrator of before Alembic refuses it as newer
         conn.exec_driver_sql(f"PRAGMA user_version={schema.HEAD}")
 

@@ -85,7 +85,7 @@ def test_after_a_good_takeover_the_adoption_is_taken_or_gone(inventory: Path) ->
     gone = HostReport("gpu2", True, "record", takeover={"taken": False, "why": "PID 99 has exited"})
     deploy._after_takeover(report(ok, gone), inventory, taken, None, relaunch=True)
     assert ledger.pending_adoption("gpu1", "sglang.service") is None
-    states = {r["host"]: r["state"] for r in ledger._select("adoptions", "SELECT * FROM adoptions", ())}
+    states = {r["host"]: r["state"] for r in ledger._select("adoptions", "SELECT * FROM adoptions")}
     assert states == {"gpu1": "taken", "gpu2": "gone"}
 
 

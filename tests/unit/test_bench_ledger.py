@@ -3,16 +3,33 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import multiprocessing
 import sqlite3
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+import sqlalchemy as sa
 
 from orchestrator import ledger
+from orchestrator.ledger import schema, store
 from orchestrator.tuning.plot import plot
 from orchestrator.tuning.sweep import ranking
+
+
+def _legacy() -> ModuleType:
+    """tests/data/ledgers/legacy_migrations.py: ledgers as the last release before Alembic made them."""
+    path = Path(__file__).parents[1] / "data" / "ledgers" / "legacy_migrations.py"
+    spec = importlib.util.spec_from_file_location("legacy_migrations", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+legacy = _legacy()
 
 
 @pytest.fixture(autouse=True)
@@ -34,8 +51,8 @@ def ok_row(profile: str, tok_s: float, accept: float, **more: object) -> dict:
 def test_a_version_1_ledger_is_migrated_and_keeps_its_deploys(state: Path) -> None:
     db = ledger.path()
     db.parent.mkdir(parents=True)
+    legacy.make_ledger(db, 1)
     old = sqlite3.connect(db)
-    old.executescript(ledger.MIGRATIONS[0] + "; PRAGMA user_version=1;")
     old.execute(
         "INSERT INTO deploys (run_id, time, host, unit_name, profile, digest, action, result, restarted,"
         " duration_s) VALUES ('x', 1.0, 'lab1', 'sglang.service', 'cg_5tok', 'abc', 'deploy', 'healthy',"
@@ -46,7 +63,11 @@ def test_a_version_1_ledger_is_migrated_and_keeps_its_deploys(state: Path) -> No
     old.close()
     ledger.record_bench(ok_row("cg_5tok", 82.3, 2.12))
     with ledger.connect() as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(ledger.MIGRATIONS) == 9
+        assert store.version_of(conn, ledger.where()) == schema.HEAD == 10
+        version_num = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
+        assert version_num == "0010"
+        # An orchestrator of before Alembic reads this and refuses the ledger as newer.
+        assert conn.exec_driver_sql("PRAGMA user_version").scalar_one() == 10
     assert [r["profile"] for r in ledger.history()] == ["cg_5tok"]
     assert [r["tok_s"] for r in ledger.bench_results()] == [82.3]
     # Migration 3: a good unit recorded before facts were kept has none (rollback says so).
@@ -102,7 +123,7 @@ def _open_new_ledgers(folder: str, count: int, barrier: object) -> None:
         for i in range(count):
             barrier.wait(timeout=30)  # type: ignore[attr-defined]
             with ledger.connect(Path(folder) / f"{i}.sqlite") as conn:
-                conn.execute("SELECT count(*) FROM bench_results").fetchone()
+                conn.execute(sa.text("SELECT count(*) FROM bench_results")).scalar_one()
     except BaseException:
         barrier.abort()  # type: ignore[attr-defined]  # the others stop waiting for this one
         raise

@@ -8,11 +8,13 @@ Tests run as root, which file modes do not stop, so "read-only" here is the immu
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import sqlite3
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from click.testing import CliRunner, Result
@@ -20,6 +22,20 @@ from click.testing import CliRunner, Result
 from orchestrator import ledger
 from orchestrator.cli.main import cli
 from orchestrator.errors import InputError
+from orchestrator.ledger import schema
+
+
+def _legacy() -> ModuleType:
+    """tests/data/ledgers/legacy_migrations.py: ledgers as the last release before Alembic made them."""
+    path = Path(__file__).parents[1] / "data" / "ledgers" / "legacy_migrations.py"
+    spec = importlib.util.spec_from_file_location("legacy_migrations", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+legacy = _legacy()
 
 
 @pytest.fixture(autouse=True)
@@ -71,8 +87,9 @@ def a_version_1_ledger() -> Path:
     """A ledger as the first version wrote it: rollback journal, deploys and good units, no bench."""
     db = ledger.path()
     db.parent.mkdir(parents=True)
+    legacy.make_ledger(db, 1)
     old = sqlite3.connect(db)
-    old.executescript(ledger.MIGRATIONS[0] + "; PRAGMA user_version=1;")
+    old.execute("PRAGMA journal_mode=DELETE")  # the first version did not use WAL
     old.execute(
         "INSERT INTO deploys (run_id, time, host, unit_name, profile, digest, action, result, restarted,"
         " duration_s) VALUES ('x', 1.0, 'lab1', 'sglang.service', 'cg_5tok', 'abc', 'deploy', 'healthy',"
@@ -130,23 +147,38 @@ def test_a_ledger_that_is_a_directory_is_an_error_naming_it() -> None:
         ledger.record_deploy(deploy_row())
 
 
-def test_a_ledger_of_a_newer_schema_is_refused_not_misread() -> None:
-    db = a_full_ledger()
-    with sqlite3.connect(db) as conn:
-        conn.execute("PRAGMA user_version=99")
+def _refused_as_newer(db: Path) -> None:
     for done in (orch("history"), results()):
         one_error_line(
-            done, f"{db} has schema version 99, newer than this orchestrator knows ({len(ledger.MIGRATIONS)})"
+            done, f"{db} has schema version 99, newer than this orchestrator knows ({schema.HEAD})"
         )
-    with pytest.raises(InputError, match="newer than this orchestrator knows"):
+    with pytest.raises(InputError, match=r"newer than this orchestrator knows \(10\)"):
         ledger.record_deploy(deploy_row())
+
+
+def test_a_ledger_of_a_newer_schema_is_refused_not_misread() -> None:
+    db = a_full_ledger()
+    with sqlite3.connect(db) as conn:  # as a newer orchestrator leaves it
+        conn.execute("UPDATE alembic_version SET version_num='0099'")
+        conn.execute("PRAGMA user_version=99")
+    _refused_as_newer(db)
+
+
+def test_a_ledger_of_before_alembic_with_a_newer_user_version_is_refused() -> None:
+    db = ledger.path()
+    db.parent.mkdir(parents=True)
+    legacy.make_ledger(db, 9)
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA user_version=99")
+    _refused_as_newer(db)
 
 
 def test_a_ledger_whose_version_claims_a_migration_it_lacks_is_half_migrated() -> None:
     db = ledger.path()
     db.parent.mkdir(parents=True)
+    legacy.make_ledger(db, 2)
     with sqlite3.connect(db) as conn:
-        conn.executescript(ledger.MIGRATIONS[0] + ";" + ledger.MIGRATIONS[1] + "; PRAGMA user_version=3;")
+        conn.execute("PRAGMA user_version=3")
     for done in (orch("history"), results()):
         one_error_line(
             done,
@@ -159,13 +191,19 @@ def test_a_ledger_whose_version_claims_a_migration_it_lacks_is_half_migrated() -
 def test_a_ledger_with_a_later_migration_already_in_it_is_half_migrated() -> None:
     db = ledger.path()
     db.parent.mkdir(parents=True)
-    with sqlite3.connect(db) as conn:  # migration 3's columns, but user_version still 2
-        conn.executescript(";".join(ledger.MIGRATIONS) + "; PRAGMA user_version=2;")
+    legacy.make_ledger(db, 9)
+    with sqlite3.connect(db) as conn:  # migration 3's columns (and 4 to 9's), but user_version still 2
+        conn.execute("PRAGMA user_version=2")
     assert ledger.history() == []  # what a version 2 ledger holds can be read
     with pytest.raises(
-        InputError, match=r"half-migrated \(schema version 2, but migration 3 fails: duplicate"
+        InputError,
+        match=r"half-migrated \(schema version 2, but migration 3 fails: duplicate column name: facts\)",
     ):
         ledger.record_deploy(deploy_row())
+    with sqlite3.connect(db) as conn:  # the failed migration is undone, not left half-done again
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("SELECT name FROM sqlite_master WHERE name='alembic_version'").fetchall() == []
+        assert conn.execute("SELECT count(*) FROM deploys").fetchone()[0] == 0
 
 
 # --- reading a ledger this user may not write -------------------------------------------------
@@ -223,11 +261,10 @@ def test_writes_not_yet_merged_into_a_read_only_ledger_are_named_not_skipped(
 ) -> None:
     # A -wal file left beside the ledger (its writer was killed) that a reader cannot merge.
     src = state.parent / "live.sqlite"
+    with ledger.connect(src):  # a current ledger, in WAL mode, all in the file
+        pass
     live = sqlite3.connect(src)
-    live.execute("PRAGMA journal_mode=WAL")
     live.execute("PRAGMA wal_autocheckpoint=0")
-    live.executescript(";".join(ledger.MIGRATIONS) + f"; PRAGMA user_version={len(ledger.MIGRATIONS)};")
-    live.execute("PRAGMA wal_checkpoint")
     live.execute(
         "INSERT INTO deploys (run_id, time, host, unit_name, profile, digest, action, result, restarted,"
         " duration_s) VALUES ('x', 1.0, 'lab1', 'sglang.service', 'cg_5tok', 'abc', 'deploy', 'healthy',"

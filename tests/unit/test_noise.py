@@ -3,6 +3,7 @@ level only, `results` filtering by the traffic a row measured, and tok/s drawn a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sqlite3
 from pathlib import Path
@@ -271,8 +272,13 @@ def test_results_json_rows_carry_their_comparison() -> None:
 def test_an_older_ledger_read_as_it_is_filters_on_the_defaults(state: Path) -> None:
     """A version-3 ledger (no traffic columns) that `results` may only read, not migrate."""
     state.mkdir(parents=True)
+    path = Path(__file__).parents[1] / "data" / "ledgers" / "legacy_migrations.py"
+    spec = importlib.util.spec_from_file_location("legacy_migrations", path)
+    assert spec is not None and spec.loader is not None
+    legacy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(legacy)
+    legacy.make_ledger(ledger.path(), 3)
     with sqlite3.connect(ledger.path()) as conn:
-        conn.executescript(";".join(ledger.MIGRATIONS[:3]) + "; PRAGMA user_version=3;")
         conn.execute(
             "INSERT INTO bench_results (run_id, time, host, profile, result, concurrency, tok_s)"
             " VALUES ('r', 1.8e9, 'lab2', 'baseline', 'ok', 2, 90.0)"
@@ -284,6 +290,7 @@ def test_an_older_ledger_read_as_it_is_filters_on_the_defaults(state: Path) -> N
     assert "generate" in results()
     with sqlite3.connect(ledger.path()) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 3  # not migrated by a read
+        assert conn.execute("SELECT name FROM sqlite_master WHERE name='alembic_version'").fetchall() == []
 
 
 def test_sweep_json_and_table_show_the_interval_and_verdict() -> None:
