@@ -138,4 +138,5 @@ def _insert_new(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]
         stmt = stmt.on_conflict_do_update(
             index_elements=keys, set_=changed, where=table.c.time < stmt.excluded.time
         )
-    return max(0, conn.execute(stmt).rowcount or 0)
+    # psycopg reports no row count for an INSERT unless SQLAlchemy is asked to keep it.
+    return max(0, conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount or 0)

@@ -309,12 +309,12 @@ class Campaign:
     def _start(self) -> None:
         ledger.ready()  # before any host changes: every trial must be recorded
         self._winner_folder()
+        row = None
         if not self.resumed:
             problem = budget_problem(self.x)
             if problem:
                 raise InputError(problem)
-        self._same_files()
-        if self.resumed:
+        else:
             row = ledger.campaign(self.id)
             if row is None:
                 raise InputError(
@@ -326,7 +326,10 @@ class Campaign:
                     f"{self.x.path} is not the file campaign {self.id} began with (digest {self.x.digest}, "
                     f"campaign's {row['space_digest']}): resume with that file, or start a new campaign"
                 )
-            ledger.claim_campaign(self.id)  # refused while another process runs it, from any machine
+            # Before any play: refused while another process runs it, from any machine.
+            ledger.claim_campaign(self.id)
+        self._same_files()
+        if row is not None:
             if not self.hosts:
                 self.hosts = self._hosts_of(row)
                 self.deployed = dict.fromkeys(self.hosts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -33,11 +34,28 @@ UNIT = "/etc/systemd/system/sglang.service"
 GOOD = "cg_5tok"
 
 
-def orchestrator(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The CLI exactly as a user runs it."""
+def orchestrator(
+    *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The CLI exactly as a user runs it (on another control machine: `env`, from control())."""
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "orchestrator", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
+
+
+def control(state: Path, ledger: str | None = None) -> dict[str, str]:
+    """The environment of another control machine: its own state directory `state`, recording in
+    `ledger` (a team's PostgreSQL URL; None: the SQLite file in `state`). The lab's inventory names
+    its keys and known hosts by absolute paths, so `-i lab.inventory` reaches the hosts from it."""
+    env = {k: v for k, v in os.environ.items() if k != "ORCHESTRATOR_LEDGER"}
+    env["ORCHESTRATOR_STATE_DIR"] = str(state)
+    if ledger:
+        env["ORCHESTRATOR_LEDGER"] = ledger
+    return env
 
 
 def deploy_json(lab, *args: str) -> tuple[int, dict]:

@@ -1,26 +1,32 @@
 """tune on the lab: a small space on two hosts at once, for real (deploys through Ansible, benches
 against the stand-in). One campaign covers what a user would notice: `--check` lists the trials
 and pruned points and changes nothing; a point that cannot start (a memory fraction the server
-dies on) is recorded and skipped; Ctrl-C mid-campaign and `--resume` measure nothing twice; the
-winner is written as a profile that validates and deploys. Its objective is a latency (p99 ITL
-with a floor on tok/s), and the two hosts share one baseline. The search itself (which points, early
-stopping, ties, the budget) is unit-tested against the stand-in's speed model (tests/unit/test_tune.py).
+dies on) is recorded and skipped; Ctrl-C mid-campaign and `--resume` on another control machine
+(its own state directory, the team's PostgreSQL ledger) measure nothing twice, while a third
+machine's resume of the running campaign is refused; the winner is written as a profile that
+validates and deploys. Its objective is a latency (p99 ITL with a floor on tok/s), and the two
+hosts share one baseline. The search itself (which points, early stopping, ties, the budget) is
+unit-tested against the stand-in's speed model (tests/unit/test_tune.py).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
 
-from labutil import orchestrator, service, ssh
-from orchestrator.paths import ROOT, state_dir
+from labutil import control, orchestrator, service, ssh
+from orchestrator.paths import ROOT
 
 pytestmark = pytest.mark.lab
 
@@ -46,35 +52,42 @@ search: {{seed: 3, confirm: 1}}
 """
 
 
-def ledger_rows(query: str, *args: object) -> list[sqlite3.Row]:
-    conn = sqlite3.connect(state_dir() / "ledger.sqlite")
-    conn.row_factory = sqlite3.Row
+@functools.cache
+def _engine(url: str) -> sa.Engine:
+    return sa.create_engine(url, poolclass=NullPool)  # no connection outlives a read: the db is dropped
+
+
+def ledger_rows(url: str, query: str, **args: Any) -> list[sa.RowMapping]:
+    """The rows of `query` (:name parameters) in the PostgreSQL ledger at `url`."""
     try:
-        return conn.execute(query, args).fetchall()
-    except sqlite3.OperationalError as exc:  # the campaign's first write migrates the ledger
-        if "no such table" in str(exc):
+        with _engine(url).connect() as conn:
+            return list(conn.execute(sa.text(query), args).mappings())
+    except sa.exc.ProgrammingError as exc:  # the campaign's first write migrates the ledger
+        if getattr(exc.orig, "sqlstate", "") == "42P01":  # undefined table
             return []
         raise
-    finally:
-        conn.close()
 
 
 def test_a_campaign_on_two_hosts_survives_ctrl_c_and_writes_a_winner_that_deploys(
-    lab, tmp_path: Path
+    lab, tmp_path: Path, pg_url: str
 ) -> None:
+    """Two control machines share one PostgreSQL ledger: the campaign begins on the first, is cut
+    off by Ctrl-C, and the second resumes it; a third's resume meanwhile is refused."""
     folder = tmp_path / "profiles"
     folder.mkdir()
     for name in ("base", "cg_5tok", "baseline"):
         (folder / f"{name}.yml").write_text((ROOT / "profiles" / f"{name}.yml").read_text())
     space = tmp_path / "space.yml"
     space.write_text(SPACE)
+    states = [tmp_path / f"control{k}" for k in (1, 2, 3)]
+    first, second, third = (control(state, pg_url) for state in states)
     where = ["--profiles-dir", str(folder)]
     byname = {h.name: h for h in lab.hosts}
     inv = ["-i", str(lab.inventory), "--limit", ",".join(HOSTS)]
     started = {h: service(byname[h])["ExecMainStartTimestamp"] for h in HOSTS}
-    deploys_before = len(ledger_rows("SELECT id FROM deploys"))
+    deploys_before = len(ledger_rows(pg_url, "SELECT id FROM deploys"))
 
-    check = orchestrator(*where, "tune", str(space), *inv, "--check")
+    check = orchestrator(*where, "tune", str(space), *inv, "--check", env=first)
     assert check.returncode == 0, check.stderr
     print(check.stdout)
     said = " ".join(check.stdout.split())  # as one line, however rich wrapped it
@@ -85,16 +98,16 @@ def test_a_campaign_on_two_hosts_survives_ctrl_c_and_writes_a_winner_that_deploy
     )
     assert "16 exceeds num_steps x eagle_topk + 1 = 9" in said
     assert "estimate: " in said and "nothing was changed (--check)" in said
-    assert len(ledger_rows("SELECT id FROM deploys")) == deploys_before  # no host touched
+    assert len(ledger_rows(pg_url, "SELECT id FROM deploys")) == deploys_before  # no host touched
     assert {h: service(byname[h])["ExecMainStartTimestamp"] for h in HOSTS} == started
 
     began = time.time()
     argv = [sys.executable, "-m", "orchestrator", *where, "tune", str(space), *inv, "--json"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=first)
     try:
         campaign = ""
         while time.time() - began < 300:  # Ctrl-C once the baseline and two trials are in
-            rows = ledger_rows("SELECT * FROM trials WHERE time>=? ORDER BY id", began)
+            rows = ledger_rows(pg_url, "SELECT * FROM trials WHERE time>=:t ORDER BY id", t=began)
             if sum(r["kind"] == "trial" for r in rows) >= 2 and any(r["kind"] == "baseline" for r in rows):
                 campaign = rows[0]["campaign_id"]
                 break
@@ -109,24 +122,55 @@ def test_a_campaign_on_two_hosts_survives_ctrl_c_and_writes_a_winner_that_deploy
             proc.wait()
     assert proc.returncode == 130, (out, err)
     assert f"--resume {campaign}" in err
-    before = ledger_rows("SELECT * FROM trials WHERE campaign_id=?", campaign)
+    before = ledger_rows(pg_url, "SELECT * FROM trials WHERE campaign_id=:c", c=campaign)
     measured = {r["profile"] for r in before}
     assert len([r for r in before if r["kind"] == "baseline"]) == 1  # one baseline serves both hosts
+    runs_query = "SELECT curve_id FROM bench_results WHERE sweep_id=:c"
+    runs_before = Counter(r["curve_id"] for r in ledger_rows(pg_url, runs_query, c=campaign))
 
-    done = orchestrator(*where, "tune", str(space), "-i", str(lab.inventory), "--resume", campaign, "--json",
-                        timeout=600)  # fmt: skip
+    # The second control machine resumes it. Once it holds the campaign, the third's resume is
+    # refused, naming it, before any host changes (its only play reads the model files).
+    resume = [*where, "tune", str(space), "-i", str(lab.inventory), "--resume", campaign, "--json"]
+    argv = [sys.executable, "-m", "orchestrator", *resume]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=second)
+    try:
+        holder, waited = "", time.time()
+        while time.time() - waited < 120:
+            (row,) = ledger_rows(pg_url, "SELECT holder FROM campaigns WHERE id=:c", c=campaign)
+            holder = row["holder"]
+            if holder:
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        assert holder.endswith(f" pid {proc.pid}"), holder
+        refused = orchestrator(*resume, env=third, timeout=120)
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert refused.returncode == 2, (refused.stdout, refused.stderr)
+    assert f"campaign {campaign} is being run by {holder} (heard from" in " ".join(refused.stderr.split())
+    plays = {run.name.split("-")[2] for run in (states[2] / "runs").glob("*")}
+    assert plays <= {"preflight"}, plays  # the third only read the hosts: no deploy, no stop
+    done = subprocess.CompletedProcess(argv, proc.returncode, out, err)
     assert done.returncode == 0, (done.stdout, done.stderr)
     outcome = json.loads(done.stdout)
     print(json.dumps({k: outcome[k] for k in ("verdict", "restarts", "grid", "wall_s", "winner", "leaders")}))
     for level in outcome["levels"]:
         print(level["level"], [(r["setting"], round(r["tok_s"], 1), r["speedup"]) for r in level["rows"]])
 
-    # nothing measured twice: no point the first run finished is searched again, nor the baselines
-    after = ledger_rows(
-        "SELECT * FROM trials WHERE campaign_id=? AND id>?", campaign, max(r["id"] for r in before)
-    )
+    # nothing measured twice: no point the first run finished is searched again, nor the baselines,
+    # and no run of its trials is taken again
+    last = max(r["id"] for r in before)
+    after = ledger_rows(pg_url, "SELECT * FROM trials WHERE campaign_id=:c AND id>:i", c=campaign, i=last)
     assert {r["profile"] for r in after if r["kind"] == "trial"}.isdisjoint(measured)
     assert not [r for r in after if r["kind"] == "baseline"]
+    searched = Counter(r["point"] for r in [*before, *after] if r["kind"] == "trial")
+    assert set(searched.values()) == {1}, searched  # each point once, over both machines
+    runs_after = Counter(r["curve_id"] for r in ledger_rows(pg_url, runs_query, c=campaign))
+    kept = {r["curve_id"] for r in before}
+    assert {c: runs_after[c] for c in kept} == {c: runs_before[c] for c in kept}
     trials = outcome["trials"]
     assert len([t for t in trials if t["kind"] == "baseline"]) == 1
     assert outcome["objective"] == "minimize p99 ITL at c=4 (tok/s of one request at least 5)"
@@ -145,15 +189,16 @@ def test_a_campaign_on_two_hosts_survives_ctrl_c_and_writes_a_winner_that_deploy
     assert outcome["winner"] and outcome["winner_file"].startswith(str(folder))
     winner = Path(outcome["winner_file"])
     assert "extends: cg_5tok" in winner.read_text()
-    assert orchestrator(*where, "validate", "-p", str(winner)).returncode == 0
+    assert orchestrator(*where, "validate", "-p", str(winner), env=second).returncode == 0
     deployed = orchestrator(*where, "deploy", "-p", str(winner), "-i", str(lab.inventory), "--limit", "lab1",
-                            "--json")  # fmt: skip
+                            "--json", env=second)  # fmt: skip
     assert deployed.returncode == 0, deployed.stdout
     assert json.loads(deployed.stdout)["hosts"][0]["ok"]
     assert outcome["left_ok"]
     assert all(
         ssh(byname[h], "ls", "-A", "/run/orchestrator") == "" for h in HOSTS
     )  # the campaign's lock is gone
+    assert not [s for s in states if (s / "ledger.sqlite").exists()]  # all of it went to PostgreSQL
 
 
 def test_a_goodput_campaign_reads_the_most_load_off_the_request_rate_curve(lab, tmp_path: Path) -> None:

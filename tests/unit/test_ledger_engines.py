@@ -756,3 +756,75 @@ def test_a_nul_in_text_and_a_nan_are_stored_alike_on_both_engines(engine: Ledger
     rows = ledger.bench_results()
     assert [(r["tok_s"], r["notes"]) for r in rows] == [(None, "x\ufffdy")]
     assert ledger.take_unreadable() == []
+
+
+def test_a_push_copies_each_row_once_and_keeps_its_origin(
+    engine: Ledger, tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ledger push`: a laptop's SQLite ledger into the team's. Counts are what was copied; a second
+    push copies only what was recorded since; a campaign comes without its holder; a good unit
+    replaces the target's only when newer."""
+    from orchestrator.ledger import team
+
+    target = ledger.where()
+    laptop = tmp_path / "laptop" / "ledger.sqlite"
+    ledger.record_deploy(deploy(host="lab2", digest="new"), good_unit="[Unit] team", facts={})
+    # The laptop's rows, recorded by an older machine, at an older time.
+    monkeypatch.setenv("ORCHESTRATOR_LEDGER", str(laptop))
+    ledger.use(None)
+    clock.now = T - 100
+    ledger.record_deploy(deploy(host="lab1"), good_unit="[Unit] laptop 1", facts={"port": 30000})
+    ledger.record_deploy(deploy(host="lab2", digest="old"), good_unit="[Unit] laptop 2", facts={})
+    ledger.record_bench(bench(tok_s=82.3))
+    ledger.record_campaign(
+        {"id": "c1", "space_path": "s.yml", "space_digest": "x", "space": "", "hosts": "[]", "status": "done"}
+    )
+    ledger.record_trial(
+        {
+            "campaign_id": "c1",
+            "number": 0,
+            "kind": "trial",
+            "point": "{}",
+            "profile": "p",
+            "host": "lab1",
+            "state": "complete",
+        }
+    )
+    monkeypatch.delenv("ORCHESTRATOR_LEDGER")
+    ledger.use(None if engine.kind == "sqlite" else engine.url)
+
+    first = team.push(laptop, target)
+    assert first.copied == {
+        "adoptions": 0,
+        "bench_results": 1,
+        "campaigns": 1,
+        "deploys": 2,
+        "good_units": 1,  # lab1's; lab2's is older than the team's
+        "last_good": 1,
+        "trials": 1,
+    }, first.copied
+    assert first.had["good_units"] == 1 and first.had["last_good"] == 1
+    again = team.push(laptop, target)
+    assert set(again.copied.values()) == {0}, again.copied
+
+    hosts = sorted((r["host"], r["digest"]) for r in ledger.history())
+    assert hosts == [("lab1", "d1"), ("lab2", "new"), ("lab2", "old")]
+    assert ledger.good_unit("lab2", "sglang.service")["unit"] == "[Unit] team"
+    assert ledger.good_unit("lab1", "sglang.service")["facts"] == {"port": 30000}
+    laptop_id = (
+        sa.create_engine(f"sqlite:///{laptop}")
+        .connect()
+        .execute(sa.text("SELECT value FROM ledger_info WHERE key='ledger_id'"))
+        .scalar_one()
+    )
+    pushed = [r["pushed_from"] for r in ledger.history() if r["pushed_from"]]
+    assert sorted(pushed) == [f"{laptop_id}:1", f"{laptop_id}:2"]
+    assert {r["origin"] for r in ledger.history()} == {socket.gethostname()}
+    assert ledger.campaign("c1")["holder"] == ""
+    assert [t["host"] for t in ledger.trials("c1")] == ["lab1"]
+
+    ledger.use(str(laptop))
+    ledger.record_bench(bench(tok_s=90.0))
+    ledger.use(None if engine.kind == "sqlite" else engine.url)
+    assert team.push(laptop, target).copied["bench_results"] == 1
+    assert sorted(r["tok_s"] for r in ledger.bench_results()) == [82.3, 90.0]
