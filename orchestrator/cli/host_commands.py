@@ -349,7 +349,7 @@ def history(host: str | None, count: int, as_json: bool) -> None:
         return
     table = Table(title=f"history ({shown(ledger.shown())})", title_justify="left")
     # A team's ledger: which control machine ran each deploy, once there are two.
-    machines = len({r.get("origin") or "" for r in rows}) > 1
+    machines = len({r["origin"] for r in rows if r.get("origin")}) > 1
     for col in (
         "time",
         "host",

@@ -75,8 +75,34 @@ def ready() -> None:
     It migrates the schema and writes one row (when this machine last wrote), so an unreachable,
     read-only or newer ledger stops the command here, with one line saying why.
     """
-    with store.writing() as conn:
+    w = where()
+    with store.writing(w) as conn:
+        if conn.dialect.name == "postgresql":
+            _check_grants(conn, w)
         _upsert(conn, schema.ledger_info, {"key": f"seen:{origin()}", "value": repr(time.time())}, ["key"])
+
+
+def _check_grants(conn: sa.Connection, w: store.Where) -> None:
+    """On PostgreSQL, a role may write one table and not the next: every grant a record needs
+    (INSERT and UPDATE on each table, USAGE on each id sequence) is checked at once."""
+    query = """
+        SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = current_schema() AND (
+            (c.relkind = 'r' AND c.relname = ANY(:tables)
+             AND NOT (has_table_privilege(c.oid, 'INSERT')
+                      AND has_table_privilege(c.oid, 'UPDATE')))
+            OR (c.relkind = 'S' AND c.relname = ANY(:sequences)
+                AND NOT has_sequence_privilege(c.oid, 'USAGE')))
+        ORDER BY c.relname
+    """
+    tables = [t.name for t in schema.metadata.sorted_tables]
+    sequences = [f"{t}_id_seq" for t in schema.LOGGED]
+    missing = conn.execute(sa.text(query), {"tables": tables, "sequences": sequences}).scalars().all()
+    if missing:
+        raise StateError(
+            f"ledger {w.shown()} cannot be written (this role may not write {', '.join(missing)}): "
+            f"{store.GRANT}, or point {w.source} at a writable ledger"
+        )
 
 
 def clean(values: dict[str, Any]) -> dict[str, Any]:
@@ -617,9 +643,24 @@ def holder() -> str:
     return f"{user}@{origin()} pid {os.getpid()}"
 
 
+#: The campaigns this process holds (recorded or claimed, not yet let go).
+_held: set[str] = set()
+
+
 def record_campaign(row: dict[str, Any]) -> None:
     """A new campaign (campaigns columns but outcome), held by this process."""
     _insert("campaigns", {"holder": holder(), "heartbeat": time.time(), **row})
+    _held.add(str(row["id"]))
+
+
+def _now(conn: sa.Connection) -> float:
+    """The ledger's clock: the database server's, on PostgreSQL, so that two control machines whose
+    clocks differ judge a campaign's heartbeat alike."""
+    if conn.dialect.name == "postgresql":
+        return float(
+            conn.execute(sa.text("SELECT extract(epoch FROM clock_timestamp())::float8")).scalar_one()
+        )
+    return time.time()
 
 
 def claim_campaign(campaign_id: str) -> None:
@@ -627,14 +668,16 @@ def claim_campaign(campaign_id: str) -> None:
 
     A holder heard from in the last STALE_S keeps it: two resumes of one campaign at once, from
     one machine or two, never both run. One update decides, so the ledger's own locking settles
-    a race.
+    a race; the ledger's clock judges the heartbeat.
     """
-    me, now = holder(), time.time()
+    me = holder()
     c = schema.campaigns.c
-    free = sa.or_(c.holder == "", c.holder == me, c.heartbeat.is_(None), c.heartbeat < now - STALE_S)
     with store.writing() as conn:
+        now = _now(conn)
+        free = sa.or_(c.holder == "", c.holder == me, c.heartbeat.is_(None), c.heartbeat < now - STALE_S)
         claim = schema.campaigns.update().where(c.id == campaign_id, free).values(holder=me, heartbeat=now)
         if conn.execute(claim).rowcount:
+            _held.add(campaign_id)
             return
         found = conn.execute(sa.select(c.holder, c.heartbeat).where(c.id == campaign_id)).first()
     if found is None:
@@ -647,25 +690,42 @@ def claim_campaign(campaign_id: str) -> None:
 
 
 @contextmanager
-def holding(campaign_id: str) -> Iterator[None]:
+def holding(campaign_id: str, on_lost: Callable[[str], None] | None = None) -> Iterator[None]:
     """While inside: say every HEARTBEAT_S that this process still runs the campaign (once it holds
-    it); at the end, let it go."""
+    it); at the end, let it go. `on_lost(why)` is called once if another process took the
+    campaign over, or the ledger stayed unreachable for half of STALE_S."""
     stop = threading.Event()
     me = holder()
     c = schema.campaigns.c
 
     def beat() -> None:
+        failing_since: float | None = None
         while not stop.wait(HEARTBEAT_S):
             try:
                 with store.writing() as conn:
                     mine = schema.campaigns.update().where(c.id == campaign_id, c.holder == me)
-                    conn.execute(mine.values(heartbeat=time.time()))
-            except Exception:  # a ledger that went away: the next record says so
+                    kept = conn.execute(mine.values(heartbeat=_now(conn))).rowcount
+                    now_held = conn.execute(sa.select(c.holder).where(c.id == campaign_id)).scalar()
+            except Exception as exc:  # the ledger went away: the holder gives up before it is stale
+                failing_since = failing_since or time.monotonic()
+                if campaign_id in _held and time.monotonic() - failing_since > STALE_S / 2:
+                    _lost(f"the ledger could not be reached for {STALE_S / 2:.0f} s ({exc})")
+                    return
                 continue
+            failing_since = None
+            if not kept and campaign_id in _held:  # it was ours, and is not: another took it over
+                _held.discard(campaign_id)
+                _lost(f"{now_held or 'another process'} took the campaign over")
+                return
+
+    def _lost(why: str) -> None:
+        if on_lost is not None:
+            on_lost(why)
 
     def release() -> None:
         stop.set()
         thread.join()
+        _held.discard(campaign_id)
         with store.writing() as conn:
             mine = schema.campaigns.update().where(c.id == campaign_id, c.holder == me)
             conn.execute(mine.values(holder="", heartbeat=None))
@@ -682,11 +742,12 @@ def holding(campaign_id: str) -> Iterator[None]:
 
 
 def update_campaign(campaign_id: str, **changes: Any) -> None:
-    """Set a campaign's status, hosts or outcome."""
+    """Set a campaign's status, hosts or outcome; only while this process holds it, or nobody does
+    (a process another one took the campaign over from changes nothing)."""
+    c = schema.campaigns.c
+    mine = sa.or_(c.holder == holder(), c.holder == "")
     with store.writing() as conn:
-        conn.execute(
-            schema.campaigns.update().where(schema.campaigns.c.id == campaign_id).values(clean(changes))
-        )
+        conn.execute(schema.campaigns.update().where(c.id == campaign_id, mine).values(clean(changes)))
 
 
 def campaign(campaign_id: str) -> Row | None:

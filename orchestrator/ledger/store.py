@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import socket
 import sqlite3
 import time
@@ -64,7 +65,14 @@ class Where:
         """The ledger for a message: a file's path, or the URL with any password hidden."""
         if self.file is not None:
             return short_path(self.file)
-        return one_line(self.url.set(drivername="postgresql").render_as_string(hide_password=True))
+        return _masked(self.url.set(drivername="postgresql", port=self.url.port or 5432))
+
+
+def _masked(url: sa.URL) -> str:
+    """A URL as text with its password hidden: the user:PASSWORD@ part, and libpq's ?password=."""
+    if "password" in url.query:
+        url = url.update_query_dict({"password": "***"})
+    return one_line(url.render_as_string(hide_password=True))
 
 
 def where(text: str | None = None) -> Where:
@@ -83,7 +91,8 @@ def parse(text: str, source: str = "the URL") -> Where:
         return Where(sa.URL.create("sqlite"), file, source)
     try:
         url = sa.make_url(text)
-    except sa.exc.ArgumentError:
+        url.port  # noqa: B018  (a port that is not a number fails here, not at the first connection)
+    except (sa.exc.ArgumentError, ValueError):
         raise StateError(f"{source} {_hidden(text)} is not a ledger URL: {_FORMS}") from None
     backend = url.get_backend_name()
     if backend == "sqlite":
@@ -106,12 +115,13 @@ _FORMS = (
 def _hidden(text: str) -> str:
     """A URL the user gave, for a message, without its password."""
     try:
-        return one_line(sa.make_url(text).render_as_string(hide_password=True))
-    except sa.exc.ArgumentError:
+        return _masked(sa.make_url(text))
+    except (sa.exc.ArgumentError, ValueError):
         head, _, tail = text.partition("://")
         user_part, at, rest = tail.rpartition("@")
         if at and ":" in user_part:
             tail = f"{user_part.split(':')[0]}:***@{rest}"
+        tail = re.sub(r"(password=)[^&]*", r"\1***", tail)
         return one_line(f"{head}://{tail}")
 
 
@@ -126,9 +136,13 @@ def origin() -> str:
 @functools.cache
 def _engine(w: Where, writing: bool) -> sa.Engine:
     if w.file is None:
+        # The URL's own connect_timeout and application_name win over these defaults.
+        defaults = {"connect_timeout": CONNECT_TIMEOUT_S, "application_name": "orchestrator"}
         engine = sa.create_engine(
             w.url,
-            connect_args={"connect_timeout": CONNECT_TIMEOUT_S, "application_name": "orchestrator"},
+            connect_args={k: v for k, v in defaults.items() if k not in w.url.query},
+            # Whatever the database's default: a claim or a migration reads what others committed.
+            isolation_level="READ COMMITTED",
             pool_size=2,
             # A pooled connection the server dropped (a restart, a failover, idle_session_timeout) is
             # replaced, not reported as an unreachable ledger in the middle of a campaign.
@@ -308,6 +322,12 @@ def _explain(w: Where, writing: bool, e: BaseException) -> BaseException:
         if name.startswith(_CORRUPT):
             return StateError(f"{db} is not a readable ledger ({e}): {move_aside(db)}")
         if name.startswith(_NO_ACCESS):
+            if (
+                writing
+                and db.parent.absolute() == state_dir().absolute()
+                and not db.exists()  # no ledger yet, in a state directory that takes no file
+            ):
+                return state_dir_error(f"cannot be written ({e})")
             done, do = ("written", "write") if writing else ("read", "read")
             return StateError(
                 f"{db} cannot be {done} ({e}): let this user {do} it and {db.parent}, "
@@ -316,13 +336,22 @@ def _explain(w: Where, writing: bool, e: BaseException) -> BaseException:
         return e
     reason = _reason(e)
     code = getattr(e, "sqlstate", None) or ""
-    if not code and not _connection_error(e):
-        return e
-    if code in _PG_NO_WRITE or (code.startswith("42") and writing and "permission" in reason):
+    if code == "42501" and not writing:
         return StateError(
-            f"ledger {w.shown()} cannot be written ({reason}): grant this role INSERT and UPDATE on "
-            f"the ledger's tables, or point {w.source} at a writable ledger"
+            f"ledger {w.shown()} cannot be read ({reason}): grant this role SELECT on the ledger's "
+            f"tables, or point {w.source} at another ledger"
         )
+    if code in _PG_NO_WRITE:
+        return StateError(
+            f"ledger {w.shown()} cannot be written ({reason}): {GRANT}, "
+            f"or point {w.source} at a writable ledger"
+        )
+    if code in ("55P03", "57014", "40001", "40P01"):  # lock or statement timeout, serialization, deadlock
+        return StateError(f"ledger {w.shown()} is busy ({reason}): run the command again")
+    if not code and not _connection_error(e):
+        if _driver_error(e):  # psycopg's own refusal, such as an unknown libpq parameter
+            return StateError(f"ledger {w.shown()} cannot be used ({reason}): check its URL")
+        return e
     if code.startswith("08") or code == "" or code.startswith(("28", "3D", "57P")):
         # 08: connection; 28: authentication; 3D: no such database; 57P: server shutting down
         return StateError(
@@ -330,6 +359,15 @@ def _explain(w: Where, writing: bool, e: BaseException) -> BaseException:
             f"~/.pgpass, or point {w.source} at another ledger"
         )
     return e
+
+
+GRANT = "grant this role INSERT and UPDATE on the ledger's tables, and USAGE on its sequences"
+
+
+def _driver_error(e: BaseException) -> bool:
+    import psycopg
+
+    return isinstance(e, psycopg.Error)
 
 
 def _connection_error(e: BaseException) -> bool:

@@ -115,7 +115,9 @@ def _moved(table: sa.Table, row: dict[str, Any], ledger_id: str, here: str) -> d
     row = dict(row)
     row["origin"] = row.get("origin") or here
     if table.name in schema.LOGGED:
-        row["pushed_from"] = row.get("pushed_from") or f"{ledger_id}:{row.pop('id')}"
+        # The row's id and time: SQLite reuses the id of a deleted newest row, and a copied ledger
+        # file shares the id of the ledger it came from; their rows' times differ.
+        row["pushed_from"] = row.get("pushed_from") or f"{ledger_id}:{row['id']}@{row['time']!r}"
         row.pop("id", None)
     if table.name == "campaigns":  # nobody runs it in the target yet
         row["holder"], row["heartbeat"] = "", None
@@ -130,8 +132,18 @@ def _insert_new(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]
     stmt = dialect.insert(table).values(rows)
     if table.name in schema.LOGGED:
         stmt = stmt.on_conflict_do_nothing(index_elements=["pushed_from"])
-    elif table.name == "campaigns":
-        stmt = stmt.on_conflict_do_nothing(index_elements=["id"])
+    elif table.name == "campaigns":  # one that ended since the last push: its end, unless one runs it
+        c = table.c
+        ended = sa.or_(c.status != stmt.excluded.status, c.outcome != stmt.excluded.outcome)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["id"],
+            set_={
+                "status": stmt.excluded.status,
+                "outcome": stmt.excluded.outcome,
+                "hosts": stmt.excluded.hosts,
+            },
+            where=sa.and_(c.holder == "", ended),
+        )
     else:  # a good unit: the newer one stays
         keys = [c.name for c in table.primary_key.columns]
         changed = {c: stmt.excluded[c] for c in rows[0] if c not in keys}

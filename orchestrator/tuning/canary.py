@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator import ledger
 from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.hosts import deploy as deploy_mod
 from orchestrator.hosts import rotation
@@ -114,6 +115,8 @@ def canary_deploy(
             "--canary tries one replica of a fleet first; a multi-node server "
             f"({', '.join(h.name for h in ranks)}) is one server: deploy it without --canary"
         )
+    if not options.check:  # before the canary leaves its gateway: every bench and deploy is recorded
+        ledger.ready()
     hosts = [h.name for h in selected(inventory, options.limit)]
     host, rest = hosts[0], hosts[1:]
     if rest and options.preflight and not options.files_checked:

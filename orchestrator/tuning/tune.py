@@ -230,6 +230,8 @@ class Campaign:
         self.deployed: dict[str, profile_mod.Profile | None] = dict.fromkeys(self.hosts)
         self.lock = threading.RLock()
         self.stop = threading.Event()
+        #: why this process stopped holding the campaign ("": it holds it)
+        self.lost = ""
         self.running: dict[str, str] = {}
         self.started = time.monotonic()
         self.phase = ""
@@ -481,6 +483,10 @@ class Campaign:
                 self.deployed[host] = prof
 
     def _stopped(self, where: str) -> str:
+        if self.lost:
+            return (
+                f"tune campaign {self.id} stopped{where}: {self.lost}; its finished trials are in the ledger"
+            )
         return (
             f"tune campaign {self.id} stopped by Ctrl-C{where}; its finished trials are in the ledger: "
             f"go on with `tune {self.x.path} --resume {self.id}`"
@@ -1287,8 +1293,13 @@ class Campaign:
         return outcome
 
     def run(self) -> Outcome:
-        with ledger.holding(self.id):
+        with ledger.holding(self.id, on_lost=self._lost):
             return self._run()
+
+    def _lost(self, why: str) -> None:
+        """Another process runs the campaign now (or the ledger is gone): no new restart here."""
+        self.lost = why
+        self.stop.set()
 
     def _run(self) -> Outcome:
         self._start()

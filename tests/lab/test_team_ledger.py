@@ -99,7 +99,7 @@ def test_two_control_machines_deploy_and_bench_at_once_into_one_postgresql_ledge
     history = run_json(machines["lab2"], "history", "--json")
     (row,) = [r for r in history if r["host"] == ALONE]
     assert (row["run_id"], row["origin"]) == (deploys[ALONE]["run_id"], here)
-    assert row["pushed_from"] == f"{mine['ledger_id']}:1"  # the SQLite ledger's id and the row's
+    assert row["pushed_from"].startswith(f"{mine['ledger_id']}:1@")  # the SQLite ledger's id and the row's
     assert len(history) == 3
     copied = {"deploys": 1, "good_units": 1, "last_good": 1, "bench_results": 0, "campaigns": 0, "trials": 0}
     assert {t: pushed["copied"][t] for t in copied} == copied, pushed
