@@ -1,6 +1,6 @@
 """The ledger's tables as the newest migration leaves them (SQLAlchemy Core).
 
-The migrations (migrations/versions/) make them; tests/unit/test_ledger_schema.py checks that both
+The migrations (migrations/versions/) make them; tests/unit/test_ledger_engines.py checks that both
 agree, on SQLite and on PostgreSQL. Readers take each column's type, NOT NULL and default from here.
 
 Numbers: INT is 64-bit on PostgreSQL (a PID's start time in clock ticks outgrows 32 bits), REAL is
