@@ -9,6 +9,7 @@ the other takes the unit tests. Without xdist, the mark does nothing.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,3 +46,13 @@ def pg_url(postgres: Postgres) -> Iterator[str]:
     url = postgres.create_db()
     yield url
     postgres.drop_db(url)
+
+
+@pytest.fixture(autouse=True)
+def _one_ledger_per_test() -> Iterator[None]:
+    """`--ledger URL` (a CliRunner's) and ledger.use() choose the ledger for the whole process: each
+    test starts and ends on the default one ($ORCHESTRATOR_LEDGER, else the state directory's)."""
+    yield
+    store = sys.modules.get("orchestrator.ledger.store")
+    if store is not None:
+        store.use(None)

@@ -25,6 +25,7 @@ import io
 import json
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -206,7 +207,7 @@ def _value_problem(column: str, kind: str, value: Any) -> str:
     if kind == "TEXT":
         if not isinstance(value, str):
             return "not text"
-        if any("\udc80" <= ch <= "\udcff" for ch in value):
+        if not value.isascii() and _SURROGATES.search(value):
             return "not UTF-8 text"
         if column == "facts" and not _json_object(value):
             return "not a JSON object"
@@ -220,6 +221,10 @@ def _value_problem(column: str, kind: str, value: Any) -> str:
     if column == "time" and not 0 <= value <= LAST_TIME:
         return "not a time (seconds since 1970, before the year 10000)"
     return ""
+
+
+#: The lone surrogates that bytes which are not UTF-8 (a hand edit) become when read.
+_SURROGATES = re.compile("[\udc80-\udcff]")
 
 
 def _json_object(text: str) -> bool:

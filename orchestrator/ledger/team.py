@@ -10,6 +10,7 @@ machine that pushes it, which is where a SQLite ledger lives.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,8 @@ def push(source: Path, target: store.Where) -> Pushed:
     """Copy the SQLite ledger `source` into `target`, each row once (a second push adds nothing)."""
     if target.file is not None and target.file.resolve() == source.resolve():
         raise StateError(f"ledger push: {source} is the ledger it would push into: name another ledger")
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:/", str(source)):  # not echoed: it may hold a password
+        raise StateError("ledger push --from takes a SQLite ledger's path, not a URL")
     src = store.Where(sa.URL.create("sqlite"), source, "the ledger to push")
     if not source.is_file():
         raise StateError(f"ledger push: no ledger at {source}: give a SQLite ledger's path with --from")
@@ -100,13 +103,13 @@ def push(source: Path, target: store.Where) -> Pushed:
         for table in schema.metadata.sorted_tables:
             if table.name == "ledger_info":
                 continue
-            rows = [dict(r._mapping) for r in read.execute(sa.select(table))]
-            copied = 0
-            for start in range(0, len(rows), BATCH):
-                batch = [_moved(table, r, ledger_id, here) for r in rows[start : start + BATCH]]
-                copied += _insert_new(write, table, batch)
+            copied = seen = 0
+            found = read.execution_options(yield_per=BATCH).execute(sa.select(table))
+            for part in found.mappings().partitions():  # BATCH rows at a time, never the whole table
+                copied += _insert_new(write, table, [_moved(table, dict(r), ledger_id, here) for r in part])
+                seen += len(part)
             done.copied[table.name] = copied
-            done.had[table.name] = len(rows) - copied
+            done.had[table.name] = seen - copied
     return done
 
 
@@ -125,11 +128,13 @@ def _moved(table: sa.Table, row: dict[str, Any], ledger_id: str, here: str) -> d
 
 
 def _insert_new(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> int:
-    """Insert the rows the target lacks; how many it took."""
+    """Insert the rows the target lacks; how many it took (the rows RETURNING gives back).
+
+    One statement, compiled once, for all the rows: SQLAlchemy sends them in batches itself."""
     if not rows:
         return 0
     dialect: Any = sqlite if conn.dialect.name == "sqlite" else postgresql
-    stmt = dialect.insert(table).values(rows)
+    stmt = dialect.insert(table)
     if table.name in schema.LOGGED:
         stmt = stmt.on_conflict_do_nothing(index_elements=["pushed_from"])
     elif table.name == "campaigns":  # one that ended since the last push: its end, unless one runs it
@@ -150,5 +155,4 @@ def _insert_new(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]
         stmt = stmt.on_conflict_do_update(
             index_elements=keys, set_=changed, where=table.c.time < stmt.excluded.time
         )
-    # psycopg reports no row count for an INSERT unless SQLAlchemy is asked to keep it.
-    return max(0, conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount or 0)
+    return len(conn.execute(stmt.returning(*table.primary_key.columns), rows).all())
