@@ -283,6 +283,10 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return sum(known) / len(known) if known else None
 
 
+#: The rows `results` shows in its table by default: a team's ledger holds 100,000.
+LAST_ROWS = 200
+
+
 @click.command()
 @click.option("--profile", "-p", "profile_ref", metavar="NAME|PATH", help="Expected profile (checked).")
 @inventory_option
@@ -760,6 +764,14 @@ def _with_comparison(rows: list[dict[str, Any]], baseline: str) -> list[dict[str
     show_default=True,
     help="Compare each profile with this one, at each level where it ran.",
 )
+@click.option(
+    "--last",
+    "-n",
+    type=params.Integer(0, 10**9),
+    default=LAST_ROWS,
+    show_default=True,
+    help="The table shows the newest N rows (0: all). The comparison, CSV and JSON take every row.",
+)
 @handle_errors
 def results(
     profile: str | None,
@@ -773,6 +785,7 @@ def results(
     fmt: str,
     plot: Path | None,
     baseline: str,
+    last: int,
 ) -> None:
     """Bench results from the ledger, oldest first: as a table, CSV (every column) or JSON; then,
     per level (endpoint, dataset, load, temperature, max tokens), each profile against --baseline.
@@ -806,7 +819,10 @@ def results(
     elif fmt == "json":
         click.echo(json.dumps(_with_comparison(printed, baseline), indent=2))
     else:
-        out.print(results_table(printed))
+        older = len(printed) - last if last else 0
+        out.print(results_table(printed[older:] if older > 0 else printed))
+        if older > 0:  # a team's ledger holds 100,000 rows: a terminal shows the newest
+            out.print(f"{older:,} older rows not shown: --last 0 shows them, --format csv has every column")
         _print_comparison(printed, baseline)
     if plot is not None:
         _plot(printed, baseline, plot)

@@ -210,3 +210,22 @@ def test_a_plot_into_a_folder_that_does_not_exist_is_one_line_before_any_output(
     done = CliRunner().invoke(results, ["--plot", str(tmp_path / ("x" * 300) / "plot.png")])
     assert (done.exit_code, done.output.count("\n")) == (2, 1), done.output
     assert "File name too long" in done.output
+
+
+def test_the_results_table_shows_the_newest_rows_and_says_how_many_it_left_out(state: Path) -> None:
+    """A team's ledger holds 100,000 rows: the table shows the newest --last N (200), the CSV all."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli.main import cli
+
+    with ledger.connect() as conn:
+        rows = [{**ok_row("p", 80.0, 3.0), "time": 1.8e9 + i, "host": f"gpu-{i:03d}"} for i in range(205)]
+        conn.execute(schema.bench_results.insert(), rows)
+    table = CliRunner().invoke(cli, ["results"])
+    assert table.exit_code == 0, table.output
+    assert "5 older rows not shown: --last 0 shows them" in table.output
+    assert "gpu-204" in table.output and "gpu-005" in table.output and "gpu-004" not in table.output
+    everything = CliRunner().invoke(cli, ["results", "--last", "0"])
+    assert "older rows" not in everything.output and "gpu-000" in everything.output
+    csv_out = CliRunner().invoke(cli, ["results", "--format", "csv"])
+    assert len(csv_out.output.splitlines()) == 206
