@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestrator.errors import StateError, short_path
 from orchestrator.ledger import schema, store
@@ -121,12 +120,23 @@ def clean(values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _dialect(conn: sa.Connection) -> Any:
+    """The connection's dialect module, for its INSERT ... ON CONFLICT (imported when first used:
+    PostgreSQL's costs every command that records a quarter of its import time)."""
+    if conn.dialect.name == "sqlite":
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite
+    from sqlalchemy.dialects import postgresql
+
+    return postgresql
+
+
 def _upsert(
     conn: sa.Connection, table: sa.Table, values: dict[str, Any], keys: list[str], newer_only: bool = False
 ) -> None:
     """Insert a row, or update the one with the same `keys` (only if older, when `newer_only`)."""
-    dialect: Any = sqlite if conn.dialect.name == "sqlite" else postgresql
-    stmt = dialect.insert(table).values(clean(values))
+    stmt = _dialect(conn).insert(table).values(clean(values))
     changed = {c: stmt.excluded[c] for c in values if c not in keys}
     where_clause = table.c.time < stmt.excluded.time if newer_only else None
     conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=changed, where=where_clause))

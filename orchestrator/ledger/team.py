@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestrator.errors import StateError
-from orchestrator.ledger import schema, store
+from orchestrator.ledger import _dialect, schema, store
 
 BATCH = 200  # rows per INSERT: under SQLite's 32,766 parameters, at 53 columns
 
@@ -133,8 +132,7 @@ def _insert_new(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]
     One statement, compiled once, for all the rows: SQLAlchemy sends them in batches itself."""
     if not rows:
         return 0
-    dialect: Any = sqlite if conn.dialect.name == "sqlite" else postgresql
-    stmt = dialect.insert(table)
+    stmt = _dialect(conn).insert(table)
     if table.name in schema.LOGGED:
         stmt = stmt.on_conflict_do_nothing(index_elements=["pushed_from"])
     elif table.name == "campaigns":  # one that ended since the last push: its end, unless one runs it

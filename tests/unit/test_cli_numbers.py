@@ -60,6 +60,7 @@ OPTIONS = [
     ),
     pytest.param(("results",), "--temperature", "temperature", "float", 0, 2, id="results--temperature"),
     pytest.param(("results",), "--seed", "seed", "int", 0, 2**31 - 1, id="results--seed"),
+    pytest.param(("results",), "--last", "last", "int", 0, 10**9, id="results--last"),
     *[
         pytest.param(cmd, *rest, id=f"{cmd[0]}{rest[0]}")
         for cmd in (("deploy", "-p", "x"), ("plan", "-p", "x"))
