@@ -481,54 +481,10 @@ def history(host: str | None = None, limit: int = 50) -> list[Row]:
     )
 
 
-#: bench_results columns a caller fills (id is SQLite's).
+#: bench_results columns a caller fills: all but the ledger's own (the id, the machine that wrote
+#: the row, and where a push copied it from).
 BENCH_COLUMNS = [
-    "run_id",
-    "sweep_id",
-    "time",
-    "host",
-    "address",
-    "port",
-    "profile",
-    "digest",
-    "plan_digest",
-    "speculative",
-    "sglang_version",
-    "git_commit",
-    "result",
-    "diagnosis",
-    "requests",
-    "concurrency",
-    "max_tokens",
-    "errors",
-    "output_tokens",
-    "duration_s",
-    "tok_s",
-    "tok_s_p50",
-    "tok_s_min",
-    "tok_s_max",
-    "total_tok_s",
-    "ttft_mean_s",
-    "ttft_p50_s",
-    "ttft_p90_s",
-    "ttft_p99_s",
-    "itl_mean_s",
-    "itl_p50_s",
-    "itl_p90_s",
-    "itl_p99_s",
-    "accept_len",
-    "accept_len_log",
-    "accept_len_client",
-    "notes",
-    "endpoint",
-    "dataset",
-    "dataset_digest",
-    "request_rate",
-    "temperature",
-    "seed",
-    "curve_id",
-    "repeat",
-    "model_digest",
+    c.name for c in schema.bench_results.columns if c.name not in ("id", "origin", "pushed_from")
 ]
 
 
