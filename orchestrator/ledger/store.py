@@ -400,7 +400,7 @@ def version_of(conn: sa.Connection, w: Where) -> int:
 
 
 def _stored_version(conn: sa.Connection, w: Where) -> int:
-    if _has_table(conn, "alembic_version"):
+    if has_table(conn, "alembic_version"):
         found = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
         if found is None:
             return 0
@@ -415,16 +415,12 @@ def _stored_version(conn: sa.Connection, w: Where) -> int:
     return 0
 
 
-def _has_table(conn: sa.Connection, table: str) -> bool:
+def has_table(conn: sa.Connection, table: str) -> bool:
     if conn.dialect.name == "sqlite":
         query = "SELECT 1 FROM sqlite_master WHERE type='table' AND name=:t"
     else:
         query = "SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = :t"
     return conn.execute(sa.text(query), {"t": table}).first() is not None
-
-
-def has_table(conn: sa.Connection, table: str) -> bool:
-    return _has_table(conn, table)
 
 
 def columns_of(conn: sa.Connection, table: str) -> frozenset[str]:
@@ -454,7 +450,7 @@ def _migrate(conn: sa.Connection, w: Where) -> None:
     from alembic import command
 
     config = _alembic_config(conn)
-    if version and not _has_table(conn, "alembic_version"):
+    if version and not has_table(conn, "alembic_version"):
         command.stamp(config, f"{version:04d}")  # a SQLite ledger of before Alembic
     for number in range(version + 1, schema.HEAD + 1):  # one at a time, to name the one that fails
         try:
