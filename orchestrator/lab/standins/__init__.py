@@ -1,4 +1,5 @@
-"""Stand-ins for what a lab host cannot have: H200 GPUs, nvidia-smi, SGLang and model weights.
+"""Stand-ins for what a lab host cannot have: H200 GPUs, nvidia-smi, SGLang, model weights, and
+Mooncake's RDMA transfer engine (importable only: the SGLang stand-in moves its PD KV itself).
 
 `install(rootfs)` writes them into a lab host's root filesystem before it boots. So the tool's real
 unit (`ExecStart=/usr/bin/python3 -m sglang.launch_server ...`) runs unchanged. Everything installed
@@ -55,12 +56,18 @@ def _write_json(path: Path, data: dict) -> None:
     _write(path, json.dumps(data, indent=2) + "\n")
 
 
+#: The transfer backend SGLang's `mooncake` PD backend imports: the stand-in's version, as the real
+#: wheel (`mooncake-transfer-engine`) names itself. There is no `nixl` stand-in: the lab has none.
+MOONCAKE_VERSION = "0.3.13.post1"
+
+
 def install_packages(rootfs: Path, sglang_version: str) -> None:
-    """sglang and nvidia_standin into dist-packages (on Debian system python3's sys.path)."""
+    """sglang, nvidia_standin and mooncake into dist-packages (on Debian system python3's sys.path)."""
     dist = rootfs / DIST_PACKAGES
-    for name in ("sglang", "nvidia_standin"):
+    for name in ("sglang", "nvidia_standin", "mooncake"):
         shutil.rmtree(dist / name, ignore_errors=True)
         shutil.copytree(HOST_SRC / name, dist / name, ignore=_IGNORE)
+    _install_mooncake_metadata(dist)
     package = dist / "sglang"
     shutil.copy2(Path(sglang_flags.__file__), package / "_flags.py")
     (package / "_help").mkdir()
@@ -68,6 +75,21 @@ def install_packages(rootfs: Path, sglang_version: str) -> None:
         for path in (sglang_flags.help_path(version), sglang_flags.types_path(version)):
             shutil.copy2(path, package / "_help" / path.name)
     set_sglang_version(rootfs, sglang_version)
+
+
+def _install_mooncake_metadata(dist: Path) -> None:
+    """The dist-info `importlib.metadata.version("mooncake-transfer-engine")` reads."""
+    for old in dist.glob("mooncake_transfer_engine-*.dist-info"):
+        shutil.rmtree(old)
+    info = dist / f"mooncake_transfer_engine-{MOONCAKE_VERSION}.dist-info"
+    _write(
+        info / "METADATA",
+        "Metadata-Version: 2.1\nName: mooncake-transfer-engine\n"
+        f"Version: {MOONCAKE_VERSION}\nSummary: Mooncake stand-in for the lab (no RDMA)\n",
+    )
+    _write(info / "INSTALLER", "orchestrator-lab\n")
+    _write(info / "RECORD", "")
+    _write(info / "top_level.txt", "mooncake\n")
 
 
 def install_gpus(rootfs: Path, gpus: int) -> None:

@@ -19,6 +19,8 @@ from sglang.version import __version__
 
 HELP_DIR = Path(__file__).resolve().parent / "_help"
 DEFAULT_PORT = 30000
+#: --disaggregation-bootstrap-port's default (server_args.py).
+DEFAULT_BOOTSTRAP_PORT = 8998
 
 
 def flag_table(version: str = __version__) -> _flags.FlagTable:
@@ -141,6 +143,9 @@ class ServerArgs:
     dist_init_addr: str | None  # HOST:PORT of node rank 0's rendezvous (torch's TCPStore)
     dist_timeout: float | None  # seconds; None: the stand-in's dist_timeout_s knob
     decode_log_interval: int
+    disaggregation_mode: str = "null"  # --disaggregation-mode: null, prefill or decode
+    transfer_backend: str = "mooncake"  # --disaggregation-transfer-backend, resolved (sglang._pd)
+    bootstrap_port: int = DEFAULT_BOOTSTRAP_PORT  # --disaggregation-bootstrap-port
 
     def as_dict(self) -> dict[str, object]:
         """The server args as /get_server_info shows them: every flag, resolved values on top."""
@@ -166,6 +171,9 @@ class ServerArgs:
             context_length=self.context_length,
             nnodes=self.nnodes,
             node_rank=self.node_rank,
+            disaggregation_mode=self.disaggregation_mode,
+            disaggregation_transfer_backend=self.transfer_backend,
+            disaggregation_bootstrap_port=self.bootstrap_port,
         )
         shown.pop("api_key", None)  # the real server shows it; a lab has no reason to
         return shown
@@ -218,6 +226,9 @@ def resolve(ns: argparse.Namespace) -> ServerArgs:
         dist_init_addr=_get(ns, "dist_init_addr"),  # type: ignore[arg-type]
         dist_timeout=None if dist_timeout is None else float(str(dist_timeout)),
         decode_log_interval=_int(_get(ns, "decode_log_interval"), 40) or 40,
+        disaggregation_mode=str(_get(ns, "disaggregation_mode") or "null"),
+        transfer_backend=str(_get(ns, "disaggregation_transfer_backend") or "mooncake"),
+        bootstrap_port=int(str(_get(ns, "disaggregation_bootstrap_port") or DEFAULT_BOOTSTRAP_PORT)),
     )
 
 

@@ -20,6 +20,7 @@ STANDIN_DEFAULTS: dict[str, object] = {
     "load_delay_s": 1.0,
     "warmup_s": 0.5,
     "base_tok_s": 90.0,
+    "prefill_tok_s": 20000.0,
     "accept_top1": 0.44,
     "hang": False,
     "crash_after_s": None,

@@ -19,6 +19,10 @@ length rather than the whole tokens it released, so the figures equal the model'
 With --speculative-adaptive (0.5.23) each round runs the tier of the running batch's slot
 (sglang._adaptive): the speed model with SpecSettings(steps, 1, steps + 1). The rounds of a batch's
 requests feed that slot's EMA as one verify batch, with the accepted draft tokens they expect.
+
+Each request spends its prefill time (`_speed.prefill_seconds`) after admission and before its
+first round. A PD pair splits the two: the prefill server runs `prefill_only` (the prefill and the
+one token it yields), the decode server `generate(..., prefill=False)`.
 """
 
 from __future__ import annotations
@@ -69,6 +73,11 @@ class Engine:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.ready = False
+        self.mode = rt.args.disaggregation_mode
+        # A PD server's queues (sglang._pd keeps them): a prefill's requests waiting for their
+        # decode's handshake (prealloc) or for it to take their KV (inflight); a decode's in the
+        # handshake (prealloc) or waiting for their KV (transfer).
+        self.disagg = {"prealloc": 0, "inflight": 0, "transfer": 0}
         # SGLang's spec counters: this decode-log interval, and the server's lifetime.
         self.spec_accepted = self.spec_forward_ct = 0.0
         self.spec_total_accepted = self.spec_total_forward_ct = 0.0
@@ -123,6 +132,11 @@ class Engine:
             self.spec_accepted = self.spec_forward_ct = 0.0
             self.last_accept_len = length
             spec = f"accept len: {length:.2f}, accept rate: {rate:.2f}, "
+        if self.mode == "decode":
+            spec += (
+                f"pre-allocated usage: 0.00, #prealloc-req: {self.disagg['prealloc']}, "
+                f"#transfer-req: {self.disagg['transfer']}, #retracted-req: 0, "
+            )
         log(
             f"Decode batch, #running-req: {self.running}, #token: {self.tokens_in_use}, "
             f"token usage: {self.tokens_in_use / MAX_TOTAL_TOKENS:.2f}, {spec}"
@@ -143,11 +157,17 @@ class Engine:
             self.running += 1
             self.tokens_in_use += prompt_tokens
             self.prompt_tokens_total += prompt_tokens
+            if self.mode == "decode":
+                return  # its KV came from the prefill server: no prefill batch here
+            queues = ""
+            if self.mode == "prefill":
+                pending = self.disagg
+                queues = f", #prealloc-req: {pending['prealloc']}, #inflight-req: {pending['inflight']}"
             log(
                 f"Prefill batch, #new-seq: 1, #new-token: {prompt_tokens}, #cached-token: 0, "
                 f"token usage: {self.tokens_in_use / MAX_TOTAL_TOKENS:.2f}, "
                 f"#running-req: {self.running - 1}, "
-                f"#queue-req: {self.queued}",
+                f"#queue-req: {self.queued}{queues}",
                 "TP0",
             )
 
@@ -170,6 +190,24 @@ class Engine:
             if self.rounds % self.rt.args.decode_log_interval == 0:
                 self._log_decode()
 
+    def prefill_seconds(self, prompt_tokens: int) -> float:
+        """This prompt's prefill time at the engine's speed now (host and run factors included)."""
+        speed = float(self.rt.model.knob("prefill_tok_s")) * self.host_speed * self.run_factor
+        return _speed.prefill_seconds(prompt_tokens, speed)
+
+    def prefill_only(self, prompt_tokens: int) -> Chunk:
+        """A PD prefill server's part of a request: admission, the prefill, and the one token it
+        samples (SGLang's prefill sets max_new_tokens to 1 and hands that token to the decode)."""
+        self._admit(prompt_tokens)
+        try:
+            time.sleep(self.prefill_seconds(prompt_tokens))
+            with self.lock:
+                self.tokens_in_use += 1
+                self.generation_tokens_total += 1
+            return Chunk(" " + WORDS[0], 1, 0, True)
+        finally:
+            self._release(prompt_tokens + 1)
+
     def schedule(self) -> tuple[_speed.SpecSettings | None, int, float]:
         """The round scheduled now: its speculative settings (with adaptive, the tier of the
         running batch's slot, switched to before the round as SGLang does before its draft), the
@@ -185,10 +223,17 @@ class Engine:
         return spec, batch, _speed.round_cost(costed, self.rt.args.cuda_graph, batch) / speed
 
     def generate(
-        self, prompt_tokens: int, max_new_tokens: int, accept_top1: float | None = None
+        self,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        accept_top1: float | None = None,
+        *,
+        prefill: bool = True,
     ) -> Iterator[Chunk]:
         """Decode rounds for one request, each yielded when its time has come. `accept_top1`:
-        the request's own top-1 acceptance (`_speed.request_accept`); None: the drafter's."""
+        the request's own top-1 acceptance (`_speed.request_accept`); None: the drafter's.
+        `prefill`: spend the prompt's prefill time first (False on a PD decode server, whose
+        prefill ran on the prefill server)."""
         self._admit(prompt_tokens)
         length = _speed.accept_length(self.rt.spec, accept_top1)
         produced = verify = 0
@@ -196,6 +241,8 @@ class Engine:
         histogram: list[int] = []
         words = itertools.cycle(WORDS)
         try:
+            if prefill:
+                time.sleep(self.prefill_seconds(prompt_tokens))
             due = time.monotonic()
             while produced < max_new_tokens:
                 verify += 1

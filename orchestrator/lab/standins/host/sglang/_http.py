@@ -6,6 +6,12 @@ rendering the model folder's chat template; health and /metrics need no key.
 
 Each request's acceptance comes from its prompt text and temperature (`_speed.request_accept`).
 An unset temperature is 1.0, SGLang's SamplingParams default.
+
+On a PD server (sglang._pd) a request's chunks come from its role: a prefill's one token, or a
+decode's rounds once the KV came. A request the role fails ends as SGLang's aborted ones: 500
+`{"object": "error", "message", "type": "500", "param": null, "code": 500}` (400 without a
+bootstrap room: /generate's `{"error": {"message"}}`, OpenAI's BadRequestError body); a stream
+ends with an `abort` finish reason and `data: [DONE]`.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from sglang import _speed, _template
+from sglang import _pd, _speed, _template
 from sglang._args import version_tuple
 from sglang._common import log
 from sglang._engine import Chunk, Engine, count_prompt_tokens, request_id
@@ -44,9 +50,10 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 2048  # uvicorn's backlog; socketserver's 5 resets a burst of 16 clients
 
-    def __init__(self, address: tuple[str, int], engine: Engine) -> None:
+    def __init__(self, address: tuple[str, int], engine: Engine, pd: _pd.Role | None = None) -> None:
         super().__init__(address, Handler)
         self.engine = engine
+        self.pd = pd
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -262,7 +269,11 @@ class Handler(BaseHTTPRequestHandler):
         meta = self.meta_info(rid, prompt, Chunk("", 0, 0, True), start)
         if stream:
             self.start_events()
-        for chunk in self.engine.generate(prompt, max_new, accept):
+        chunks = _pd.tokens(self.server.pd, self.engine, body, rid, prompt, max_new, accept)
+        if isinstance(chunks, _pd.Failure):
+            self.generate_failed(chunks, stream, rid, prompt, start)
+            return
+        for chunk in chunks:
             text += chunk.text
             if stream or chunk.done:
                 meta = self.meta_info(rid, prompt, chunk, start)
@@ -273,10 +284,33 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.send_json(200, {"text": text, "meta_info": meta})
 
+    def generate_failed(
+        self, failure: _pd.Failure, stream: bool, rid: str, prompt: int, start: float
+    ) -> None:
+        """/generate's answer to an aborted request: the abort's output in a stream, else an error."""
+        if stream:
+            meta = self.meta_info(rid, prompt, Chunk("", 0, 0, False), start)
+            meta["finish_reason"] = {
+                "type": "abort",
+                "message": failure.message,
+                "status_code": failure.status,
+                "err_type": None,
+            }
+            self.send_event({"text": "", "meta_info": meta, "index": 0})
+            self.end_events()
+        elif failure.status == 400:
+            self.send_json(400, {"error": {"message": failure.message}})
+        else:
+            self.send_json(failure.status, server_error(failure))
+
     def meta_info(self, rid: str, prompt: int, chunk: Chunk, start: float) -> dict:
+        # a PD prefill finishes with length 0 (FINISH_LENGTH(length=0) once its KV is sent)
+        length = (
+            0 if self.server.pd is not None and self.server.pd.mode == "prefill" else chunk.completion_tokens
+        )
         meta: dict[str, object] = {
             "id": rid,
-            "finish_reason": {"type": "length", "length": chunk.completion_tokens} if chunk.done else None,
+            "finish_reason": {"type": "length", "length": length} if chunk.done else None,
             "prompt_tokens": prompt,
             "completion_tokens": chunk.completion_tokens,
             "cached_tokens": 0,
@@ -312,7 +346,11 @@ class Handler(BaseHTTPRequestHandler):
             prompt = count_prompt_tokens(source)
         accept = self.accept_top1(text, chat=chat, temperature=temperature_of(body.get("temperature")))
         reply = OpenAIReply(self, chat, body, prompt)
-        for chunk in self.engine.generate(prompt, max_new, accept):
+        chunks = _pd.tokens(self.server.pd, self.engine, body, reply.id, prompt, max_new, accept)
+        if isinstance(chunks, _pd.Failure):
+            reply.fail(chunks)
+            return
+        for chunk in chunks:
             reply.add(chunk)
         reply.finish()
 
@@ -332,6 +370,17 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # TemplateError, or any of the kinds jinja2 raises
             self.send_json(400, bad_request(f"chat template: {exc}"))
             return None
+
+
+def server_error(failure: _pd.Failure) -> dict:
+    """SGLang's answer to an HTTPException (a scheduler abort with status 500 or 503)."""
+    return {
+        "object": "error",
+        "message": failure.message,
+        "type": str(failure.status),
+        "param": None,
+        "code": failure.status,
+    }
 
 
 def content_text(content: object) -> str:
@@ -416,6 +465,16 @@ class OpenAIReply:
         self.tokens = chunk.completion_tokens
         if self.stream:
             self.event({"content": chunk.text} if self.chat else chunk.text, None, self.usage())
+
+    def fail(self, failure: _pd.Failure) -> None:
+        """An aborted request: a stream's last chunk says `abort`; else the error body."""
+        if self.stream:
+            self.event({} if self.chat else "", "abort")
+            self.h.end_events()
+        elif failure.status == 400:
+            self.h.send_json(400, bad_request(failure.message))
+        else:
+            self.h.send_json(failure.status, server_error(failure))
 
     def finish(self) -> None:
         if self.stream:

@@ -37,6 +37,13 @@ without 53.2 (base 90 tok/s, one stream). An EAGLE-3 drafter run under `EAGLE` g
 
 Run-to-run noise and a per-host speed factor (`host_speed`, `RunNoise`) scale base_tok_s;
 both are 1 in exact mode.
+
+Prefill, the time to first token's own part, is linear in the prompt:
+
+    prefill_s = prompt_tokens / (prefill_tok_s x host x run)      (prefill_tok_s: 20000 by default)
+
+A colocated server spends it before its first decode round; a PD pair spends it on the prefill
+server only (sglang/_pd.py).
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ import re
 from dataclasses import dataclass
 
 BASE_TOK_S = 90.0
+#: Prompt tokens one prefill forward takes per second (the `prefill_tok_s` knob's default).
+PREFILL_TOK_S = 20000.0
 ACCEPT_TOP1 = 0.44
 C_ROUND = 0.29484
 C_VERIFY = 0.24123
@@ -143,6 +152,11 @@ def decode_model(
     length = accept_length(spec, accept_top1)
     cost = round_cost(spec, cuda_graph, batch)
     return DecodeModel(tok_s=base_tok_s * length / cost, accept_len=length, round_s=cost / base_tok_s)
+
+
+def prefill_seconds(prompt_tokens: int, prefill_tok_s: float) -> float:
+    """Time of the prefill forward of a prompt: linear in its tokens, no batching effect."""
+    return max(prompt_tokens, 0) / prefill_tok_s if prefill_tok_s > 0 else 0.0
 
 
 def accept_rate(spec: SpecSettings | None, length: float) -> float:
