@@ -605,6 +605,35 @@ class Deployment(_Model):
     )
 
 
+#: SGLang's --disaggregation-transfer-backend choices, all versions together (a version's own
+#: help says which it has: sglang_rules.check_disaggregation).
+TransferBackend = Literal["mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp"]
+
+
+class Disaggregation(_Model):
+    """This server's role in a prefill/decode disaggregated fleet (docs/pd.md).
+
+    The inventory groups `prefill` and `decode` say which hosts serve each role.
+    """
+
+    mode: Literal["prefill", "decode"] = Field(
+        description="prefill: computes each prompt's KV cache; decode: receives it and generates."
+    )
+    transfer_backend: TransferBackend = Field(
+        "mooncake", description="How the KV cache moves from prefill to decode (SGLang's default: mooncake)."
+    )
+    bootstrap_port: Int = Field(
+        8998,
+        ge=1,
+        le=65535,
+        description="The prefill server's bootstrap port, where decode servers find its KV "
+        "(the same on both roles).",
+    )
+    ib_device: Annotated[str, AfterValidator(_argparse_value)] | None = Field(
+        None, description="InfiniBand device(s) for the transfer, e.g. mlx5_0 or mlx5_0,mlx5_1."
+    )
+
+
 def _checked(check: Callable[[str], str | None]) -> AfterValidator:
     """A container_rules check as a field validator."""
 
@@ -727,6 +756,9 @@ class Profile(_Model):
         "read on the control machine, written 0600 for service.user on the host, never in the unit.",
     )
     deployment: Deployment = Field(default_factory=lambda: Deployment())
+    disaggregation: Disaggregation | None = Field(
+        None, description="Prefill/decode disaggregation: this server's role, and how KV moves (docs/pd.md)."
+    )
     runtime: Runtime = Field(
         default_factory=lambda: Runtime(),
         description="Where SGLang runs: on the host (the default), or in a docker or podman container.",
@@ -1111,6 +1143,7 @@ def _rule_findings(profile: Profile) -> list[sglang_rules.Finding]:
         *sglang_rules.check_gpu_set(profile.server.gpus, profile.server.gpus_needed, profile.deployment.kind),
         *_service_findings(profile),
         *_deployment_findings(profile),
+        *_disaggregation_findings(profile),
         *_runtime_findings(profile),
     ]
 
@@ -1149,6 +1182,31 @@ def _deployment_findings(profile: Profile) -> Iterator[sglang_rules.Finding]:
         problem = sglang_rules.multinode_port_problem(profile.server.port, profile.deployment.dist_init_port)
         if problem:
             yield ("deployment.dist_init_port", problem)
+
+
+def _disaggregation_findings(profile: Profile) -> Iterator[sglang_rules.Finding]:
+    """A PD role as SGLang reads it (sglang_rules.check_disaggregation), and what orchestrator
+    carries out: a role's server is one host's (docs/pd.md)."""
+    pd = profile.disaggregation
+    if pd is None:
+        return
+    if profile.deployment.kind == "multinode":
+        yield (
+            "disaggregation",
+            "a prefill or decode server over several hosts (deployment.kind multinode) is not supported "
+            "yet; give each role single-host servers",
+        )
+    yield from sglang_rules.check_disaggregation(
+        sglang_version=profile.server.sglang_version,
+        mode=pd.mode,
+        transfer_backend=pd.transfer_backend,
+        bootstrap_port=pd.bootstrap_port,
+        port=profile.server.port,
+        cuda_graph=profile.server.cuda_graph,
+        extra_args=profile.server.extra_args,
+        ib_device=pd.ib_device,
+        bind=profile.server.host,
+    )
 
 
 def _runtime_findings(profile: Profile) -> Iterator[sglang_rules.Finding]:

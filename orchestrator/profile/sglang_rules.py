@@ -742,6 +742,81 @@ def check_secret_env(names: list[str], env: dict[str, str], nccl: dict[str, str]
 PLAN_ENV = {"PYTHONUNBUFFERED": "1, so crash logs reach the journal"}
 
 
+def check_disaggregation(
+    *,
+    sglang_version: str,
+    mode: str,
+    transfer_backend: str,
+    bootstrap_port: int,
+    port: int,
+    cuda_graph: bool,
+    extra_args: list[str],
+    ib_device: str | None = None,
+    bind: str = "0.0.0.0",
+) -> Iterator[Finding]:
+    """A prefill or decode server's settings as SGLang takes them (server_args.py,
+    _handle_pd_disaggregation)."""
+    if ib_device is not None and transfer_backend not in ("mooncake", "nixl", "mori"):
+        yield (
+            "disaggregation.ib_device",
+            f"transfer backend {transfer_backend} reads no IB device (mooncake, nixl and mori do): drop it",
+        )
+    elif (
+        ib_device is not None
+        and ib_device.lstrip().startswith("{")
+        and sglang_flags.help_version(sglang_version) == "0.5.9"
+    ):
+        yield (
+            "disaggregation.ib_device",
+            "SGLang 0.5.9 takes a device or a comma list (mlx5_0,mlx5_1), not a per-GPU JSON mapping",
+        )
+    opt = sglang_flags.flag_table(sglang_version).option("--disaggregation-transfer-backend")
+    choices = opt.choices if opt is not None else ()
+    if choices and transfer_backend not in choices:
+        yield (
+            "disaggregation.transfer_backend",
+            f"{sglang_flags.named(sglang_version)} has no transfer backend {transfer_backend} "
+            f"(it has {', '.join(choices)}); choose one of those or change sglang_version",
+        )
+    extra = sglang_flags.option_values(sglang_version, extra_args)
+    if mode == "decode":
+        for flag in ("--disaggregation-decode-tp", "--disaggregation-decode-dp"):
+            if flag in extra:
+                yield (
+                    "server.extra_args",
+                    f"{flag} is a prefill server's setting: SGLang refuses it on a decode server "
+                    "(it takes its own TP and DP); drop it",
+                )
+        return
+    if bootstrap_port == port:
+        yield (
+            "disaggregation.bootstrap_port",
+            f"{bootstrap_port} is the server's own port (server.port): the bootstrap server needs a "
+            "port of its own",
+        )
+    if bind in ("127.0.0.1", "::1", "localhost"):
+        yield (
+            "server.host",
+            f"{bind} binds the bootstrap server to loopback: decode servers on other hosts cannot reach "
+            "it; set host: 0.0.0.0 or this host's address",
+        )
+    if transfer_backend == "fake":
+        yield (
+            "disaggregation.transfer_backend",
+            "fake moves no KV cache and has no bootstrap server: SGLang refuses it on a prefill server "
+            "(it serves a decode server benchmarked alone); choose mooncake, nixl or another backend",
+        )
+    # 0.5.9's rule (server_args._handle_pd_disaggregation). From 0.5.15 on piecewise graphs are
+    # the default and a prefill server keeps its prefill-phase graphs.
+    piecewise = sglang_flags.flag_table(sglang_version).option("--enable-piecewise-cuda-graph")
+    if cuda_graph and piecewise is not None and not extra.get("--enable-piecewise-cuda-graph"):
+        yield (
+            "server.cuda_graph",
+            "SGLang turns CUDA graphs off on a prefill server (unless --enable-piecewise-cuda-graph): "
+            "set cuda_graph: false, so the profile says what runs",
+        )
+
+
 def multinode_port_problem(port: int, dist_init_port: int) -> str | None:
     """Rank 0 of a multi-node server binds both: SGLang's HTTP port and torch's rendezvous."""
     if port != dist_init_port:

@@ -145,6 +145,7 @@ def build_argv(profile: Profile, node: Node | None = None) -> tuple[list[str], i
     if s.enable_metrics:
         argv += opt("enable_metrics")
     argv += _speculative_argv(profile, opt)
+    argv += _disaggregation_argv(profile, opt)
     credential_at = None
     if profile.api_key is not None:
         argv += opt("config", CREDENTIAL_ARG)
@@ -152,6 +153,19 @@ def build_argv(profile: Profile, node: Node | None = None) -> tuple[list[str], i
     if node is not None:
         argv += node_argv(profile, node)
     return argv + list(s.extra_args), credential_at
+
+
+def _disaggregation_argv(profile: Profile, opt: Callable[[str, object], list[str]]) -> list[str]:
+    """A PD role's flags. The bootstrap port is where a prefill server's bootstrap server listens;
+    a decode server takes it for a request whose gateway sent none (SGLang's scheduler)."""
+    pd = profile.disaggregation
+    if pd is None:
+        return []
+    argv = opt("disaggregation_mode", pd.mode) + opt("disaggregation_transfer_backend", pd.transfer_backend)
+    argv += opt("disaggregation_bootstrap_port", pd.bootstrap_port)
+    if pd.ib_device is not None:
+        argv += opt("disaggregation_ib_device", pd.ib_device)
+    return argv
 
 
 def _speculative_argv(profile: Profile, opt: Callable[[str, object], list[str]]) -> list[str]:

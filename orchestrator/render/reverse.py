@@ -29,6 +29,7 @@ from orchestrator.errors import ProfileError
 from orchestrator.profile import sglang_flags, sglang_rules, systemd_rules
 from orchestrator.profile.model import (
     Adaptive,
+    Disaggregation,
     Profile,
     Server,
     Service,
@@ -110,7 +111,7 @@ class Difference:
 class _Field:
     """Where a modelled setting's value goes in a profile."""
 
-    section: Literal["server", "speculative"]
+    section: Literal["server", "speculative", "disaggregation"]
     name: str
     #: The field's value when the flag, a bare switch, is given; None: the flag's value.
     switch: bool | None = None
@@ -136,6 +137,10 @@ FIELDS: dict[str, _Field] = {
     "speculative_num_steps": _Field("speculative", "num_steps"),
     "speculative_eagle_topk": _Field("speculative", "eagle_topk"),
     "speculative_num_draft_tokens": _Field("speculative", "num_draft_tokens"),
+    "disaggregation_mode": _Field("disaggregation", "mode"),
+    "disaggregation_transfer_backend": _Field("disaggregation", "transfer_backend"),
+    "disaggregation_bootstrap_port": _Field("disaggregation", "bootstrap_port"),
+    "disaggregation_ib_device": _Field("disaggregation", "ib_device"),
 }
 #: The other MODELLED settings, each read by _apart: no field of its own holds it.
 APART = (
@@ -269,6 +274,7 @@ class _Draft:
     unit_name: str
     server: dict[str, Any] = field(default_factory=dict)
     speculative: dict[str, Any] = field(default_factory=dict)
+    disaggregation: dict[str, Any] = field(default_factory=dict)
     extra: list[str] = field(default_factory=list)
     adaptive_file: dict[str, Any] = field(default_factory=dict)
     nccl: dict[str, str] = field(default_factory=dict)
@@ -400,7 +406,11 @@ def _read_options(draft: _Draft, live: Live, words: list[str], version: str) -> 
             draft.extra += arg.words
         elif setting in FIELDS:
             spot = FIELDS[setting]
-            section = draft.server if spot.section == "server" else draft.speculative
+            section = {
+                "server": draft.server,
+                "speculative": draft.speculative,
+                "disaggregation": draft.disaggregation,
+            }[spot.section]
             section[spot.name] = arg.value if spot.switch is None else spot.switch
         else:
             _apart(draft, live, setting, arg)
@@ -412,6 +422,13 @@ def _read_options(draft: _Draft, live: Live, words: list[str], version: str) -> 
             "profile writes it only with speculative.adaptive; start the server without it, then adopt it"
         )
     draft.out.notes += [_repeated(k, args, version) for k, args in given.items() if len(args) > 1]
+    if draft.disaggregation.get("mode", "null") == "null":
+        if set(draft.disaggregation) - {"mode"}:
+            draft.out.problems.append(
+                "--disaggregation-* flags without --disaggregation-mode prefill or decode: SGLang does not "
+                "use them; start the server without them, then adopt it"
+            )
+        draft.disaggregation = {}
 
 
 def _repeated(key: str, args: list[sglang_flags.ExtraArg], version: str) -> str:
@@ -606,6 +623,7 @@ def _assemble(draft: _Draft, live: Live, version: str) -> dict[str, Any]:
         "description": f"Adopted from {live.host} PID {live.pid} ({live.user}, started by hand)",
         "server": _minimal(Server, server, keep=frozenset({"sglang_version", "python", "model_path"})),
         "speculative": _minimal(Speculative, spec),
+        "disaggregation": _minimal(Disaggregation, draft.disaggregation, keep=frozenset({"mode"})),
         "nccl": draft.nccl,
         "env": draft.env,
         "service": _minimal(Service, draft.service),
@@ -616,7 +634,7 @@ def _assemble(draft: _Draft, live: Live, version: str) -> dict[str, Any]:
 
 
 def _minimal(
-    section: type[Server] | type[Speculative] | type[Service],
+    section: type[Server] | type[Speculative] | type[Service] | type[Disaggregation],
     values: dict[str, Any],
     keep: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:

@@ -154,6 +154,29 @@ options:
           time is another process, whose port and GPUs are problems as any; 0: not known, the PID alone says."
         type: int
         default: 0
+      pd:
+        description: "The server's role in a prefill/decode fleet (the profile's disaggregation); empty: none.
+          Each is checked before the stop: the bootstrap port free (a listener of I(unit_name) aside); the
+          transfer backend's engine importable by I(python) (in a container runtime, a note instead); each IB
+          device in /sys/class/infiniband."
+        type: dict
+        default: {}
+        suboptions:
+          transfer_backend:
+            description: "SGLang's C(--disaggregation-transfer-backend); empty: not a PD server."
+            type: str
+            default: ""
+            choices: ["", mooncake, mooncake_tcp, nixl, mori, ascend, fake]
+          bootstrap_port:
+            description: "The prefill server's bootstrap port; 0: none (a decode server opens none)."
+            type: int
+            default: 0
+          ib_devices:
+            description: Every IB device C(--disaggregation-ib-device) names (its comma list, or each GPU's in
+              its JSON mapping); each must be on the host where the backend reads them.
+            type: list
+            elements: str
+            default: []
       secret_files:
         description: The files the unit's write step makes (its C(--config) and adaptive config mounts'
           sources, its C(--env-file)), given to that C(create) as empty files in their place.

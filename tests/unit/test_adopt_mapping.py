@@ -286,7 +286,16 @@ def _full(version: str) -> list[dict[str, Any]]:
         },
         "api_key": {"file": "secrets/key"},
     }
-    second = {"name": "full", "server": {"sglang_version": version, "model_path": "/m", "cuda_graph": False}}
+    second = {
+        "name": "full",
+        "server": {"sglang_version": version, "model_path": "/m", "cuda_graph": False, "host": "::"},
+        "disaggregation": {
+            "mode": "prefill",
+            "transfer_backend": "nixl",
+            "bootstrap_port": 9000,
+            "ib_device": "mlx5_0",
+        },
+    }
     if sglang_flags.flag("speculative_adaptive", version):
         tiers = {"tiers": {1: [1, 3], 8: [0, 1]}, "ema_alpha": 0.3}
         second["speculative"] = {"algorithm": "EAGLE", "draft_model_path": "/d", "adaptive": tiers}

@@ -240,6 +240,38 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
             "alone says."
         ),
     },
+    "pd": {
+        "type": "dict",
+        "default": {},
+        "description": (
+            "The server's role in a prefill/decode fleet (the profile's disaggregation); empty: none. Each "
+            "is checked before the stop: the bootstrap port free (a listener of I(unit_name) aside); the "
+            "transfer backend's engine importable by I(python) (in a container runtime, a note instead); "
+            "each IB device in /sys/class/infiniband."
+        ),
+        "options": {
+            "transfer_backend": {
+                "type": "str",
+                "default": "",
+                "choices": ["", "mooncake", "mooncake_tcp", "nixl", "mori", "ascend", "fake"],
+                "description": "SGLang's C(--disaggregation-transfer-backend); empty: not a PD server.",
+            },
+            "bootstrap_port": {
+                "type": "int",
+                "default": 0,
+                "description": "The prefill server's bootstrap port; 0: none (a decode server opens none).",
+            },
+            "ib_devices": {
+                "type": "list",
+                "elements": "str",
+                "default": [],
+                "description": (
+                    "Every IB device C(--disaggregation-ib-device) names (its comma list, or each GPU's in "
+                    "its JSON mapping); each must be on the host where the backend reads them."
+                ),
+            },
+        },
+    },
     "secret_files": {
         "type": "list",
         "elements": "str",

@@ -130,21 +130,29 @@ def _named(unit: str, units: dict[str, dict]) -> str:
     return f"{unit} (profile {units.get(unit, {}).get('profile') or 'unknown'})"
 
 
+#: How a problem names each port preflight checks, by the profile's setting that moves it.
+PORT_NAMES = {"server.port": "port", "disaggregation.bootstrap_port": "bootstrap port"}
+
+
 def port_problems(
     port: int,
     unit_name: str,
     owners: list[tuple[int, str, str]],
     units: dict[str, dict],
     installed: Collection[str],
+    field: str = "server.port",
+    fix: str = "",
 ) -> list[str]:
     """Why `port` is not free for `unit_name`, one line each. First another installed
     orchestrator unit of this host whose facts say this port, running or enabled (started, it
     would take it): `installed` holds those; then who else listens on it now: `owners` are (PID, argv[0], the
     orchestrator unit it runs in or '') of the listening processes. Our own server may hold it.
-    `units`: deployed_units, for the profiles."""
+    `units`: deployed_units, for the profiles. `field`: the profile's setting that moves the port
+    (PORT_NAMES); `fix` ends the line of a listener outside orchestrator's units."""
+    label = PORT_NAMES[field]
     clash = sorted(u for u in installed if u != unit_name and units.get(u, {}).get("port") == port)
     problems = [
-        f"port {port} is the port of {_named(u, units)} on this host: give this profile another server.port"
+        f"{label} {port} is the port of {_named(u, units)} on this host: give this profile another {field}"
         for u in clash
     ]
     neighbours: dict[str, list[str]] = {}
@@ -153,12 +161,12 @@ def port_problems(
         if unit != unit_name and unit not in clash:  # a clash is named once, above
             (neighbours.setdefault(unit, []) if unit else foreign).append(f"PID {pid} {name}")
     problems += [
-        f"port {port} is taken by {', '.join(who)} of {_named(unit, units)}, another orchestrator unit "
-        "on this host: give this profile another server.port"
+        f"{label} {port} is taken by {', '.join(who)} of {_named(unit, units)}, another orchestrator unit "
+        f"on this host: give this profile another {field}"
         for unit, who in sorted(neighbours.items())
     ]
     if foreign:
-        problems.append(f"port {port} is taken by {', '.join(foreign)} (not {unit_name})")
+        problems.append(f"{label} {port} is taken by {', '.join(foreign)} (not {unit_name}){fix}")
     return problems
 
 
@@ -971,15 +979,15 @@ def takeover_tree(pid: int, ticks: int) -> set[int]:
     return descendants(pid, proc_parents())
 
 
-def takeover_note(pid: int, port: int, gpus: list[int]) -> str:
+def takeover_note(pid: int, ports: list[int], gpus: list[int]) -> str:
     """What the hand-started server holds that is no problem: the restart stops it first."""
-    held = [f"port {port}"] if port else []
+    held = [f"port {ports[0]}" if len(ports) == 1 else f"ports {', '.join(map(str, ports))}"] if ports else []
     if gpus:
         held.append(f"GPU {gpus[0]}" if len(gpus) == 1 else f"GPUs {gpu_ranges(gpus)}")
     who = f"PID {pid}, the hand-started server this deploy takes over"
     if not held:
         return f"{who}, is stopped first"
-    verb = "are" if len(held) > 1 or len(gpus) > 1 else "is"
+    verb = "are" if len(held) > 1 or len(gpus) > 1 or len(ports) > 1 else "is"
     return f"{' and '.join(held)} {verb} held by {who}: it is stopped first"
 
 
@@ -998,6 +1006,101 @@ def _unit_problems(module: Any, unit_name: str, paths: dict, c: dict) -> tuple[l
     return [], unit_digest(data)
 
 
+# --- a prefill/decode disaggregation role -------------------------------------------------------
+
+#: What SGLang imports for each --disaggregation-transfer-backend (disaggregation/<backend>/conn.py
+#: and the engine it loads, 0.5.9 to 0.5.23), and what provides it. mooncake_tcp is mooncake with
+#: MC_FORCE_TCP set: the same engine. fake moves nothing and imports nothing.
+TRANSFER_MODULES: dict[str, tuple[tuple[str, ...], str]] = {
+    "mooncake": (("mooncake.engine",), "Mooncake (mooncake-transfer-engine)"),
+    "mooncake_tcp": (("mooncake.engine",), "Mooncake (mooncake-transfer-engine)"),
+    "nixl": (("nixl._api",), "NIXL"),
+    "mori": (("mori.cpp", "mori.io"), "MORI"),
+    "ascend": (("memfabric_hybrid",), "memfabric_hybrid"),
+    "fake": ((), ""),
+}
+
+#: The backends that hand disaggregation.ib_device to their RDMA library (mooncake's own check of
+#: the names runs at start, after the stop). SGLang drops it for mooncake_tcp; fake and ascend never
+#: read it.
+IB_BACKENDS = ("mooncake", "nixl", "mori")
+
+#: Where the kernel lists the host's RDMA devices, the directory SGLang's own check reads.
+IB_SYSFS = "/sys/class/infiniband"
+
+#: The end of a problem naming a listener on the bootstrap port outside orchestrator's units.
+_BOOTSTRAP_FIX = ": stop it or give this profile another disaggregation.bootstrap_port"
+
+
+def transfer_problem(module: Any, python: str, backend: str) -> str:
+    """Why the server's `python` cannot import the transfer backend's engine, or ''. SGLang imports
+    it only when the KV cache exists: the server would stop, load the weights, then die."""
+    modules, package = TRANSFER_MODULES.get(backend, ((), ""))
+    if not modules:
+        return ""
+    code = f"import {', '.join(modules)}"
+    rc, out, err = module.run_command([python, "-c", code])
+    if rc == 0:
+        return ""
+    return (
+        f"transfer backend {backend}: `{code}` fails in {python} ({_tail(out, err)}): install {package} "
+        "for that Python or choose another disaggregation.transfer_backend"
+    )
+
+
+def ib_device_problem(devices: list[str], backend: str) -> str:
+    """The named IB devices this host lacks (in IB_SYSFS), or '' (none named, or not read by
+    `backend`)."""
+    if not devices or backend not in IB_BACKENDS:
+        return ""
+    try:
+        have = sorted(os.listdir(IB_SYSFS))
+    except OSError:
+        have = []
+    missing = [d for d in devices if d not in have]
+    if not missing:
+        return ""
+    lack = f"IB device {missing[0]} is" if len(missing) == 1 else f"IB devices {', '.join(missing)} are"
+    return (
+        f"disaggregation.ib_device: {lack} not on this host ({IB_SYSFS} has {', '.join(have) or 'none'}): "
+        "name devices this host has, or leave ib_device out for the backend to find them"
+    )
+
+
+def pd_problems(
+    module: Any, unit_name: str, paths: dict, c: dict, units: dict[str, dict], taken: set[int]
+) -> tuple[list[str], list[str], int]:
+    """(problems, notes, the bootstrap port when the hand-started server holds it, else 0) of the
+    unit's PD role (checks.pd; no transfer_backend: none): the bootstrap port free but for our own
+    unit, the backend's engine importable by the host's python (a container's is not run for it:
+    a note), and the IB devices present."""
+    pd = c["pd"] or {}
+    backend = pd.get("transfer_backend") or ""
+    if not backend:
+        return [], [], 0
+    problems: list[str] = []
+    notes: list[str] = []
+    port, held = pd.get("bootstrap_port") or 0, 0
+    if port:  # a decode server opens none
+        owners = port_owners(module, port, {*units, unit_name})
+        held = port if any(pid in taken for pid, *_rest in owners) else 0
+        owners = [owner for owner in owners if owner[0] not in taken]
+        same_port = [u for u in installed_units(paths) if units[u].get("port") == port]
+        installed = live_units(module, same_port)
+        field = "disaggregation.bootstrap_port"
+        problems += port_problems(port, unit_name, owners, units, installed, field, _BOOTSTRAP_FIX)
+    modules, package = TRANSFER_MODULES.get(backend, ((), ""))
+    if c["engine"] and modules:
+        notes.append(
+            f"transfer backend {backend}: `import {', '.join(modules)}` is not tried in image {c['image']}: "
+            f"without {package} there the server fails after loading the weights"
+        )
+    elif not c["engine"] and os.access(c["python"], os.X_OK):  # a missing python is named once, above
+        problems.append(transfer_problem(module, c["python"], backend))
+    problems.append(ib_device_problem(pd.get("ib_devices") or [], backend))
+    return [p for p in problems if p], notes, held
+
+
 def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> dict:
     """Everything that can be known before a stop, read-only: that the unit is ours to replace
     (foreign_write: not ssh.service, nor a masked one), SGLang's version and flags (the
@@ -1008,7 +1111,8 @@ def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> 
     label), the port (another unit's included), disk for logs. Every problem at once, one line
     each: {problems, notes, sglang_version, gpus, help_checked, verified_digest}; notes say what
     could not be checked yet (an image to be pulled) without failing. A hand-started server the
-    deploy takes over (takeover_pid) may hold the port and the GPUs: a note names it."""
+    deploy takes over (takeover_pid) may hold the ports and the GPUs: a note names it. A prefill
+    or decode server's role (pd): its bootstrap port, transfer backend and IB devices."""
     problems, verified = _unit_problems(module, unit_name, paths, checks)
     state, failed = try_systemctl_show(module, unit_name, OWNER_PROPS)
     foreign = failed or foreign_write(state, paths, unit_name)  # every other check still runs
@@ -1039,8 +1143,12 @@ def preflight_checks(module: Any, unit_name: str, paths: dict, checks: dict) -> 
     owners = [owner for owner in owners if owner[0] not in taken]
     same_port = [u for u in installed_units(paths) if units[u].get("port") == checks["port"]]
     problems += port_problems(checks["port"], unit_name, owners, units, live_units(module, same_port))
+    role_problems, role_notes, taken_bootstrap = pd_problems(module, unit_name, paths, checks, units, taken)
+    problems += role_problems
+    notes += role_notes
     if taken:
-        notes.append(takeover_note(checks["takeover_pid"], taken_port, taken_gpus))
+        held = [port for port in (taken_port, taken_bootstrap) if port]
+        notes.append(takeover_note(checks["takeover_pid"], held, taken_gpus))
     disk = disk_problem(checks["log_dir"], checks["min_free_mib"])
     if disk:
         problems.append(disk)
