@@ -11,9 +11,13 @@ lines, then `data: [DONE]`), the others not; --max-new-tokens each. A stream tha
 [DONE], or whose last meta_info.completion_tokens is short of max_new_tokens, is truncated.
 Latencies are of whole requests that succeeded (200, not truncated), in ms.
 
+--pd (issue #44): a prefill/decode fleet instead. lab1 and lab2 serve pd_prefill, lab3 and lab4
+pd_decode, behind smg in PD mode (`lab gateway up --prefill lab1,lab2 --decode lab3,lab4`). The
+rollout restarts the decode role only: `deploy -p pd_decode --serial 1 --force-restart`.
+
 Prints a table (and --json PATH writes its rows); asserts nothing. Leaves the lab and gateway up.
 Usage: python3 benchmarks/rollout_under_load.py [--profile NAME] [--clients N] [--requests N]
-       [--modes drain,no-drain] [--json PATH]
+       [--modes drain,no-drain] [--pd] [--json PATH]
 """
 
 from __future__ import annotations
@@ -183,21 +187,52 @@ def _deploy_argv(inventory: Path, profile: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "orchestrator", "deploy", "-i", str(inventory), "-p", profile, *extra]
 
 
-def _lab_with_gateway(profile: str) -> Path:
-    """The lab of HOSTS hosts with `profile` deployed and the gateway in front; its gateway inventory."""
+#: The PD fleet of --pd: two prefill and two decode lab hosts.
+PD = lab_gateway.PdSplit(("lab1", "lab2"), ("lab3", "lab4"))
+PD_PROFILES = ("pd_prefill", "pd_decode")
+
+
+def _gateway(pd: bool) -> lab_gateway.GatewayState:
+    return lab_gateway.up(timeout_s=GATEWAY_TIMEOUT_S, pd=PD if pd else None)
+
+
+def _lab_with_gateway(profile: str, pd: bool = False) -> Path:
+    """The lab of HOSTS hosts with `profile` deployed and the gateway in front; its gateway inventory.
+    A PD fleet is deployed through its gateway: smg registers each server once it answers."""
     seen = nspawn.status()
     if seen.exists and len(seen.hosts) != HOSTS:
         nspawn.down()
     state = nspawn.up(hosts=HOSTS)
+    if pd:
+        inventory = _gateway(True).inventory
+        argv = _deploy_argv(inventory, PD_PROFILES[0], "-p", PD_PROFILES[1])
+        took = timed(argv)
+        print(f"lab: {HOSTS} hosts, {' + '.join(PD_PROFILES)} deployed ({took:.1f} s)", file=sys.stderr)
+        _wait_all_ready(lab_gateway.up(pd=PD).url, HOSTS)
+        return inventory
     took = timed(_deploy_argv(state.inventory, profile))
     print(f"lab: {HOSTS} hosts, {profile} deployed ({took:.1f} s)", file=sys.stderr)
-    return lab_gateway.up(timeout_s=GATEWAY_TIMEOUT_S).inventory
+    return _gateway(False).inventory
+
+
+def _wait_all_ready(url: str, count: int, timeout_s: float = GATEWAY_TIMEOUT_S) -> None:
+    """Until smg lists `count` workers ready (a PD gateway's `up` does not wait for them)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        workers = httpx.get(f"{url}/workers", timeout=10).json()["workers"]
+        if sum(w.get("status") == "ready" for w in workers) >= count:
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"the gateway at {url} lists fewer than {count} workers ready after {timeout_s:.0f} s")
 
 
 def _rollout(args: argparse.Namespace, inventory: Path, url: str, mode: str, steady: LoadStats) -> dict:
     """The load during one rolling deploy; the table's row."""
-    lab_gateway.up(timeout_s=GATEWAY_TIMEOUT_S)  # every worker in rotation and healthy before the start
-    argv = _deploy_argv(inventory, args.profile, "--serial", "1", "--force-restart", *MODES[mode])
+    gw = _gateway(args.pd)  # every worker in rotation and healthy before the start
+    if args.pd:
+        _wait_all_ready(gw.url, HOSTS)
+    profile = PD_PROFILES[1] if args.pd else args.profile
+    argv = _deploy_argv(inventory, profile, "--serial", "1", "--force-restart", *MODES[mode])
     load = Load(url, args.clients, args.requests, args.max_new_tokens)
     load.start()
     began = time.monotonic()
@@ -253,6 +288,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--modes", default="drain,no-drain", help="comma list of: " + ", ".join(MODES))
     parser.add_argument("--json", type=Path, help="write the table's rows here as JSON")
+    parser.add_argument(
+        "--pd", action="store_true", help="a prefill/decode fleet; the rollout restarts decode"
+    )
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
@@ -260,8 +298,8 @@ def main() -> None:
         parser.error(f"--modes takes a comma list of {', '.join(MODES)}, not {args.modes!r}")
     if args.clients < 1 or args.requests < 1 or args.max_new_tokens < 1:
         parser.error("--clients, --requests and --max-new-tokens must be at least 1")
-    inventory = _lab_with_gateway(args.profile)
-    url = lab_gateway.up(timeout_s=GATEWAY_TIMEOUT_S).url
+    inventory = _lab_with_gateway(args.profile, args.pd)
+    url = _gateway(args.pd).url
     steady_load = Load(url, args.clients, args.requests, args.max_new_tokens)
     steady_load.start()
     steady = steady_load.finish()

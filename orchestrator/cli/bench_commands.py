@@ -300,6 +300,13 @@ LAST_ROWS = 200
     help="Runs per level: from 2 on, each figure gets a 95% interval.",
 )
 @click.option(
+    "--gateway",
+    "through_gateway",
+    is_flag=True,
+    help="Send the traffic through the hosts' gateway (orchestrator_gateway_url), e.g. a prefill/decode "
+    "fleet's; the row records the fleet.",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -320,13 +327,14 @@ def bench(
     temperature: float,
     seed: int,
     repeat: int,
+    through_gateway: bool,
     as_json: bool,
 ) -> None:
     """Measure the deployed server: decode tok/s, TTFT, inter-token latency, accept length, errors.
 
-    Runs against the first host of the inventory (or --limit) and records a ledger row per
-    run. With a --concurrency or --request-rate list, one deploy is benched at each level in
-    turn (a curve); --repeat K runs each level K times.
+    Runs against the first host of the inventory (or --limit), or with --gateway through the hosts'
+    gateway, and records a ledger row per run. With a --concurrency or --request-rate list, one
+    deploy is benched at each level in turn (a curve); --repeat K runs each level K times.
     """
     traffic = traffic_of(
         requests, concurrency, request_rate, max_tokens, warmup, endpoint, dataset, temperature, seed, repeat
@@ -334,7 +342,10 @@ def bench(
     inv = inventory_or_running_lab(inventory)
     prof = profile_mod.load(profile_ref) if profile_ref else None
     ledger.ready()  # before the runs: a measurement that cannot be recorded is not taken
-    target = bench_mod.find_target(inv, limit, prof)
+    if through_gateway:
+        target = bench_mod.gateway_target(inv, limit, prof)
+    else:
+        target = bench_mod.find_target(inv, limit, prof)
     log = bench_mod.journal_messages(inv, target.host)
     ids: list[int] = []
     failed: list[str] = []

@@ -124,7 +124,15 @@ def _rollout(
 
 
 @click.command()
-@profile_option
+@click.option(
+    "--profile",
+    "-p",
+    "profile_refs",
+    metavar="NAME|PATH",
+    required=True,
+    multiple=True,
+    help="Profile name or file. A prefill/decode fleet: its prefill and its decode profile, twice -p.",
+)
 @inventory_option
 @rollout_options
 @click.option(
@@ -153,7 +161,7 @@ def _rollout(
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @handle_errors
 def deploy(
-    profile_ref: str,
+    profile_refs: tuple[str, ...],
     inventory: Path | None,
     check: bool,
     no_rollback: bool,
@@ -167,20 +175,28 @@ def deploy(
 
     A host that fails after its server was stopped is rolled back to its last known good unit.
     Behind a gateway, each batch leaves its rotation and drains first, and goes back once it generates.
+    A prefill/decode fleet (-p PREFILL -p DECODE) deploys its prefill role first (docs/pd.md).
     """
     from orchestrator.cli import view
     from orchestrator.hosts import deploy as deploy_mod
+    from orchestrator.hosts import pd
 
-    prof = profile_mod.load(profile_ref)  # fail on a bad profile before touching the lab
+    # fail on a bad profile, or two that make no fleet, before touching the lab
+    profs = pd.ordered([profile_mod.load(ref) for ref in profile_refs])
     options = deploy_mod.Options(**_rollout(**rollout), check=check, rollback=not no_rollback, forks=forks)
+    if canary and pd.role(profs[0]) is not None:
+        raise InputError(
+            "--canary benches one host alone, and a prefill or decode server serves only in a pair"
+        )
     inv = inventory_or_lab(inventory)
-    title = f"{'check' if check else 'deploy'} {prof.name} -> {inv}"
+    title = f"{'check' if check else 'deploy'} {'+'.join(p.name for p in profs)} -> {inv}"
     if canary and not check:
+        prof = profs[0]
         view.show_deploy(
             lambda on_event: _canary(prof, inv, options, canary_margin, on_event), title, as_json
         )
         return
-    view.show_deploy(lambda on_event: deploy_mod.deploy(prof, inv, options, on_event), title, as_json, check)
+    view.show_deploy(lambda on_event: pd.deploy(profs, inv, options, on_event), title, as_json, check)
 
 
 @click.command("plan")
@@ -231,6 +247,20 @@ def plan_command(profile_ref: str, inventory: Path | None, secret_file: Path | N
             raise InputError(f"--secret-file {secret_file}: {exc.strerror or exc}") from None
         orch = orch.model_copy(update={"secret_file": str(secret_file.resolve())})
     click.echo(json.dumps(orch.extravars(), indent=2))
+
+
+def _deployed_profile(ref: str, given: bool) -> profile_mod.Profile:
+    """A profile verify checks against: given, or the one the hosts say they run."""
+    if given:
+        return profile_mod.load(ref)
+    try:
+        return profile_mod.load(ref)
+    except InputError:
+        raise InputError(
+            f"the hosts run profile {ref!r}, which is not in {profile_mod.profiles_dir()[1]} "
+            f"(deployed from a file, or as {profile_mod.EXAMPLE}NAME?); give it as --profile PATH "
+            "or --profile example:NAME"
+        ) from None
 
 
 def _canary(prof: profile_mod.Profile, inv: Path, options: Any, margin: float, on_event: Any) -> Any:
@@ -429,38 +459,43 @@ def stop(inventory: Path | None, limit: str | None, unit_name: str) -> None:
 
 @click.command()
 @click.option(
-    "--profile", "-p", "profile_ref", metavar="NAME|PATH", help="Default: the profile the hosts run."
+    "--profile",
+    "-p",
+    "profile_refs",
+    metavar="NAME|PATH",
+    multiple=True,
+    help="Default: the profile the hosts run (a PD fleet: its two). A PD fleet: -p PREFILL -p DECODE.",
 )
 @inventory_option
 @limit_option
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 @handle_errors
-def verify(profile_ref: str | None, inventory: Path | None, limit: str | None, as_json: bool) -> None:
+def verify(profile_refs: tuple[str, ...], inventory: Path | None, limit: str | None, as_json: bool) -> None:
     """Check hosts with testinfra: unit equals the plan, service active, /health 200, argv, env, GPUs.
 
     A login that becomes root (ansible_become) needs sudo without a password here: testinfra runs
     `sudo` with no way to answer its prompt (-K is refused).
     """
-    from orchestrator.hosts import status_play
+    from orchestrator.hosts import pd, status_play
+    from orchestrator.hosts.inventory import hosts as inventory_hosts
     from orchestrator.hosts.inventory import no_match
     from orchestrator.hosts.verify.run import verify as run_verify
 
-    prof = profile_mod.load(profile_ref) if profile_ref is not None else None
+    refs = list(profile_refs)
     inv = inventory_or_lab(inventory)
-    if prof is None:
-        deployed = {r.profile for r in status_play.status(inv, limit=limit)}
-        if len(deployed) != 1 or "" in deployed:
-            raise InputError(f"hosts run different or no profiles ({sorted(deployed)}); give --profile")
-        profile_ref = deployed.pop()
-        try:
-            prof = profile_mod.load(profile_ref)
-        except InputError:
-            raise InputError(
-                f"the hosts run profile {profile_ref!r}, which is not in {profile_mod.profiles_dir()[1]} "
-                f"(deployed from a file, or as {profile_mod.EXAMPLE}NAME?); give it as --profile PATH "
-                "or --profile example:NAME"
-            ) from None
-    checks = run_verify(prof, inv, limit)
+    if not refs:
+        rows = status_play.status(inv, limit=limit)
+        deployed = sorted({r.profile for r in rows})
+        pair = len(deployed) == 2 and all(r.pd for r in rows)  # a PD fleet: one profile per role
+        if not deployed or "" in deployed or not (len(deployed) == 1 or pair):
+            raise InputError(f"hosts run different or no profiles ({deployed}); give --profile")
+        refs = deployed
+    profs = pd.ordered([_deployed_profile(ref, bool(profile_refs)) for ref in refs])
+    profile_ref = "+".join(p.name for p in profs)
+    if len(profs) > 1:  # a PD pair: --limit may select one role's hosts only
+        roles = {h.pd_role for h in inventory_hosts(inv, limit)}
+        profs = [p for p in profs if p.disaggregation is None or p.disaggregation.mode in roles] or profs
+    checks = [c for p in profs for c in run_verify(p, inv, limit)]
     if not checks:
         raise no_match(inv, limit)
     if as_json:

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from orchestrator.cli import params
 from orchestrator.cli.console import state_dir_problem
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.lab import gateway as lab_gateway
 from orchestrator.lab import nspawn
 
@@ -175,15 +175,58 @@ def gateway() -> None:
     help="The smg to run (a path, or a name on PATH). Default: `smg` on PATH, smg 1.x of the "
     "gateway extra; e.g. a venv's bin/smg of sglang-router 0.3.2.",
 )
+@click.option(
+    "--prefill",
+    metavar="HOST[,HOST...]",
+    help="A prefill/decode fleet: these lab hosts serve prefill (smg in PD mode; give --decode too).",
+)
+@click.option(
+    "--decode", metavar="HOST[,HOST...]", help="A prefill/decode fleet: these lab hosts serve decode."
+)
+@click.option(
+    "--bootstrap-port",
+    default=8998,
+    show_default=True,
+    type=params.Integer(1, 65535),
+    help="The prefill servers' bootstrap port (disaggregation.bootstrap_port).",
+)
+@click.option(
+    "--health-interval",
+    type=params.Integer(1, 3600),
+    help="Seconds between smg's health checks of each worker (2 misses mark it failed). Default: smg's 60.",
+)
 @_errors_to_exit
-def gateway_up(port: int, worker_port: int, smg: str | None) -> None:
-    """Start smg with every lab host as a worker and wait until all serve (a no-op when it runs)."""
-    state = lab_gateway.up(port=port, worker_port=worker_port, smg=smg)
+def gateway_up(
+    port: int,
+    worker_port: int,
+    smg: str | None,
+    prefill: str | None,
+    decode: str | None,
+    bootstrap_port: int,
+    health_interval: int | None,
+) -> None:
+    """Start smg with every lab host as a worker and wait until all serve (a no-op when it runs).
+
+    With --prefill and --decode: smg in PD mode in front of a prefill/decode fleet (docs/pd.md).
+    It waits for the router only; deploy the fleet through inventory-gateway.yml.
+    """
+    pd = None
+    if (prefill is None) != (decode is None):
+        raise InputError("a prefill/decode fleet takes both --prefill and --decode")
+    if prefill is not None and decode is not None:
+        pd = lab_gateway.PdSplit(_names(prefill), _names(decode), bootstrap_port)
+    state = lab_gateway.up(
+        port=port, worker_port=worker_port, smg=smg, pd=pd, health_interval_s=health_interval
+    )
     if state.reused:
         _progress("gateway already up with these workers; nothing to do")
     out.print(f"gateway:   {state.url}  (pid {state.pid}, log {state.log})")
     out.print(f"workers:   {' '.join(state.workers)}")
     out.print(f"inventory: {state.inventory}  (deploys through it drain each host at the gateway first)")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 @gateway.command("down")

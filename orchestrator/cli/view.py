@@ -402,10 +402,11 @@ def status_table(rows: list[HostStatus], unit_name: str = "") -> Table:
     """One row per unit of each host (a host without one: a row saying so). GPU memory and
     holders are those of the unit's own GPUs."""
     table = Table(title=f"status of {shown(unit_name)}" if unit_name else "status", title_justify="left")
-    columns = ("host", "unit", "profile", "digest", "port", "GPUs", "state", "MainPID", "uptime")
-    for col in (*columns, "health", "accept len", "GPU MiB used", "holders"):
+    pd = any(r.pd for r in rows)  # a PD fleet: each server's role and bootstrap port
+    columns = ("host", "unit", "profile", *(("role",) if pd else ()), "digest", "port", "GPUs", "state")
+    for col in (*columns, "MainPID", "uptime", "health", "accept len", "GPU MiB used", "holders"):
         # What a glance must read whole; the digest and the holders wrap first.
-        table.add_column(col, no_wrap=col in ("host", "unit", "profile", "state", "accept len"))
+        table.add_column(col, no_wrap=col in ("host", "unit", "profile", "role", "state", "accept len"))
     for r in rows:
         gpus = gpu_ranges(r.gpus) if r.gpus else ("all" if r.unit else "-")
         accept = accept_cell(r.speculative, r.accept_len) if r.active_state == "active" else "-"
@@ -413,6 +414,7 @@ def status_table(rows: list[HostStatus], unit_name: str = "") -> Table:
             shown(r.host) if r.reachable else plain(f"{r.host} (unreachable)", "red"),
             shown(r.unit or "-"),
             shown(r.profile or "-"),
+            *((pd_cell(r.pd),) if pd else ()),
             shown(r.digest or "-"),
             shown(r.port if r.port is not None else "-"),
             gpus,
@@ -425,6 +427,13 @@ def status_table(rows: list[HostStatus], unit_name: str = "") -> Table:
             shown(holders_line(r.gpu_holders, r.unit) or "-"),
         )
     return table
+
+
+def pd_cell(pd: dict[str, Any]) -> str:
+    """A PD server's role, with the bootstrap port its prefill peer serves KV on."""
+    if not pd:
+        return "-"
+    return shown(f"{pd.get('role', '?')} (bootstrap {pd.get('bootstrap_port', '?')})")
 
 
 def _mib(used: int | None) -> str:

@@ -232,12 +232,9 @@ def deploy(
         orch = play_vars(prof, where, options, run_id, each)  # the hosts that passed skip theirs
     limit = options.limit if each is None else ",".join(each)
     multinode = len(where) > 1 and any(p.facts.nnodes > 1 for p in where.values())
-    drained = {h: p.gateway for h, p in orch.hosts.items() if p.gateway is not None}
-    keys = rotation.api_keys(inventory, drained)
-    # Before anything is stopped: each gateway answers and lists its hosts (a canary's caller took
-    # it out of rotation itself, having checked it: canary.py).
-    if drained and options.rejoin:
-        rotation.check(drained, keys)
+    drained, keys, serial = gateway_checks(where, orch, inventory, options)
+    if serial != options.serial and not multinode:
+        orch = orch.model_copy(update={"serial": serial})
     interrupted = False
     try:
         play = run_playbook(
@@ -285,7 +282,33 @@ def deploy(
     if drained:  # a worker this run took out goes back, or the report says why it stays out
         owed = reports if options.rejoin else [r for r in reports if not r.ok]
         rotation.restore(owed, drained, keys, api_key(prof) or "")
+        if options.rejoin:  # a healthy server the gateway lists failed goes back in too
+            rotation.heal(reports, drained, keys, api_key(prof) or "")
     return report
+
+
+def gateway_checks(
+    where: dict[str, Placement], orch: PlayVars, inventory: Path, options: Options
+) -> tuple[dict[str, GatewayPlan], dict[str, str], str | None]:
+    """Before anything is stopped: each gateway answers and lists its hosts (a canary's caller took
+    them out of rotation itself, having checked them: canary.py), and a PD role's batches keep it
+    serving. The hosts drained, their gateways' keys, and the --serial the play rolls with."""
+    drained = {h: p.gateway for h, p in orch.hosts.items() if p.gateway is not None}
+    keys = rotation.api_keys(inventory, drained)
+    serial = options.serial
+    if drained and options.rejoin:
+        rotation.check(drained, keys)
+        # A PD role rolls one server at a time while it serves, never emptying a role's rotation.
+        changing = [h for h in where if options.force_restart or not _all_running({h: where[h]})]
+        serial = rotation.pd_serial(list(where), drained, keys, options.serial, changing)
+    return drained, keys, serial
+
+
+def ready_to_roll(prof: Profile, inventory: Path, options: Options) -> None:
+    """What deploy() checks before its play, without the play: the hosts' placement, systemd's
+    reading of each unit, and the gateway. A PD fleet checks its second role before the first rolls."""
+    where, orch = planned(prof, inventory, options, "ready-to-roll")
+    gateway_checks(where, orch, inventory, options)
 
 
 def _all_running(where: dict[str, Placement]) -> bool:

@@ -35,7 +35,7 @@ STATIC_PLUGINS = frozenset({"yaml", "ini", "toml"})
 CACHE_ENTRIES = 64
 #: Files up to this size are fingerprinted by content, larger ones by stat.
 MAX_HASHED = 1 << 20
-_FORMAT = 2
+_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ class InventoryHost:
     #: `orchestrator_gateway_worker_url`: the URL the gateway knows this host's server by
     #: (None: http://ADDRESS:PORT).
     gateway_worker_url: str | None = None
+    #: prefill or decode: the host is in the inventory group of that name (a PD fleet, docs/pd.md).
+    pd_role: str | None = None
 
 
 def hosts(inventory: Path, limit: str | None = None) -> list[InventoryHost]:
@@ -115,10 +117,24 @@ def _read(inventory: Path, limit: str | None) -> tuple[list[InventoryHost], set[
                 "orchestrator_gateway_worker_url",
             )
         }
-        selected.append(
-            InventoryHost(name, address, *(None if v is None else str(v) for v in found.values()))
-        )
+        deployment, gateway_url, worker_url = (None if v is None else str(v) for v in found.values())
+        pd_role = _pd_role(inventory, name, merged.get("group_names") or [])
+        selected.append(InventoryHost(name, address, deployment, gateway_url, worker_url, pd_role))
     return selected, plugins
+
+
+#: The inventory groups of a prefill/decode fleet: a host in one serves that role.
+PD_GROUPS = ("prefill", "decode")
+
+
+def _pd_role(inventory: Path, host: str, groups: list[str]) -> str | None:
+    roles = [g for g in PD_GROUPS if g in groups]
+    if len(roles) > 1:
+        raise InputError(
+            f"inventory {inventory}: host {host} is in both groups prefill and decode; "
+            "a server has one role: take it out of one group"
+        )
+    return roles[0] if roles else None
 
 
 def host_variables(inventory: Path, limit: str | None = None) -> dict[str, dict[str, Any]]:

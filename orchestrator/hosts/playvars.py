@@ -9,18 +9,19 @@ is read.
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from orchestrator.errors import InputError
 from orchestrator.hosts import inventory as inventory_mod
 from orchestrator.profile import sglang_flags, sglang_rules
-from orchestrator.profile.model import Profile
+from orchestrator.profile.model import Disaggregation, Profile
 from orchestrator.render import container_unit, launch
 from orchestrator.render.launch import Plan
 
@@ -63,6 +64,18 @@ class UnitFacts(_Record):
         description='The --speculative-adaptive-config JSON the server reads ("": none): kept with the '
         "unit, so a rollback writes back the one its unit ran with.",
     )
+    pd: dict[str, Any] | None = Field(
+        None,
+        description="A PD fleet's server: {role, bootstrap_port, transfer_backend}; left out of the "
+        "stored facts of any other server.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_pd(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("pd") is None:
+            out.pop("pd", None)
+        return out
 
 
 class LockSpec(_Record):
@@ -133,6 +146,9 @@ class PreflightChecks(_Record):
     takeover_pid: int = 0
     #: Its start time (Takeover.start_ticks): a PID that another process has since is not it.
     takeover_start_ticks: int = 0
+    #: A prefill or decode server's role ({}: none): {transfer_backend, bootstrap_port (0: a
+    #: decode server opens none), ib_devices (every device disaggregation.ib_device names)}.
+    pd: dict[str, Any] = {}
 
 
 class Takeover(_Record):
@@ -158,6 +174,10 @@ class GatewayPlan(_Record):
     rejoin: bool = Field(
         True, description="Put it back once it generates (a canary stays out to be benched)."
     )
+    role: Literal["", "prefill", "decode"] = Field(
+        "", description="Its role in a PD fleet: the gateway lists it with it (docs/pd.md)."
+    )
+    bootstrap_port: int = Field(0, description="A prefill server's bootstrap port (0: none).")
 
 
 class HostPlan(_Record):
@@ -343,10 +363,11 @@ def placements(prof: Profile, inventory: Path, limit: str | None) -> dict[str, P
     plan; a multi-node rank its own (--nnodes, --node-rank, rank 0's address) and its share of
     the GPUs."""
     selected = inventory_mod.hosts(inventory, limit)  # read once: it is the cache file, or Ansible
+    selected = role_hosts(prof, selected, inventory, limit)
     ranks = _ranks(prof, selected)
     if not ranks:
         plan, facts = launch.build(prof), unit_facts(prof)
-        return {h.name: Placement(plan, facts, gateway_plan(h, facts)) for h in selected}
+        return {h.name: Placement(plan, facts, gateway_plan(h, facts, prof.disaggregation)) for h in selected}
     addr = f"{ranks[0].address}:{prof.deployment.dist_init_port}"
     out = {}
     for rank, host in enumerate(ranks):
@@ -358,7 +379,38 @@ def placements(prof: Profile, inventory: Path, limit: str | None) -> dict[str, P
     return out
 
 
-def gateway_plan(host: inventory_mod.InventoryHost, facts: UnitFacts) -> GatewayPlan | None:
+def role_hosts(
+    prof: Profile,
+    selected: list[inventory_mod.InventoryHost],
+    inventory: Path,
+    limit: str | None,
+) -> list[inventory_mod.InventoryHost]:
+    """The selected hosts a profile serves: a prefill or decode profile the hosts of its
+    inventory group; any other profile, hosts of neither group. A host of a PD fleet never runs a
+    profile without its role (InputError)."""
+    pd = prof.disaggregation
+    if pd is None:
+        stray = next((h for h in selected if h.pd_role), None)
+        if stray is not None:
+            raise InputError(
+                f"{stray.name} is in the inventory group {stray.pd_role}: it serves a prefill/decode fleet, "
+                f"and {prof.name} has no disaggregation section; deploy a profile with disaggregation.mode "
+                f"{stray.pd_role} there, or leave the host out (--limit)"
+            )
+        return selected
+    mine = [h for h in selected if h.pd_role == pd.mode]
+    if selected and not mine:
+        where = f"{inventory}" + (f" with --limit {limit}" if limit else "")
+        raise InputError(
+            f"{prof.name} is a {pd.mode} profile, and no host of {where} is in the inventory group "
+            f"{pd.mode}: put the {pd.mode} servers' hosts in a group of that name (docs/pd.md)"
+        )
+    return mine
+
+
+def gateway_plan(
+    host: inventory_mod.InventoryHost, facts: UnitFacts, pd: Disaggregation | None = None
+) -> GatewayPlan | None:
     """The host's gateway from its inventory variables, or None when it has none."""
     if not host.gateway_url:
         return None
@@ -367,6 +419,8 @@ def gateway_plan(host: inventory_mod.InventoryHost, facts: UnitFacts) -> Gateway
         url=host.gateway_url.rstrip("/"),
         worker_url=host.gateway_worker_url or f"http://{address}:{facts.port}",
         server_url=facts.health_url.removesuffix("/health"),
+        role=pd.mode if pd else "",
+        bootstrap_port=pd.bootstrap_port if pd and pd.mode == "prefill" else 0,
     )
 
 
@@ -394,7 +448,15 @@ def unit_facts(prof: Profile, *, rank: int = 0, nnodes: int = 1, rank0_address: 
         speculative=prof.speculative.algorithm is not None,
         model=s.model_path,
         adaptive_config=launch.adaptive_config(prof) or "",
+        pd=pd_facts(prof),
     )
+
+
+def pd_facts(prof: Profile) -> dict[str, Any] | None:
+    pd = prof.disaggregation
+    if pd is None:
+        return None
+    return {"role": pd.mode, "bootstrap_port": pd.bootstrap_port, "transfer_backend": pd.transfer_backend}
 
 
 def preflight_checks(prof: Profile, plan: Plan, gpus: list[int], kill_holders: bool) -> PreflightChecks:
@@ -418,8 +480,34 @@ def preflight_checks(prof: Profile, plan: Plan, gpus: list[int], kill_holders: b
         if launch.cache_directory(prof)
         else "",
         memory=memory_settings(prof),
+        pd=_pd_checks(prof.disaggregation),
         **_runtime_checks(prof, plan),
     )
+
+
+def _pd_checks(pd: Disaggregation | None) -> dict[str, Any]:
+    """PreflightChecks.pd: the role's transfer backend, its bootstrap port (a prefill server's) and
+    each IB device ib_device names, as SGLang reads it: a comma list, or a JSON object of each
+    GPU's comma list. A path to such a JSON file is read on the host at start: none here."""
+    if pd is None:
+        return {}
+    text = (pd.ib_device or "").strip()
+    groups = [text]
+    if text.startswith("{"):
+        try:
+            mapping = json.loads(text)
+        except ValueError:
+            mapping = None  # SGLang refuses it; its pieces are named missing on the host
+        if isinstance(mapping, dict):
+            groups = [str(value) for value in mapping.values()]
+    elif text.endswith(".json"):
+        groups = []
+    devices = [d.strip() for group in groups for d in group.split(",") if d.strip()]
+    return {
+        "transfer_backend": pd.transfer_backend,
+        "bootstrap_port": pd.bootstrap_port if pd.mode == "prefill" else 0,
+        "ib_devices": list(dict.fromkeys(devices)),
+    }
 
 
 def memory_settings(prof: Profile) -> dict[str, Any]:

@@ -46,6 +46,8 @@ class HostStatus:
     #: An SGLang server no orchestrator unit runs (started by hand: `adopt` takes it over): its
     #: {pid, user, started, ports, launcher, argv, log}; {} on a unit's row.
     foreign: dict[str, Any] = field(default_factory=dict)
+    #: A PD fleet's server: {role, bootstrap_port, transfer_backend} from its unit's facts; {}: none.
+    pd: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -108,6 +110,7 @@ def _unit_row(f: readback.HostFacts, u: readback.UnitRun) -> HostStatus:
         port=probe.facts.get("port"),
         unit=u.name,
         gpus=gpus,
+        pd=dict(probe.facts.get("pd") or {}),
     )
 
 

@@ -58,6 +58,15 @@ INVENTORY_VAR = "orchestrator_gateway_url"
 
 
 @dataclass(frozen=True)
+class PdSplit:
+    """A prefill/decode lab fleet: which lab hosts serve each role, and the prefill bootstrap port."""
+
+    prefill: tuple[str, ...]
+    decode: tuple[str, ...]
+    bootstrap_port: int = 8998
+
+
+@dataclass(frozen=True)
 class GatewayState:
     """A running gateway, as `up` left it or `state` found it."""
 
@@ -153,12 +162,38 @@ def _lab_inventory() -> dict:
     return inventory
 
 
-def _worker_urls(inventory: dict, worker_port: int) -> tuple[str, ...]:
+def _worker_urls(inventory: dict, worker_port: int, names: tuple[str, ...] | None = None) -> tuple[str, ...]:
     hosts = inventory["all"]["children"]["lab"]["hosts"]
-    return tuple(f"http://{host['ansible_host']}:{worker_port}" for host in hosts.values())
+    return tuple(
+        f"http://{host['ansible_host']}:{worker_port}"
+        for name, host in hosts.items()
+        if names is None or name in names
+    )
 
 
-def _write_inventory(inventory: dict, url: str) -> Path:
+def _check_split(inventory: dict, pd: PdSplit) -> None:
+    hosts = inventory["all"]["children"]["lab"]["hosts"]
+    unknown = [h for h in (*pd.prefill, *pd.decode) if h not in hosts]
+    if unknown:
+        raise InputError(f"{', '.join(unknown)}: not a lab host (the lab has {', '.join(hosts)})")
+    both = set(pd.prefill) & set(pd.decode)
+    if both:
+        raise InputError(f"{', '.join(sorted(both))}: a server has one role; give it --prefill or --decode")
+    if not pd.prefill or not pd.decode:
+        raise InputError("a prefill/decode fleet needs one prefill host and one decode host at least")
+
+
+def with_roles(inventory: dict, pd: PdSplit) -> dict:
+    """The lab inventory with the groups `prefill` and `decode` of a PD fleet (docs/pd.md)."""
+    children = inventory.setdefault("all", {}).setdefault("children", {})
+    children["prefill"] = {"hosts": {h: None for h in pd.prefill}}
+    children["decode"] = {"hosts": {h: None for h in pd.decode}}
+    return inventory
+
+
+def _write_inventory(inventory: dict, url: str, pd: PdSplit | None = None) -> Path:
+    if pd is not None:
+        inventory = with_roles(inventory, pd)
     inventory.setdefault("all", {}).setdefault("vars", {})[INVENTORY_VAR] = url
     header = (
         "# Written by `orchestrator lab gateway up`: the lab's inventory.yml with the gateway's URL;\n"
@@ -201,10 +236,18 @@ def up(
     worker_port: int = WORKER_PORT,
     timeout_s: float = READY_TIMEOUT_S,
     smg: str | None = None,
+    pd: PdSplit | None = None,
+    health_interval_s: int | None = None,
 ) -> GatewayState:
     """Start smg (`smg`: a path or a name on PATH; default `smg` on PATH) in front of the lab hosts
     (a no-op when the same smg already runs with the same workers and port), write
     inventory-gateway.yml, and wait until every worker is registered and healthy.
+
+    `pd`: smg in PD mode (--pd-disaggregation) with those hosts as prefill and decode workers, and
+    the groups prefill and decode in inventory-gateway.yml. It waits for the router only: the fleet
+    is deployed through it (smg registers each server once it answers, checking every second).
+    `health_interval_s`: smg's health checks that often, a worker Failed after 2 misses (default:
+    smg's own, every 60 s).
 
     A gateway recorded with other workers or another port is stopped first. When the workers do not
     all serve within `timeout_s`, the smg this call started is stopped again and the error names them.
@@ -213,32 +256,58 @@ def up(
         raise InputError(f"--port must be between 1 and 65534 (port + 1 serves metrics), not {port}")
     program = _smg(smg)
     inventory = _lab_inventory()
-    workers = _worker_urls(inventory, worker_port)
+    if pd is not None:
+        _check_split(inventory, pd)
+        workers = _worker_urls(inventory, worker_port, pd.prefill) + _worker_urls(
+            inventory, worker_port, pd.decode
+        )
+    else:
+        workers = _worker_urls(inventory, worker_port)
+    split = None if pd is None else [list(pd.prefill), list(pd.decode), pd.bootstrap_port]
     with _locked():
         record = _load()
         running = record is not None and nspawn._alive(record.get("pid"), record.get("pid_start"))
-        same = (list(workers), port, program)
-        if running and record and (record["workers"], record["port"], record.get("smg")) == same:
-            _write_inventory(inventory, record["url"])
+        same = (list(workers), port, program, split, health_interval_s)
+        if running and record and _same(record) == same:
+            _write_inventory(inventory, record["url"], pd)
             _wait_serving(record, timeout_s)
             return _as_state(record, reused=True)
         if record is not None:
             _stop(record)
-        record = _start(program, port, workers)
+        record = _start(program, port, workers, pd, health_interval_s)
         try:
             _wait_serving(record, timeout_s)
         except BaseException:  # Ctrl-C as well: an smg nobody waited for is not left behind
             _stop(record)
             raise
-        _write_inventory(inventory, record["url"])
+        _write_inventory(inventory, record["url"], pd)
         return _as_state(record)
 
 
-def _start(smg: str, port: int, workers: tuple[str, ...]) -> dict:
+def _same(record: dict) -> tuple:
+    return (record["workers"], record["port"], record.get("smg"), record.get("pd"), record.get("health_s"))
+
+
+def _start(
+    smg: str, port: int, workers: tuple[str, ...], pd: PdSplit | None = None, health_s: int | None = None
+) -> dict:
     """Start smg in its own session, recorded the moment it exists so `down` finds it after a crash."""
     _check_free(port, "the gateway")
     _check_free(port + 1, "the gateway's Prometheus metrics")
-    argv = [smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers]
+    argv = [smg, "launch", "--host", "127.0.0.1", "--port", str(port)]
+    if pd is None:
+        argv += ["--worker-urls", *workers]
+    else:
+        prefill = workers[: len(pd.prefill)]
+        argv += ["--pd-disaggregation"]
+        for url in prefill:
+            argv += ["--prefill", url, str(pd.bootstrap_port)]
+        for url in workers[len(pd.prefill) :]:
+            argv += ["--decode", url]
+        # A server not up yet is registered within a second of answering (smg's default: 30 s).
+        argv += ["--worker-startup-check-interval", "1"]
+    if health_s is not None:
+        argv += ["--health-check-interval-secs", str(health_s), "--health-failure-threshold", "2"]
     argv += ["--policy", "round_robin", "--log-level", "warn"]
     argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(port + 1)]
     log = _log_path()
@@ -254,13 +323,16 @@ def _start(smg: str, port: int, workers: tuple[str, ...]) -> dict:
         "workers": list(workers),
         "log": str(log),
         "smg": smg,
+        "pd": None if pd is None else [list(pd.prefill), list(pd.decode), pd.bootstrap_port],
+        "health_s": health_s,
     }
     _save(record)
     return record
 
 
 def _wait_serving(record: dict, timeout_s: float) -> None:
-    """Until GET /readiness says ready and GET /workers lists every worker healthy."""
+    """Until GET /readiness says ready and GET /workers lists every worker healthy (a PD gateway:
+    until the router answers /health)."""
     deadline = time.monotonic() + timeout_s
     with httpx.Client(base_url=record["url"], timeout=5) as client:
         while True:
@@ -269,6 +341,8 @@ def _wait_serving(record: dict, timeout_s: float) -> None:
                     f"smg (pid {record['pid']}) exited; end of {record['log']}:\n"
                     f"{nspawn._tail(record['log'])}"
                 )
+            if record.get("pd") and _answers(client):
+                return
             waiting = [w.url for w in _listed(client, record["workers"]) if not w.healthy]
             if not waiting and _ready(client):
                 return
@@ -279,6 +353,13 @@ def _wait_serving(record: dict, timeout_s: float) -> None:
                     f"{nspawn.lab_dir() / 'inventory.yml'} --profile NAME (smg's log: {record['log']})"
                 )
             time.sleep(0.3)
+
+
+def _answers(client: httpx.Client) -> bool:
+    try:
+        return client.get("/health").status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def _ready(client: httpx.Client) -> bool:

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
 #: The newest schema version: the number of the last migration.
-HEAD = 10
+HEAD = 11
 
 INT = sa.BigInteger().with_variant(sqlite.INTEGER(), "sqlite")
 REAL = sa.Float(precision=53).with_variant(sqlite.REAL(), "sqlite")
@@ -137,6 +137,8 @@ bench_results = sa.Table(
     sa.Column("repeat", INT, nullable=False, server_default=sa.text("0")),
     _text("model_digest", ""),
     *_team(),
+    # Migration 11: a bench through a PD gateway names the fleet it ran on (JSON; "": one server).
+    _text("fleet", ""),
     sa.Index("bench_profile_time", "profile", "time"),
     sa.Index("bench_sweep", "sweep_id"),
     sa.Index("bench_results_pushed_from", "pushed_from", unique=True),

@@ -194,11 +194,22 @@ class Target:
     digest: str = ""
     plan_digest: str = ""
     api_key: str = ""
+    #: The gateway the traffic goes through ("": straight to the server). The server (host,
+    #: address, port) is then the one whose logs and /get_server_info give the accept length:
+    #: a PD fleet's first decode server.
+    gateway: str = ""
+    #: JSON of the fleet behind the gateway: {gateway, servers: [{host, role, profile, digest}]}.
+    fleet: str = ""
 
     @property
     def url(self) -> str:
         addr = f"[{self.address}]" if ":" in self.address else self.address
         return f"http://{addr}:{self.port}"
+
+    @property
+    def traffic_url(self) -> str:
+        """Where the requests go: the gateway, else the server."""
+        return self.gateway or self.url
 
 
 # --- the maths ----------------------------------------------------------------------------
@@ -371,6 +382,7 @@ class BenchResult:
             "profile": t.profile,
             "digest": t.digest,
             "plan_digest": t.plan_digest,
+            "fleet": t.fleet,
             "speculative": int(self.speculative),
             "sglang_version": self.sglang_version,
             "git_commit": git_commit(),
@@ -660,7 +672,7 @@ async def _streams(
     limits = httpx.Limits(max_connections=cap)
     timeout = httpx.Timeout(settings.timeout_s, connect=10.0)
     when = arrivals(len(chosen), settings.request_rate, settings.seed)
-    async with httpx.AsyncClient(base_url=target.url, timeout=timeout, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=target.traffic_url, timeout=timeout, limits=limits) as client:
         began = time.perf_counter()
 
         async def one(i: int) -> Stream:
@@ -884,6 +896,56 @@ def find_target(
         digest=row.digest,
         plan_digest=plan.digest if plan else "",
         api_key=api_key(prof) if prof else "",
+    )
+
+
+def gateway_target(
+    inventory: Path,
+    limit: str | None = None,
+    prof: profile_mod.Profile | None = None,
+    unit_name: str = "sglang.service",
+) -> Target:
+    """Traffic through the selected hosts' gateway (orchestrator_gateway_url, one for all): the fleet
+    behind it as its hosts say they run it, and the server whose logs give the accept length (a PD
+    fleet's first decode server, else the first host)."""
+    from orchestrator.hosts.inventory import selected
+    from orchestrator.hosts.status_play import status
+
+    hosts = selected(inventory, limit)
+    urls = {h.gateway_url.rstrip("/") for h in hosts if h.gateway_url}
+    if len(urls) != 1 or any(not h.gateway_url for h in hosts):
+        raise BenchError(
+            "--gateway benches through the hosts' gateway: give every selected host one "
+            f"orchestrator_gateway_url (found: {', '.join(sorted(urls)) or 'none'})"
+        )
+    gateway = urls.pop()
+    rows = {r.host: r for r in status(inventory, unit_name=unit_name, limit=limit) if r.unit}
+    down = [h.name for h in hosts if h.name not in rows or rows[h.name].active_state != "active"]
+    if down:
+        raise BenchError(f"{', '.join(down)}: {unit_name} is not active; deploy the fleet first")
+    servers = [
+        {
+            "host": h.name,
+            "role": h.pd_role or "",
+            "profile": rows[h.name].profile,
+            "digest": rows[h.name].digest,
+        }
+        for h in hosts
+    ]
+    first = next((h for h in hosts if h.pd_role == "decode"), hosts[0])
+    row = rows[first.name]
+    profiles = list(
+        dict.fromkeys(s["profile"] for s in sorted(servers, key=lambda s: s["role"] != "prefill"))
+    )
+    return Target(
+        host=first.name,
+        address=first.address,
+        port=row.port or 30000,
+        profile="+".join(profiles),
+        digest=row.digest if len(profiles) == 1 else "",
+        api_key=api_key(prof) if prof else "",
+        gateway=gateway,
+        fleet=json.dumps({"gateway": gateway, "servers": servers}, sort_keys=True),
     )
 
 

@@ -420,6 +420,12 @@ def sweep(
     `loaded` holds every profile named here (`load_profiles`). The baseline is swept first
     when it is not among the profiles; default: `baseline` if it is listed, else the first.
     """
+    pd = next((p for p in loaded.values() if p.disaggregation is not None), None)
+    if pd is not None:
+        raise InputError(
+            f"{pd.name} is a server of a prefill/decode fleet: sweep benches one host alone, and a PD "
+            "server serves only in a pair; deploy the fleet and bench it with `bench --gateway` (docs/pd.md)"
+        )
     ledger.ready()
     names = list(dict.fromkeys(profiles))
     if baseline and baseline not in names:

@@ -309,6 +309,13 @@ class Campaign:
     # ---- set-up
 
     def _start(self) -> None:
+        role = self.x.base.disaggregation
+        if role is not None:
+            raise InputError(
+                f"{self.x.base.name} is a {role.mode} server of a prefill/decode fleet: "
+                "tune benches each host alone, and a PD server serves only in a pair; a campaign through "
+                "the PD gateway is not built yet (docs/pd.md)"
+            )
         ledger.ready()  # before any host changes: every trial must be recorded
         self._winner_folder()
         row = None

@@ -16,6 +16,10 @@ each installed one):
   Requests already routed to it run to their end in both.
 - POST /workers {"url", "api_key"?} -> 202: listed, and healthy after its first health check (1.x:
   `ready`). While 1.x still lists the URL, draining, it answers 409 (the worker exists).
+- In PD mode (smg --pd-disaggregation) each worker has a `worker_type`, prefill or decode, and a
+  prefill its `bootstrap_port`; POST /workers carries both. smg's docs call 1.x's `failed`
+  terminal; 1.13 probes it back to `ready` after 2 good checks at its interval (60 s by default).
+  A deploy deletes and adds it at once.
 - The `load` of a worker stays 0 while requests run through it over HTTP in 0.3.2 (1.x counts
   them), and 0.3.2 no longer lists a removed worker: a drain counts the server's own requests
   (SGLang's GET /get_load, one entry per DP rank, `num_reqs` running plus waiting) instead.
@@ -134,22 +138,71 @@ def remove(gateway: str, worker_url: str, key: str = "", timeout_s: float = 30.0
     return worker
 
 
+def failed(worker: dict[str, Any] | None) -> bool:
+    """1.x's `failed`: terminal in smg's docs; 1.13 probes it back after 2 good checks at its
+    interval. A DELETE and a new POST bring it back at once."""
+    return worker is not None and worker.get("status") == "failed"
+
+
+def role_of(worker: dict[str, Any]) -> str:
+    """prefill, decode, or regular: a worker's role as the gateway lists it (PD mode)."""
+    return str(worker.get("worker_type") or "regular").lower()
+
+
+def pd_guard(listed: list[dict[str, Any]], worker_url: str, role: str) -> str | None:
+    """Why taking this prefill or decode worker out now would stop the fleet serving, or None.
+    A role keeps one worker in rotation, and a decode server stops only while a prefill serves."""
+    me = find(listed, worker_url)
+    if role not in ("prefill", "decode") or not healthy(me):
+        return None  # out already, or failed: taking it out changes nothing the fleet has
+    others = [w for w in listed if w is not me and healthy(w)]
+    if not any(role_of(w) == role for w in others):
+        return (
+            f"{worker_url} is the last {role} server in rotation: taking it out stops the fleet; "
+            f"restart one {role} server at a time (--serial 1) with another {role} server healthy, "
+            "or restart under traffic with --no-drain"
+        )
+    if role == "decode" and not any(role_of(w) == "prefill" for w in others):
+        return (
+            f"no prefill server is in rotation: a decode server ({worker_url}) is restarted only "
+            "while a prefill server serves; bring a prefill server back first"
+        )
+    return None
+
+
 def add(
-    gateway: str, worker_url: str, key: str = "", worker_key: str = "", timeout_s: float = 60.0
+    gateway: str,
+    worker_url: str,
+    key: str = "",
+    worker_key: str = "",
+    timeout_s: float = 60.0,
+    *,
+    role: str = "",
+    bootstrap_port: int | None = None,
 ) -> dict[str, Any]:
     """Put a worker (back) in rotation and wait until the gateway lists it healthy; the worker.
     A worker 1.x still lists as draining (taken out moments ago) is added once it has left the list:
-    until then the gateway refuses it as one it has (409)."""
+    until then the gateway refuses it as one it has (409). A failed one is deleted and added again.
+    A PD fleet's worker goes in with its role (`worker_type`) and a prefill's bootstrap port."""
     deadline = time.monotonic() + timeout_s
     url = gateway.rstrip("/") + "/workers"
     body: dict[str, Any] = {"url": worker_url}
     if worker_key:
         body["api_key"] = worker_key
+    if role in ("prefill", "decode"):
+        body["worker_type"] = role
+        if role == "prefill" and bootstrap_port is not None:
+            body["bootstrap_port"] = bootstrap_port
     added = False
     while True:
         listed = find(workers(gateway, key), worker_url)
         if listed is not None and healthy(listed):
             return listed
+        if failed(listed):
+            if added:
+                raise GatewayError(f"{gateway}: {worker_url} failed its health checks after it was added")
+            remove(gateway, worker_url, key, max(1.0, deadline - time.monotonic()))
+            continue
         if listed is None and not added:
             status, answer = _call("POST", url, key, body)
             if status not in (200, 201, 202, 409):  # 409: a draining entry is still there; again

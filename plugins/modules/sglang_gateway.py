@@ -41,6 +41,16 @@ options:
     description: Seconds the gateway may take to drop the worker or list it healthy.
     type: float
     default: 120.0
+  role:
+    description: "The worker's role in a PD fleet (smg --pd-disaggregation): it is added with it, and taken
+      out only while another worker of its role (and, for a decode, a prefill) stays in rotation."
+    type: str
+    default: ""
+    choices: ["", prefill, decode]
+  bootstrap_port:
+    description: "A prefill worker's bootstrap port, given to the gateway with the worker (0: none)."
+    type: int
+    default: 0
 """
 
 EXAMPLES = r"""
@@ -81,6 +91,7 @@ from ansible_collections.orchestrator.sglang.plugins.module_utils.orchestrator_g
     find,
     healthy,
     out,
+    pd_guard,
     remove,
     seen,
     workers,
@@ -119,6 +130,20 @@ ARGUMENT_SPEC = {
         "default": 120.0,
         "description": "Seconds the gateway may take to drop the worker or list it healthy.",
     },
+    "role": {
+        "type": "str",
+        "default": "",
+        "choices": ["", "prefill", "decode"],
+        "description": (
+            "The worker's role in a PD fleet (smg --pd-disaggregation): it is added with it, and taken out "
+            "only while another worker of its role (and, for a decode, a prefill) stays in rotation."
+        ),
+    },
+    "bootstrap_port": {
+        "type": "int",
+        "default": 0,
+        "description": "A prefill worker's bootstrap port, given to the gateway with the worker (0: none).",
+    },
 }
 
 
@@ -127,9 +152,15 @@ def main() -> None:
     p = module.params
     gateway, worker, key = p["url"].rstrip("/"), p["worker_url"], p["api_key"]
     try:
-        before = find(workers(gateway, key), worker)
+        listed = workers(gateway, key)
+        before = find(listed, worker)
         if p["state"] == "absent":
             changed = not out(before)  # 1.x: a draining worker is out already
+            problem = pd_guard(listed, worker, p["role"]) if changed else None
+            if problem:
+                module.fail_json(
+                    msg=f"gateway {gateway}: {problem}", state="absent", changed=False, drain=False
+                )
             if changed and not module.check_mode:
                 remove(gateway, worker, key, p["timeout_s"])
             after = None if changed else before
@@ -137,7 +168,15 @@ def main() -> None:
             changed = not healthy(before)
             after = before
             if changed and not module.check_mode:
-                after = add(gateway, worker, key, p["worker_api_key"], p["timeout_s"])
+                after = add(
+                    gateway,
+                    worker,
+                    key,
+                    p["worker_api_key"],
+                    p["timeout_s"],
+                    role=p["role"],
+                    bootstrap_port=p["bootstrap_port"] or None,
+                )
     except GatewayError as exc:
         module.fail_json(msg=f"gateway {gateway}: {exc}", state=p["state"], changed=False, drain=False)
     drain = p["state"] == "absent" and changed

@@ -63,11 +63,11 @@ def test_a_version_1_ledger_is_migrated_and_keeps_its_deploys(state: Path) -> No
     old.close()
     ledger.record_bench(ok_row("cg_5tok", 82.3, 2.12))
     with ledger.connect() as conn:
-        assert store.version_of(conn, ledger.where()) == schema.HEAD == 10
+        assert store.version_of(conn, ledger.where()) == schema.HEAD == 11
         version_num = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
-        assert version_num == "0010"
+        assert version_num == f"{schema.HEAD:04d}"
         # An orchestrator of before Alembic reads this and refuses the ledger as newer.
-        assert conn.exec_driver_sql("PRAGMA user_version").scalar_one() == 10
+        assert conn.exec_driver_sql("PRAGMA user_version").scalar_one() == 11
     assert [r["profile"] for r in ledger.history()] == ["cg_5tok"]
     assert [r["tok_s"] for r in ledger.bench_results()] == [82.3]
     # Migration 3: a good unit recorded before facts were kept has none (rollback says so).

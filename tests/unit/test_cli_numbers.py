@@ -88,6 +88,24 @@ OPTIONS = [
         65535,
         id="lab-gateway--worker-port",
     ),
+    pytest.param(
+        ("lab", "gateway", "up"),
+        "--bootstrap-port",
+        "bootstrap_port",
+        "int",
+        1,
+        65535,
+        id="lab-gateway--bootstrap-port",
+    ),
+    pytest.param(
+        ("lab", "gateway", "up"),
+        "--health-interval",
+        "health_interval",
+        "int",
+        1,
+        3600,
+        id="lab-gateway--health-interval",
+    ),
 ]
 
 #: What a person means by a number: ASCII digits, a leading '-', and for a decimal a '.' and an

@@ -424,7 +424,7 @@ def test_a_newer_schema_is_refused_for_writes_and_reads(engine: Ledger) -> None:
     ledger.record_deploy(deploy())
     engine.sql("UPDATE alembic_version SET version_num='0099'")
     newer = f"has schema version 99, newer than this orchestrator knows ({schema.HEAD})"
-    assert schema.HEAD == 10
+    assert schema.HEAD == 11
     for call in (ledger.ready, lambda: ledger.record_deploy(deploy()), ledger.history, ledger.bench_results):
         with pytest.raises(StateError, match=re.escape(newer)) as refused:
             call()
@@ -726,7 +726,7 @@ def test_the_last_releases_ledger_is_migrated_in_place_and_keeps_every_row(sqlit
 
     ledger.ready()
 
-    new = {"origin": "", "pushed_from": None, "holder": "", "heartbeat": None}
+    new = {"origin": "", "pushed_from": None, "holder": "", "heartbeat": None, "fleet": ""}
     for table, rows in before.items():
         after = _rows(db, table)
         assert [{k: r[k] for k in rows[0]} for r in after] == rows, table
@@ -736,8 +736,8 @@ def test_the_last_releases_ledger_is_migrated_in_place_and_keeps_every_row(sqlit
     info = {r["key"]: r["value"] for r in _rows(db, "ledger_info")}
     assert len(info["ledger_id"]) == 32 and f"seen:{ledger.origin()}" in info
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 10
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [("0010",)]
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 11
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [(f"{schema.HEAD:04d}",)]
     # And the public reads give what the release wrote.
     assert [r["run_id"] for r in ledger.history(limit=100)] == [
         r["run_id"] for r in sorted(before["deploys"], key=lambda r: (-r["time"], -r["id"]))
@@ -780,8 +780,8 @@ def test_a_ledger_of_every_older_version_is_read_then_migrated(sqlite_state: Pat
     check()
     assert store.expected_columns(schema.HEAD) == {t: frozenset(c) for t, c in _columns(db).items()}
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 10
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [("0010",)]
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 11
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [(f"{schema.HEAD:04d}",)]
     ledger.record_bench(bench(time=T + 1, tok_s=1.5))
     assert [r["tok_s"] for r in ledger.bench_results()] == [TOK_S] * bench_rows + [1.5]
 

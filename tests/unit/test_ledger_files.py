@@ -152,7 +152,7 @@ def _refused_as_newer(db: Path) -> None:
         one_error_line(
             done, f"{db} has schema version 99, newer than this orchestrator knows ({schema.HEAD})"
         )
-    with pytest.raises(InputError, match=r"newer than this orchestrator knows \(10\)"):
+    with pytest.raises(InputError, match=r"newer than this orchestrator knows \(11\)"):
         ledger.record_deploy(deploy_row())
 
 

@@ -122,7 +122,7 @@ def test_the_json_keys_stay_and_name_the_unit(play):
     assert play[0].target.unit_name == "sglang-a.service"
     old = {"host", "reachable", "profile", "digest", "active_state", "main_pid", "uptime_s", "health"}
     old |= {"gpu_used_mib", "gpu_holders", "message", "speculative", "accept_len", "port"}
-    assert old | {"unit", "gpus", "foreign"} == set(row)
+    assert old | {"unit", "gpus", "foreign", "pd"} == set(row)
 
 
 def test_a_server_started_by_hand_is_a_row_of_its_own(play, monkeypatch):

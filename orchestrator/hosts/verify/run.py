@@ -80,10 +80,27 @@ def plan_json(plan: launch.Plan, facts: UnitFacts) -> dict[str, object]:
     return out
 
 
+def pd_json(prof: profile_mod.Profile, inventory: Path) -> dict[str, object]:
+    """A PD server's role and bootstrap port; a decode server's prefill peers, as the inventory's
+    prefill group names them (address:bootstrap port), which it must reach as SGLang's heartbeat does."""
+    pd = prof.disaggregation
+    assert pd is not None
+    peers = []
+    if pd.mode == "decode":
+        for h in inventory_mod.hosts(inventory):
+            if h.pd_role == "prefill":
+                address = f"[{h.address}]" if ":" in h.address else h.address
+                peers.append(f"{address}:{pd.bootstrap_port}")
+    return {"role": pd.mode, "bootstrap_port": pd.bootstrap_port, "peers": peers}
+
+
 def verify(prof: profile_mod.Profile, inventory: Path, limit: str | None = None) -> list[Check]:
     """Every check on every host of `inventory` (or those `limit` names), for this profile's plan
     as deploy places it on each host (a multi-node rank gets its own)."""
     plans = {name: plan_json(p.plan, p.facts) for name, p in placements(prof, inventory, limit).items()}
+    if prof.disaggregation is not None:
+        for plan in plans.values():
+            plan["pd"] = pd_json(prof, inventory)
     if not plans:  # testinfra knows no Ansible patterns: the hosts are named one by one
         return []
     collector = _Collector()

@@ -218,3 +218,37 @@ def test_only_the_server_holds_the_gpus(host: Host, plan: dict) -> None:
             of = f" of {owner}, another orchestrator unit on this host" if owner else ""
             held.append(f"GPU {gpu}: PID {pid} {name} {mib} MiB{of}")
     assert not held, f"GPUs {plan['gpus']} held outside {plan['unit_name']}: {'; '.join(held)}"
+
+
+def _http_status(host: Host, url: str) -> str:
+    """The HTTP status of GET `url` asked from the host itself, with the server's own Python."""
+    code = (
+        "import sys, urllib.request as u\n"
+        "try:\n    print(u.urlopen(sys.argv[1], timeout=5).status)\n"
+        "except Exception as e:\n    print(getattr(e, 'code', None) or type(e).__name__ + ': ' + str(e))"
+    )
+    return host.run(f"python3 -c {shlex.quote(code)} {shlex.quote(url)}").stdout.strip()
+
+
+def test_prefill_bootstrap_server_answers(host: Host, plan: dict) -> None:
+    """A prefill server's bootstrap server: where its decode peers find its KV cache."""
+    pd = plan.get("pd") or {}
+    if pd.get("role") != "prefill":
+        pytest.skip("not a prefill server")
+    bind = plan["bind"] if plan["bind"] not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    status = _http_status(host, f"http://{bind}:{pd['bootstrap_port']}/health")
+    assert status == "200", f"bootstrap server on port {pd['bootstrap_port']}: {status}"
+
+
+def test_decode_reaches_its_prefill_peers(host: Host, plan: dict) -> None:
+    """Each prefill server's bootstrap, from the decode host, as SGLang's heartbeat asks it."""
+    pd = plan.get("pd") or {}
+    if pd.get("role") != "decode":
+        pytest.skip("not a decode server")
+    assert pd["peers"], "the inventory's prefill group is empty: a decode server needs a prefill peer"
+    unreached = {
+        peer: s for peer in pd["peers"] if (s := _http_status(host, f"http://{peer}/health")) != "200"
+    }
+    assert not unreached, "prefill bootstrap not reached: " + ", ".join(
+        f"{p} ({s})" for p, s in unreached.items()
+    )
