@@ -485,6 +485,8 @@ def verify(profile_refs: tuple[str, ...], inventory: Path | None, limit: str | N
     inv = inventory_or_lab(inventory)
     if not refs:
         rows = status_play.status(inv, limit=limit)
+        fleet = {h.name for h in inventory_hosts(inv, limit) if h.pd_role}
+        rows = [r for r in rows if r.host in fleet] or rows  # a PD fleet: the hosts of its groups
         deployed = sorted({r.profile for r in rows})
         pair = len(deployed) == 2 and all(r.pd for r in rows)  # a PD fleet: one profile per role
         if not deployed or "" in deployed or not (len(deployed) == 1 or pair):

@@ -748,8 +748,9 @@ def run(
 def flush_cache(target: Target) -> str:
     """SGLang's /flush_cache, as bench_serving's --flush-cache: the radix cache emptied, so a
     run does not prefill the warm-up's or the previous level's prompts from it. '' when done,
-    else why not (the server refuses while requests run; an old server has no such path)."""
-    url = f"{target.url}/flush_cache"
+    else why not (the server refuses while requests run; an old server has no such path).
+    Through a gateway it is the gateway's /flush_cache: smg flushes every worker, prefill included."""
+    url = f"{target.traffic_url}/flush_cache"
     try:
         resp = httpx.post(url, headers=_headers(target), timeout=30.0)
     except httpx.HTTPError as exc:
@@ -906,12 +907,13 @@ def gateway_target(
     unit_name: str = "sglang.service",
 ) -> Target:
     """Traffic through the selected hosts' gateway (orchestrator_gateway_url, one for all): the fleet
-    behind it as its hosts say they run it, and the server whose logs give the accept length (a PD
-    fleet's first decode server, else the first host)."""
+    behind it as its hosts say they run it (a PD fleet: the hosts of the groups prefill and decode),
+    and the server whose logs give the accept length (its first decode server, else the first host)."""
     from orchestrator.hosts.inventory import selected
     from orchestrator.hosts.status_play import status
 
     hosts = selected(inventory, limit)
+    hosts = [h for h in hosts if h.pd_role] or hosts  # a PD fleet: the hosts of its two groups
     urls = {h.gateway_url.rstrip("/") for h in hosts if h.gateway_url}
     if len(urls) != 1 or any(not h.gateway_url for h in hosts):
         raise BenchError(

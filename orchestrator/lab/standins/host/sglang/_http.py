@@ -234,10 +234,13 @@ class Handler(BaseHTTPRequestHandler):
         self.send_text(200 if idle else 400, text)
 
     def get_load(self) -> None:
-        """One entry per DP rank, as SGLang's /get_load; the stand-in's one engine counts on rank 0."""
+        """One entry per DP rank, as SGLang's /get_load; the stand-in's one engine counts on rank 0.
+        In PD mode 0.5.9 counts the bootstrap and pre-allocation queues too (a prefill's requests
+        whose KV is still being sent, its inflight queue, are not counted)."""
         eng = self.engine
         with eng.lock:
             running, waiting, tokens = eng.running, eng.queued, eng.tokens_in_use
+            waiting += eng.disagg["prealloc"] + eng.disagg["transfer"]
         loads = [
             {"dp_rank": rank, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0}
             for rank in range(eng.rt.args.dp_size)
