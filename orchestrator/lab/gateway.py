@@ -217,6 +217,15 @@ def _smg(given: str | None = None) -> str:
     return smg
 
 
+def _takes(smg: str, flag: str) -> bool:
+    """Whether this smg's `launch` has `flag` (sglang-router 0.3.2's has fewer than 1.x's)."""
+    try:
+        done = subprocess.run([smg, "launch", "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return flag in done.stdout
+
+
 def _check_free(port: int, what: str) -> None:
     """Nothing listens on the port. SO_REUSEADDR as smg (and any server) binds: connections of a
     gateway just stopped, left in TIME-WAIT, do not keep the next one from starting."""
@@ -308,6 +317,8 @@ def _start(
         argv += ["--worker-startup-check-interval", "1"]
     if health_s is not None:
         argv += ["--health-check-interval-secs", str(health_s), "--health-failure-threshold", "2"]
+    if _takes(smg, "--shutdown-grace-period-secs"):  # smg 1.x: `down` waits 1 s for requests, not 5
+        argv += ["--shutdown-grace-period-secs", "1"]
     argv += ["--policy", "round_robin", "--log-level", "warn"]
     argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(port + 1)]
     log = _log_path()

@@ -127,10 +127,12 @@ def whole(lines: list[str], tokens: int) -> bool:
     return last.get("meta_info", {}).get("completion_tokens") == tokens
 
 
-def test_a_rolling_restart_behind_the_gateway_fails_no_request(lab, gw):
-    """Behind `smg` on PATH: 1.x, the gateway extra's (test_gateway_previous.py: 0.3.2)."""
-    names = ",".join(h.name for h in lab.hosts)
-    before = {h.name: service(h)["MainPID"] for h in lab.hosts}
+def test_a_rolling_restart_behind_the_gateway_fails_no_request(lab, gw, rolled=None):
+    """Behind `smg` on PATH: 1.x, the gateway extra's (test_gateway_previous.py: 0.3.2, on
+    `rolled`, two of the four hosts)."""
+    hosts = rolled or lab.hosts
+    names = ",".join(h.name for h in hosts)
+    before = {h.name: service(h)["MainPID"] for h in hosts}
     with Load(gw.url) as load:
         time.sleep(2)
         rc, report = deploy_through(
@@ -138,8 +140,8 @@ def test_a_rolling_restart_behind_the_gateway_fails_no_request(lab, gw):
         )
         time.sleep(1)
     assert rc == 0, report
-    assert load.sent > 40 and not load.failed, f"{load.sent} sent, failed: {dict(load.failed)}"
-    for h in lab.hosts:
+    assert load.sent > 10 * len(hosts) and not load.failed, f"{load.sent} sent, failed: {dict(load.failed)}"
+    for h in hosts:
         assert service(h)["MainPID"] != before[h.name]
     for r in report["hosts"]:
         g = r["gateway"]

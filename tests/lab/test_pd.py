@@ -67,7 +67,10 @@ def decode8(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def fleet(lab):
-    """lab1 prefill and lab3 decode behind smg in PD mode, deployed through it."""
+    """lab1 prefill and lab3 decode behind smg in PD mode, deployed through it. The servers an earlier
+    test left are stopped first: a fleet of one server per role cannot roll, only start."""
+    done = orchestrator("stop", "-i", str(lab.inventory))
+    assert done.returncode == 0, done.stdout + done.stderr
     gw = lab_gateway.up(pd=lab_gateway.PdSplit(("lab1",), ("lab3",)), health_interval_s=HEALTH_S)
     rc, report = run_json("deploy", "-i", str(gw.inventory), *PROFILES)
     assert rc == 0, report
