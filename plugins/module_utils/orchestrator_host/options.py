@@ -5,6 +5,7 @@ deploy lock and the preflight checks, each the mirror of a record the control ma
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -20,7 +21,9 @@ def module_spec(spec: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     validate-modules refuses in an argument_spec)."""
     out = {}
     for name, option in spec.items():
-        kept = {key: value for key, value in option.items() if key != "description"}
+        # A copy: AnsibleModule fills a dict option's suboption defaults into its default in place,
+        # and the spec's own `{}` would then carry them into role_specs.py's reading.
+        kept = {key: copy.deepcopy(value) for key, value in option.items() if key != "description"}
         if isinstance(kept.get("options"), dict):
             kept["options"] = module_spec(kept["options"])
         out[name] = kept
@@ -288,7 +291,7 @@ PREFLIGHT_OPTIONS: dict[str, dict[str, Any]] = {
 def validate_suboptions(module: Any, name: str, spec: dict[str, dict[str, Any]], value: dict) -> dict:
     """`value` checked against `spec`, defaults filled in. For a dict option where {} means
     "none": Ansible would reject {} against required suboptions, so they are checked here."""
-    result = ArgumentSpecValidator(spec).validate(value)
+    result = ArgumentSpecValidator(module_spec(spec)).validate(value)  # a copy: it fills defaults in
     if result.error_messages:
         module.fail_json(msg=f"{name}: {'; '.join(result.error_messages)}")
     return result.validated_parameters
