@@ -181,6 +181,7 @@ def _bench_row(
         "curve_id": curve_id,
         "repeat": repeat,
         "model_digest": _digest("model", "Llama-3.1-70B-Instruct"),
+        "fleet": "",  # one server benched, not a PD fleet through its gateway
         "origin": f"ctl-{HOSTS.index(host) % 3}",
     }
 
