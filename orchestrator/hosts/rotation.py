@@ -83,6 +83,19 @@ def _listed_role_problem(host: str, gw: GatewayPlan, worker: dict[str, Any]) -> 
     )
 
 
+def _add(gw: GatewayPlan, key: str, api_key: str) -> dict[str, Any]:
+    """The worker back in its gateway's rotation, with its PD role and bootstrap port where it has one."""
+    return client.add(
+        gw.url,
+        gw.worker_url,
+        key,
+        api_key,
+        timeout_s=gw.add_timeout_s,
+        role=gw.role,
+        bootstrap_port=gw.bootstrap_port or None,
+    )
+
+
 def restore(
     reports: list[HostReport], gateways: dict[str, GatewayPlan], keys: dict[str, str], api_key: str
 ) -> None:
@@ -104,15 +117,7 @@ def restore(
             )
             continue
         try:
-            worker = client.add(
-                gw.url,
-                gw.worker_url,
-                keys.get(r.host, ""),
-                api_key,
-                timeout_s=gw.add_timeout_s,
-                role=gw.role,
-                bootstrap_port=gw.bootstrap_port or None,
-            )
+            worker = _add(gw, keys.get(r.host, ""), api_key)
         except client.GatewayError as exc:
             r.gateway["left_out"] = f"the gateway did not take it back healthy: {exc}"
             continue
@@ -137,16 +142,8 @@ def heal(
             worker = client.find(client.workers(gw.url, keys.get(r.host, "")), gw.worker_url)
             if not (client.failed(worker) or (worker is None and gw.role)):
                 continue  # in rotation, or on its way there (pending, not_ready): smg's own probes
-            before = client.seen(worker) | ({"status": "failed"} if client.failed(worker) else {})
-            back = client.add(
-                gw.url,
-                gw.worker_url,
-                keys.get(r.host, ""),
-                api_key,
-                timeout_s=gw.add_timeout_s,
-                role=gw.role,
-                bootstrap_port=gw.bootstrap_port or None,
-            )
+            before = client.seen(worker)  # its status, failed, included
+            back = _add(gw, keys.get(r.host, ""), api_key)
         except client.GatewayError as exc:
             r.gateway["left_out"] = f"the gateway lists it out of rotation, and did not take it back: {exc}"
             continue
